@@ -1,0 +1,35 @@
+/* Exact Bernoulli(Q / 2^64) by lazy byte comparison (spec rng-and-exactness.md §3.1).
+ *
+ * keep <=> U < Q where U is the big-endian number formed by fresh random bytes. Bytes are
+ * compared most significant first and the comparison stops at the first difference, so
+ * P(keep) = Q / 2^64 exactly while using 256/255 bytes on average, whatever Q is. */
+#ifndef DPS_BERNOULLI_H
+#define DPS_BERNOULLI_H
+
+#include <stdint.h>
+
+/* Resolve a tie on the most significant byte: compare bytes 1..7 of r with those of q.
+ * r must hold 8 readable bytes. Returns keep (0/1); *used is set to the bytes consumed (2..8). */
+static inline int dps_bernoulli_tail(const uint8_t *r, uint64_t q, uint32_t *used) {
+    for (int j = 1; j < 8; j++) {
+        unsigned qb = (unsigned)(q >> (56 - 8 * j)) & 0xFFu;
+        if (r[j] != qb) {
+            *used = (uint32_t)j + 1;
+            return r[j] < qb;
+        }
+    }
+    *used = 8;
+    return 0; /* U == Q: strict comparison drops */
+}
+
+/* Full decision from 8 readable bytes at r (used for single draws and as the test oracle). */
+static inline int dps_bernoulli_lazy(const uint8_t *r, uint64_t q, uint32_t *used) {
+    unsigned q0 = (unsigned)(q >> 56);
+    if (r[0] != q0) {
+        *used = 1;
+        return r[0] < q0;
+    }
+    return dps_bernoulli_tail(r, q, used);
+}
+
+#endif

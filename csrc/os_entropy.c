@@ -1,0 +1,70 @@
+/* OS entropy (spec rng-and-exactness.md §2.2–2.3). Blocking getrandom is acceptable while the
+ * kernel pool initialises; GRND_NONBLOCK is never used as a silent fallback. */
+#include "os_entropy.h"
+
+#if defined(_WIN32)
+#include <windows.h>
+#include <bcrypt.h>
+
+int dps_os_entropy(uint8_t *buf, size_t n) {
+    while (n > 0) {
+        ULONG chunk = n > 0x10000000u ? 0x10000000u : (ULONG)n;
+        if (BCryptGenRandom(NULL, buf, chunk, BCRYPT_USE_SYSTEM_PREFERRED_RNG) != 0) return -1;
+        buf += chunk;
+        n -= chunk;
+    }
+    return 0;
+}
+
+#elif defined(__linux__)
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The raw syscall works on old glibc (manylinux2014) that lacks the getrandom wrapper. */
+static int from_urandom(uint8_t *buf, size_t n) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    while (n > 0) {
+        ssize_t r = read(fd, buf, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { close(fd); return -1; }
+        buf += r;
+        n -= (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
+int dps_os_entropy(uint8_t *buf, size_t n) {
+    while (n > 0) {
+        size_t chunk = n > 256 ? 256 : n;
+        long r = syscall(SYS_getrandom, buf, chunk, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == ENOSYS) return from_urandom(buf, n);  /* kernels before 3.17 only */
+            return -1;
+        }
+        buf += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+#else /* macOS >= 10.12, the BSDs: getentropy, at most 256 bytes a call */
+#include <unistd.h>
+#if defined(__APPLE__)
+#include <sys/random.h>
+#endif
+
+int dps_os_entropy(uint8_t *buf, size_t n) {
+    while (n > 0) {
+        size_t chunk = n > 256 ? 256 : n;
+        if (getentropy(buf, chunk) != 0) return -1;
+        buf += chunk;
+        n -= chunk;
+    }
+    return 0;
+}
+#endif

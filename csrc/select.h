@@ -1,0 +1,42 @@
+/* Batch loops over arrays of partition counts (spec core.md §1, §3; rng-and-exactness.md §3).
+ *
+ * select:  keep[i] = Bernoulli(pi(counts[i])) with pi from a certified 64-bit keep table.
+ * release: X_i ~ certified TSGD table; keep[i] = counts[i] + X_i > k, noisy[i] = counts[i] + X_i
+ *          where kept (0 elsewhere).
+ *
+ * Counts may be any of eight integer types, at any byte stride; outputs are strided too. Every
+ * element consumes randomness whatever its count, so the bytes drawn by a batch do not depend
+ * on the data. A negative count aborts the batch: the outputs are zeroed and its index is
+ * reported, so no decision made before it can escape. */
+#ifndef DPS_SELECT_H
+#define DPS_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "csprng.h"
+#include "tsgd.h"
+
+enum dps_dtype { DPS_I8, DPS_I16, DPS_I32, DPS_I64, DPS_U8, DPS_U16, DPS_U32, DPS_U64 };
+
+typedef struct dps_keep_table {
+    const uint64_t *q;   /* q[n] = 2^64 * pi(n) for n < n_entries; q[0] == 0, non-decreasing */
+    uint64_t n_entries;  /* counts >= n_entries are kept with certainty */
+    uint16_t *top;       /* n_entries + 1 slots: top byte of q[n], then 256 ("always") */
+} dps_keep_table;
+
+/* Check q (q[0] == 0, non-decreasing, n >= 1) and fill top. */
+int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top);
+
+/* Strides are in bytes. On DPS_ERR_NEGATIVE, *bad_index is the first negative count. */
+int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
+               ptrdiff_t count_stride, size_t n, uint8_t *keep, ptrdiff_t keep_stride,
+               size_t *bad_index);
+
+/* noisy saturates at INT64_MAX (post-processing of the released value). */
+int dps_release(dps_rng *s, const dps_weight_table *noise, uint32_t k, int dtype,
+                const void *counts, ptrdiff_t count_stride, size_t n, uint8_t *keep,
+                ptrdiff_t keep_stride, int64_t *noisy, ptrdiff_t noisy_stride,
+                size_t *bad_index);
+
+#endif

@@ -1,0 +1,214 @@
+# cython: language_level=3
+"""Bindings to the C CSPRNG (spec rng-and-exactness.md §2). Thin: checks arguments, releases
+the GIL around bulk work, maps status codes to exceptions. Use :mod:`dpselect.rng`, not this."""
+import os
+
+import numpy as np
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, free
+
+from dpselect._csrc cimport *
+
+
+def _note_fork() -> None:
+    dps_rng_note_fork()
+
+
+# Belt and braces with the C pthread_atfork handler (spec §2.5).
+os.register_at_fork(after_in_child=_note_fork)
+
+
+cdef int check_status(int rc) except -1:
+    if rc == DPS_OK:
+        return 0
+    if rc == DPS_ERR_OS_RNG:
+        raise RuntimeError("the operating system's random number generator failed; "
+                           "dpselect refuses to continue without it")
+    if rc == DPS_ERR_FORK_INSECURE:
+        raise RuntimeError("a deterministic test RNG was used after fork(): its stream would "
+                           "repeat in both processes; create a new one in the child")
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError("could not allocate a CSPRNG state")
+    if rc == DPS_ERR_ACK:
+        raise ValueError("the insecure test RNG needs its explicit acknowledgement")
+    if rc == DPS_ERR_DISABLED:
+        raise RuntimeError("this build of dpselect has no test RNG (DPS_NO_TEST_RNG)")
+    if rc == DPS_ERR_BAD_TABLE:
+        raise ValueError("table rejected by the kernel's load-time checks")
+    raise RuntimeError(f"dpselect kernel error {rc}")
+
+
+cdef class TestState:
+    """A deterministic ChaCha20 state for tests only; see dpselect.testing."""
+
+    def __cinit__(self, bytes seed, unsigned long long stream, unsigned long long ack):
+        if len(seed) != 32:
+            raise ValueError("seed must be 32 bytes")
+        self.state = dps_rng_alloc()
+        if self.state == NULL:
+            raise MemoryError("could not allocate a CSPRNG state")
+        self.seed = seed
+        self.stream = stream
+        check_status(dps_rng_init_test_state(self.state, <const uint8_t *>seed, stream, ack))
+
+    def __dealloc__(self):
+        if self.state != NULL:
+            dps_rng_free(self.state)
+            self.state = NULL
+
+
+ACK_INSECURE = DPS_ACK_INSECURE
+
+
+cdef dps_rng *begin_batch(object test_state) except NULL:
+    cdef int err = 0
+    cdef dps_rng *s
+    cdef int mode
+    if test_state is None:
+        s = dps_rng_thread_state(&err)
+        if s == NULL:
+            check_status(err)
+        mode = DPS_RNG_SECURE
+    else:
+        s = (<TestState?>test_state).state
+        mode = DPS_RNG_INSECURE
+    check_status(dps_rng_begin_batch(s, mode))
+    return s
+
+
+cdef void end_batch(dps_rng *s) noexcept nogil:
+    dps_rng_end_batch(s)
+
+
+def random_bytes(Py_ssize_t n, TestState test_state=None) -> bytes:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    buf = bytearray(n)
+    cdef uint8_t[::1] view = buf
+    cdef dps_rng *s = begin_batch(test_state)
+    cdef int rc
+    cdef uint8_t *p = &view[0] if n > 0 else NULL
+    with nogil:
+        rc = dps_rng_fill(s, p, <size_t>n) if n > 0 else DPS_OK
+        dps_rng_end_batch(s)
+    check_status(rc)
+    return bytes(buf)
+
+
+def uniform_below_array(object bound, Py_ssize_t size, TestState test_state=None):
+    """uint64 array, exact uniform in [0, bound), 1 <= bound <= 2**64."""
+    if not 1 <= bound <= 2 ** 64:
+        raise ValueError(f"bound must be in [1, 2**64], got {bound}")
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    cdef uint64_t b = <uint64_t>(bound % (2 ** 64))  # 2**64 is passed as 0
+    out = np.empty(size, dtype=np.uint64)
+    cdef uint64_t[::1] o = out
+    cdef dps_rng *s = begin_batch(test_state)
+    cdef int rc = DPS_OK
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(size):
+            rc = dps_rng_uniform_below(s, b, &o[i])
+            if rc != DPS_OK:
+                break
+        dps_rng_end_batch(s)
+    check_status(rc)
+    return out
+
+
+def bernoulli_fixed(const uint64_t[::1] q, TestState test_state=None):
+    """Exact Bernoulli(q[i] / 2**64) by lazy byte comparison, one per entry (tests, small use)."""
+    cdef Py_ssize_t n = q.shape[0]
+    out = np.empty(n, dtype=np.bool_)
+    cdef uint8_t[::1] o = out.view(np.uint8)
+    cdef dps_rng *s = begin_batch(test_state)
+    cdef int rc = DPS_OK
+    cdef uint32_t used
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(n):
+            rc = dps_rng_reserve(s, 8)
+            if rc != DPS_OK:
+                break
+            o[i] = <uint8_t>dps_bernoulli_lazy(_buf_at(s), q[i], &used)
+            s.pos += used
+        dps_rng_end_batch(s)
+    check_status(rc)
+    return out
+
+
+cdef extern from *:
+    """
+    static inline const uint8_t *_buf_at(dps_rng *s) { return s->buf + s->pos; }
+    """
+    const uint8_t *_buf_at(dps_rng *s) nogil
+
+
+def sample_cumulative(const uint64_t[::1] cumulative, Py_ssize_t size, TestState test_state=None):
+    """int64 indices i with P(i) = (C[i] - C[i-1]) / C[-1], exactly."""
+    cdef Py_ssize_t m = cumulative.shape[0]
+    if m == 0 or m >= 2 ** 31:
+        raise ValueError(f"cumulative must have between 1 and 2**31 - 1 entries, got {m}")
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    cdef uint32_t padded = dps_weight_table_padded(<uint32_t>m)
+    cdef uint32_t *hi = <uint32_t *>malloc(padded * sizeof(uint32_t))
+    if hi == NULL:
+        raise MemoryError()
+    cdef dps_weight_table t
+    cdef int rc
+    cdef dps_rng *s
+    out = np.empty(size, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    try:
+        rc = dps_weight_table_init(&t, &cumulative[0], <uint32_t>m, hi)
+        if rc != DPS_OK:
+            raise ValueError("cumulative must be strictly increasing with cumulative[0] >= 1")
+        s = begin_batch(test_state)
+        with nogil:
+            rc = dps_weight_table_sample(&t, s, &o[0] if size > 0 else NULL, <size_t>size)
+            dps_rng_end_batch(s)
+        check_status(rc)
+    finally:
+        free(hi)
+    return out
+
+
+# ---- test hooks: the block function and engines (RFC 8439 vectors) ----
+
+def _words(bytes b, int n):
+    if len(b) != 4 * n:
+        raise ValueError(f"expected {4 * n} bytes, got {len(b)}")
+    return np.frombuffer(b, dtype="<u4").astype(np.uint32)
+
+
+def chacha20_blocks(bytes key, unsigned int counter, bytes nonce, Py_ssize_t nblocks, int engine=-1) -> bytes:
+    """Keystream of nblocks blocks; engine -1 = the one in use, 0 scalar, 1 vector, 2 AVX2."""
+    cdef uint32_t[::1] k = _words(key, 8)
+    cdef uint32_t[::1] nn = _words(nonce, 3)
+    out = bytearray(64 * nblocks)
+    cdef uint8_t[::1] o = out
+    cdef int rc
+    if nblocks <= 0:
+        return b""
+    if engine == -1:
+        engine = {"scalar": 0, "vector": 1, "avx2": 2}[engine_name()]
+    rc = dps_chacha20_blocks_engine(engine, &k[0], counter, &nn[0], &o[0], <size_t>nblocks)
+    if rc != 0:
+        raise ValueError(f"ChaCha20 engine {engine} is not available here")
+    return bytes(out)
+
+
+def quarter_round(uint32_t a, uint32_t b, uint32_t c, uint32_t d):
+    dps_chacha20_quarter_round(&a, &b, &c, &d)
+    return a, b, c, d
+
+
+def engine_name() -> str:
+    return dps_chacha20_engine_name().decode()
+
+
+def fork_generation() -> int:
+    return dps_rng_fork_generation()
