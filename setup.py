@@ -40,7 +40,6 @@ def extension(pyx: str) -> Extension:
         name,
         sources=[pyx, *C_SOURCES],
         include_dirs=["csrc"],
-        define_macros=[("_GNU_SOURCE", None)] if sys.platform.startswith("linux") else [],
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
         libraries=libraries,

@@ -22,6 +22,31 @@ static inline int dps_bernoulli_tail(const uint8_t *r, uint64_t q, uint32_t *use
     return 0; /* U == Q: strict comparison drops */
 }
 
+/* Finish a decision whose first byte tied with q's top byte, from fresh bytes r[0..6]
+ * compared with bytes 1..7 of q (any fresh bytes will do: each is used once). */
+static inline int dps_bernoulli_rest(const uint8_t *r, uint64_t q, uint32_t *used) {
+    for (int j = 1; j < 8; j++) {
+        unsigned qb = (unsigned)(q >> (56 - 8 * j)) & 0xFFu;
+        if (r[j - 1] != qb) {
+            *used = (uint32_t)j;
+            return r[j - 1] < qb;
+        }
+    }
+    *used = 7;
+    return 0; /* U == Q: strict comparison drops */
+}
+
+/* Index of the lowest set bit (x != 0). */
+static inline int dps_ctz64(uint64_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(x);
+#else
+    int n = 0;
+    while (!(x & 1)) { x >>= 1; n++; }
+    return n;
+#endif
+}
+
 /* Full decision from 8 readable bytes at r (used for single draws and as the test oracle). */
 static inline int dps_bernoulli_lazy(const uint8_t *r, uint64_t q, uint32_t *used) {
     unsigned q0 = (unsigned)(q >> 56);

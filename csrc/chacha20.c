@@ -49,27 +49,31 @@ static void blocks_scalar(const uint32_t key[8], uint32_t counter, const uint32_
 
 #if defined(__GNUC__) || defined(__clang__)
 #define DPS_HAVE_VECTOR 1
-/* 8 blocks per pass: lane l of every vector belongs to block counter + l. */
-#define LANES 8
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
 
+#define VROT(v, n) (((v) << (n)) | ((v) >> (32 - (n))))
 #define VQR(a, b, c, d)                                    \
-    a += b; d ^= a; d = (d << 16) | (d >> 16);             \
-    c += d; b ^= c; b = (b << 12) | (b >> 20);             \
-    a += b; d ^= a; d = (d << 8) | (d >> 24);              \
-    c += d; b ^= c; b = (b << 7) | (b >> 25);
+    a += b; d ^= a; d = VROT(d, 16);                       \
+    c += d; b ^= c; b = VROT(b, 12);                       \
+    a += b; d ^= a; d = VROT(d, 8);                        \
+    c += d; b ^= c; b = VROT(b, 7);
 
-/* The body is shared by the baseline and AVX2 builds; only the target attribute differs. */
-#define DEFINE_VECTOR_ENGINE(NAME, ATTR)                                                          \
+/* LANES blocks per pass: lane l of every vector belongs to block counter + l. The same body is
+ * compiled for the baseline ISA, AVX2 and AVX-512; only the target attribute and width differ.
+ * Words are gathered per lane through a small buffer (vector stores, then word copies), which
+ * keeps the output the exact RFC keystream on little-endian hosts. */
+#define DEFINE_VECTOR_ENGINE(NAME, VT, LANES, ATTR)                                               \
     ATTR static void NAME(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],     \
                           uint8_t *out, size_t nblocks) {                                        \
         uint32_t in[16];                                                                         \
         init_state(in, key, counter, nonce);                                                     \
+        VT lane;                                                                                 \
+        for (int l = 0; l < LANES; l++) lane[l] = (uint32_t)l;                                   \
         size_t b = 0;                                                                            \
         for (; b + LANES <= nblocks; b += LANES) {                                               \
-            v8u32 x[16], s[16];                                                                  \
-            const v8u32 lane = {0, 1, 2, 3, 4, 5, 6, 7};                                         \
-            for (int i = 0; i < 16; i++) s[i] = (v8u32){0} + in[i];                              \
+            VT x[16], s[16];                                                                     \
+            for (int i = 0; i < 16; i++) s[i] = (VT){0} + in[i];                                 \
             s[12] = lane + (counter + (uint32_t)b);                                              \
             for (int i = 0; i < 16; i++) x[i] = s[i];                                            \
             for (int r = 0; r < 10; r++) {                                                       \
@@ -78,26 +82,37 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
                 VQR(x[0], x[5], x[10], x[15]) VQR(x[1], x[6], x[11], x[12])                      \
                 VQR(x[2], x[7], x[8], x[13]) VQR(x[3], x[4], x[9], x[14])                        \
             }                                                                                    \
-            for (int i = 0; i < 16; i++) x[i] += s[i];                                           \
+            uint32_t words[16][LANES];                                                           \
+            for (int i = 0; i < 16; i++) {                                                       \
+                VT v = x[i] + s[i];                                                              \
+                memcpy(words[i], &v, sizeof v);                                                  \
+            }                                                                                    \
             for (int l = 0; l < LANES; l++) {                                                    \
                 uint8_t *o = out + DPS_CHACHA_BLOCK * (b + l);                                   \
-                for (int i = 0; i < 16; i++) dps_store_le32(o + 4 * i, x[i][l]);                 \
+                for (int i = 0; i < 16; i++) STORE_WORD(o + 4 * i, words[i][l]);                 \
             }                                                                                    \
-            memset(x, 0, sizeof x);                                                              \
+            memset(words, 0, sizeof words);                                                      \
         }                                                                                        \
         if (b < nblocks) blocks_scalar(key, counter + (uint32_t)b, nonce,                       \
                                        out + DPS_CHACHA_BLOCK * b, nblocks - b);                 \
         memset(in, 0, sizeof in);                                                                \
     }
 
-DEFINE_VECTOR_ENGINE(blocks_vector, )
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define STORE_WORD(p, w) do { uint32_t w_ = (w); memcpy((p), &w_, 4); } while (0)
+#else
+#define STORE_WORD(p, w) dps_store_le32((p), (w))
+#endif
+
+DEFINE_VECTOR_ENGINE(blocks_vector, v8u32, 8, )
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(DPS_NO_AVX2)
 #define DPS_HAVE_AVX2 1
-DEFINE_VECTOR_ENGINE(blocks_avx2, __attribute__((target("avx2"))))
-static int cpu_has_avx2(void) {
+DEFINE_VECTOR_ENGINE(blocks_avx2, v8u32, 8, __attribute__((target("avx2"))))
+DEFINE_VECTOR_ENGINE(blocks_avx512, v16u32, 16, __attribute__((target("avx512f"))))
+static int cpu_has(int which) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
+    return which == 2 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f");
 }
 #endif
 #endif /* GNU vector extensions */
@@ -111,8 +126,12 @@ int dps_chacha20_blocks_engine(int engine, const uint32_t key[8], uint32_t count
 #endif
 #ifdef DPS_HAVE_AVX2
     case 2:
-        if (!cpu_has_avx2()) return -1;
+        if (!cpu_has(2)) return -1;
         blocks_avx2(key, counter, nonce, out, nblocks);
+        return 0;
+    case 3:
+        if (!cpu_has(3)) return -1;
+        blocks_avx512(key, counter, nonce, out, nblocks);
         return 0;
 #endif
     default: return -1;
@@ -129,7 +148,8 @@ static int best_engine(void) {
         e = 1;
 #endif
 #ifdef DPS_HAVE_AVX2
-        if (cpu_has_avx2()) e = 2;
+        if (cpu_has(2)) e = 2;
+        if (cpu_has(3)) e = 3;
 #endif
         chosen_engine = e;
     }
@@ -142,6 +162,6 @@ void dps_chacha20_blocks(const uint32_t key[8], uint32_t counter, const uint32_t
 }
 
 const char *dps_chacha20_engine_name(void) {
-    static const char *names[] = {"scalar", "vector", "avx2"};
+    static const char *names[] = {"scalar", "vector", "avx2", "avx512"};
     return names[best_engine()];
 }

@@ -22,7 +22,8 @@ void dps_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t 
 void dps_chacha20_blocks(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
                          uint8_t *out, size_t nblocks);
 
-/* The same through a named engine, for tests: 0 scalar, 1 portable multi-lane, 2 AVX2.
+/* The same through a named engine, for tests: 0 scalar, 1 portable multi-lane, 2 AVX2,
+ * 3 AVX-512.
  * Returns -1 (and writes nothing) when the engine is not available on this CPU/compiler. */
 int dps_chacha20_blocks_engine(int engine, const uint32_t key[8], uint32_t counter,
                                const uint32_t nonce[3], uint8_t *out, size_t nblocks);

@@ -78,6 +78,18 @@ static inline int dps_rng_reserve(dps_rng *s, uint32_t n) {
     return DPS_OK;
 }
 
+/* Big-endian read of 4 bytes (one unaligned load and a byte swap on common hosts). */
+static inline uint32_t dps_load_be32(const uint8_t *p) {
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return __builtin_bswap32(v);
+#else
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+#endif
+}
+
 /* Big-endian read of n <= 8 bytes. */
 static inline uint64_t dps_load_be(const uint8_t *p, int n) {
     uint64_t v = 0;

@@ -1,5 +1,9 @@
 /* OS entropy (spec rng-and-exactness.md §2.2–2.3). Blocking getrandom is acceptable while the
  * kernel pool initialises; GRND_NONBLOCK is never used as a silent fallback. */
+/* glibc hides syscall(), MAP_ANONYMOUS and O_CLOEXEC under strict -std=c11 */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
 #include "os_entropy.h"
 
 #if defined(_WIN32)

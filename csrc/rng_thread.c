@@ -1,3 +1,7 @@
+/* glibc hides syscall(), MAP_ANONYMOUS and O_CLOEXEC under strict -std=c11 */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
 #include "rng_thread.h"
 
 #include <stdlib.h>

@@ -27,67 +27,100 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
         return DPS_ERR_NEGATIVE;                                                                 \
     }
 
-/* The random-byte cursor r walks s->buf; at least 8 unread bytes are kept ahead of it, which
- * covers the longest single decision (a full 8-byte tie) without a check inside it. */
-#define RESERVE_8(s, r, end)                                                                      \
-    if ((r) > (end)) {                                                                           \
-        (s)->pos = (uint32_t)((r) - (s)->buf);                                                   \
-        int rc_ = dps_rng_reserve((s), 8);                                                       \
-        if (rc_ != DPS_OK) return rc_;                                                           \
-        (r) = (s)->buf + (s)->pos;                                                               \
-    }
+/* Both loops work in blocks of BLOCK elements. A block first takes a fixed window of fresh bytes
+ * (one per decision for select, four per draw for release) and runs a branch-free pass over it;
+ * the rare elements whose first bytes do not settle the outcome (probability 1/256 per select
+ * decision, <= m/2^32 per draw, whatever the counts) are flagged in a bit mask and finished
+ * afterwards from further fresh bytes. Every byte is used once, so each outcome keeps its exact
+ * law, and the bytes a batch consumes depend only on the random bytes. */
+#define BLOCK 64
+
+#define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
 
 #define DEFINE_SELECT(NAME, FAIL, T, SIGNED)                                                      \
     static int NAME(dps_rng *s, const dps_keep_table *t, const char *counts, ptrdiff_t cs,      \
                     size_t n, uint8_t *keep, ptrdiff_t ks, size_t *bad) {                        \
         const uint64_t N = t->n_entries;                                                         \
         const uint16_t *top = t->top;                                                            \
-        const uint64_t *q = t->q;                                                                \
-        const uint8_t *end = s->buf + DPS_RNG_BUF - 8;                                           \
-        const uint8_t *r = s->buf + s->pos;                                                      \
         int64_t neg = 0;                                                                         \
-        for (size_t i = 0; i < n; i++) {                                                         \
-            RESERVE_8(s, r, end)                                                                 \
-            T c = *(const T *)(counts + (ptrdiff_t)i * cs);                                      \
-            if (SIGNED) neg |= (int64_t)c;                                                       \
-            uint64_t u = (uint64_t)c;                                                            \
-            uint64_t idx = u < N ? u : N;                                                        \
-            unsigned b0 = r[0], t0 = top[idx];                                                   \
-            int k = b0 < t0;                                                                     \
-            uint32_t used = 1;                                                                   \
-            if (b0 == t0) k = dps_bernoulli_tail(r, q[idx], &used); /* p = 1/256, any data */    \
-            r += used;                                                                           \
-            keep[(ptrdiff_t)i * ks] = (uint8_t)k;                                                \
+        for (size_t i = 0; i < n; i += BLOCK) {                                                  \
+            size_t len = n - i < BLOCK ? n - i : BLOCK;                                          \
+            int rc = dps_rng_reserve(s, (uint32_t)len);                                          \
+            if (rc != DPS_OK) return rc;                                                         \
+            const uint8_t *r = s->buf + s->pos;                                                  \
+            uint64_t ties = 0;                                                                   \
+            for (size_t j = 0; j < len; j++) {                                                   \
+                T c = COUNT_AT(T, i + j);                                                        \
+                if (SIGNED) neg |= (int64_t)c;                                                   \
+                uint64_t u = (uint64_t)c;                                                        \
+                uint64_t idx = u < N ? u : N;                                                    \
+                unsigned b0 = r[j], t0 = top[idx];                                               \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)(b0 < t0);                              \
+                ties |= (uint64_t)(b0 == t0) << j;                                               \
+            }                                                                                    \
+            s->pos += (uint32_t)len;                                                             \
+            while (ties) { /* first byte equal to q's top byte: bytes 1..7 decide */             \
+                size_t j = (size_t)dps_ctz64(ties);                                              \
+                ties &= ties - 1;                                                                \
+                uint64_t u = (uint64_t)COUNT_AT(T, i + j);                                       \
+                rc = dps_rng_reserve(s, 7);                                                      \
+                if (rc != DPS_OK) return rc;                                                     \
+                uint32_t used;                                                                   \
+                int k = dps_bernoulli_rest(s->buf + s->pos, t->q[u < N ? u : N - 1], &used);     \
+                s->pos += used;                                                                  \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)k;                                      \
+            }                                                                                    \
         }                                                                                        \
-        s->pos = (uint32_t)(r - s->buf);                                                         \
         if (SIGNED && neg < 0) return FAIL(counts, cs, n, keep, ks, NULL, 0, bad);              \
         return DPS_OK;                                                                           \
     }
+
+/* One released value from the drawn index idx (X = idx - k): keep iff n + X > k; the noisy
+ * count saturates at INT64_MAX (post-processing). */
+static inline void emit_release(uint64_t u, uint32_t idx, uint32_t k, uint8_t *keep, int64_t *noisy) {
+    uint64_t sum = u + idx;                   /* n + X + k */
+    sum |= (uint64_t)0 - (uint64_t)(sum < u); /* saturate */
+    uint64_t kept = (uint64_t)(sum > 2 * (uint64_t)k);
+    uint64_t val = sum - k;
+    val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
+    *keep = (uint8_t)kept;
+    *noisy = (int64_t)(val & ((uint64_t)0 - kept));
+}
+
+#define NOISY_AT(i) ((int64_t *)((char *)noisy + (ptrdiff_t)(i) * ns))
 
 #define DEFINE_RELEASE(NAME, FAIL, T, SIGNED)                                                     \
     static int NAME(dps_rng *s, const dps_weight_table *w, uint32_t k, const char *counts,      \
                     ptrdiff_t cs, size_t n, uint8_t *keep, ptrdiff_t ks, int64_t *noisy,         \
                     ptrdiff_t ns, size_t *bad) {                                                 \
-        const uint64_t two_k = 2 * (uint64_t)k;                                                  \
-        const uint8_t *end = s->buf + DPS_RNG_BUF - 8;                                           \
-        const uint8_t *r = s->buf + s->pos;                                                      \
         int64_t neg = 0;                                                                         \
-        for (size_t i = 0; i < n; i++) {                                                         \
-            RESERVE_8(s, r, end)                                                                 \
-            T c = *(const T *)(counts + (ptrdiff_t)i * cs);                                      \
-            if (SIGNED) neg |= (int64_t)c;                                                       \
-            uint64_t u = (uint64_t)c;                                                            \
-            uint32_t idx = dps_weight_table_draw(w, s, &r); /* X = idx - k */                    \
-            if (idx == UINT32_MAX) return DPS_ERR_OS_RNG;                                        \
-            uint64_t sum = u + idx;                  /* n + X + k */                             \
-            sum |= (uint64_t)0 - (uint64_t)(sum < u); /* saturate */                             \
-            uint64_t kept = (uint64_t)(sum > two_k);  /* n + X > k */                            \
-            uint64_t val = sum - k;                                                              \
-            val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;                         \
-            keep[(ptrdiff_t)i * ks] = (uint8_t)kept;                                             \
-            *(int64_t *)((char *)noisy + (ptrdiff_t)i * ns) = (int64_t)(val & ((uint64_t)0 - kept)); \
+        uint32_t u_hi[BLOCK];                                                                    \
+        for (size_t i = 0; i < n; i += BLOCK) {                                                  \
+            size_t len = n - i < BLOCK ? n - i : BLOCK;                                          \
+            int rc = dps_rng_reserve(s, (uint32_t)(4 * len));                                    \
+            if (rc != DPS_OK) return rc;                                                         \
+            const uint8_t *r = s->buf + s->pos;                                                  \
+            uint64_t flagged = 0;                                                                \
+            for (size_t j = 0; j < len; j++) {                                                   \
+                T c = COUNT_AT(T, i + j);                                                        \
+                if (SIGNED) neg |= (int64_t)c;                                                   \
+                u_hi[j] = dps_load_be32(r + 4 * j);                                   \
+                uint32_t flag;                                                                   \
+                uint32_t idx = dps_weight_table_fast(w, u_hi[j], &flag);                         \
+                flagged |= (uint64_t)flag << j;                                                  \
+                emit_release((uint64_t)c, idx, k, keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j)); \
+            }                                                                                    \
+            s->pos += (uint32_t)(4 * len);                                                       \
+            while (flagged) { /* tie with a table entry, or U >= S: finish from fresh bytes */    \
+                size_t j = (size_t)dps_ctz64(flagged);                                           \
+                flagged &= flagged - 1;                                                          \
+                uint32_t idx;                                                                    \
+                rc = dps_weight_table_finish(w, s, u_hi[j], &idx);                               \
+                if (rc != DPS_OK) return rc;                                                     \
+                emit_release((uint64_t)COUNT_AT(T, i + j), idx, k,                               \
+                             keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j));                   \
+            }                                                                                    \
         }                                                                                        \
-        s->pos = (uint32_t)(r - s->buf);                                                         \
         if (SIGNED && neg < 0) return FAIL(counts, cs, n, keep, ks, noisy, ns, bad);            \
         return DPS_OK;                                                                           \
     }

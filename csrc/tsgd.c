@@ -1,12 +1,12 @@
 #include "tsgd.h"
 
 uint32_t dps_weight_table_padded(uint32_t m) {
-    uint32_t p = 1;
+    uint32_t p = 8; /* the scan reads whole groups of 8 */
     while (p < m) p <<= 1;
     return p;
 }
 
-int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, uint32_t *hi) {
+int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi) {
     if (m == 0) return DPS_ERR_BAD_TABLE;
     if (cum[0] == 0) return DPS_ERR_BAD_TABLE;  /* every outcome has weight >= 1 */
     for (uint32_t j = 1; j < m; j++)
@@ -15,7 +15,7 @@ int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, 
     t->m = m;
     t->padded = dps_weight_table_padded(m);
     t->hi = hi;
-    for (uint32_t j = 0; j < t->padded; j++) hi[j] = j < m ? (uint32_t)(cum[j] >> 32) : 0xFFFFFFFFu;
+    for (uint32_t j = 0; j < t->padded; j++) hi[j] = j < m ? dps_bias32((uint32_t)(cum[j] >> 32)) : INT32_MAX;
     return DPS_OK;
 }
 
@@ -28,34 +28,25 @@ uint32_t dps_weight_table_count_le64(const dps_weight_table *t, uint64_t u) {
     return lo;
 }
 
-uint32_t dps_weight_table_draw_slow(const dps_weight_table *t, dps_rng *s, const uint8_t **r,
-                                    uint32_t hi_count, uint32_t u_hi) {
-    const uint8_t *p = *r;
+int dps_weight_table_finish(const dps_weight_table *t, dps_rng *s, uint32_t u_hi, uint32_t *index) {
     for (;;) {
-        if (!(hi_count > 0 && t->hi[hi_count - 1] == u_hi) && hi_count < t->m) {
-            *r = p + 4;
-            return hi_count;
+        uint32_t flagged;
+        uint32_t cnt = dps_weight_table_fast(t, u_hi, &flagged);
+        if (!flagged) { *index = cnt; return DPS_OK; }
+        int rc = dps_rng_reserve(s, 8);
+        if (rc != DPS_OK) return rc;
+        const uint8_t *p = s->buf + s->pos;
+        if (cnt != 0 && t->hi[cnt - 1] == dps_bias32(u_hi)) {
+            /* tie on the top half: the low half decides, exactly */
+            uint64_t u = ((uint64_t)u_hi << 32) | dps_load_be(p, 4);
+            s->pos += 4;
+            cnt = dps_weight_table_count_le64(t, u);
+            if (cnt < t->m) { *index = cnt; return DPS_OK; }
+            p += 4;
         }
-        uint32_t used = 4;
-        if (hi_count > 0 && t->hi[hi_count - 1] == u_hi) {
-            /* tie on the top half: read the low half and compare exactly */
-            uint64_t u = ((uint64_t)u_hi << 32) | dps_load_be(p + 4, 4);
-            used = 8;
-            uint32_t cnt = dps_weight_table_count_le64(t, u);
-            if (cnt < t->m) {
-                *r = p + used;
-                return cnt;
-            }
-        }
-        /* U >= S: reject and draw again (depends on the random bytes only) */
-        p += used;
-        if ((size_t)(s->buf + DPS_RNG_BUF - p) < 8) {
-            s->pos = (uint32_t)(p - s->buf);
-            if (dps_rng_reserve(s, 8) != DPS_OK) return UINT32_MAX;
-            p = s->buf + s->pos;
-        }
+        /* U >= S: reject and draw a new U (depends on the random bytes only) */
         u_hi = (uint32_t)dps_load_be(p, 4);
-        hi_count = dps_count_le32(t->hi, t->padded, u_hi);
+        s->pos = (uint32_t)(p + 4 - s->buf);
     }
 }
 
@@ -71,12 +62,13 @@ int dps_weight_table_sample(const dps_weight_table *t, dps_rng *s, int64_t *out,
         return DPS_OK;
     }
     for (size_t i = 0; i < n; i++) {
-        int rc = dps_rng_reserve(s, 8);
+        int rc = dps_rng_reserve(s, 4);
         if (rc != DPS_OK) return rc;
-        const uint8_t *p = s->buf + s->pos;
-        uint32_t idx = dps_weight_table_draw(t, s, &p);
-        if (idx == UINT32_MAX) return DPS_ERR_OS_RNG;
-        s->pos = (uint32_t)(p - s->buf);
+        uint32_t u_hi = (uint32_t)dps_load_be(s->buf + s->pos, 4);
+        s->pos += 4;
+        uint32_t idx;
+        rc = dps_weight_table_finish(t, s, u_hi, &idx);
+        if (rc != DPS_OK) return rc;
         out[i] = idx;
     }
     return DPS_OK;

@@ -12,19 +12,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "csprng.h"
 
 typedef struct dps_weight_table {
     const uint64_t *cum;  /* m cumulative weights, strictly increasing */
     uint32_t m;
-    uint32_t padded;      /* power of two >= m */
-    uint32_t *hi;         /* `padded` entries: cum[j] >> 32, then 0xFFFFFFFF */
+    uint32_t padded;      /* power of two >= max(m, 8) */
+    int32_t *hi;          /* `padded` entries: (cum[j] >> 32) - 2^31, then INT32_MAX; the bias
+                             makes unsigned order a signed order, which SIMD compares natively */
 } dps_weight_table;
 
 /* Check the table (strictly increasing, m >= 1) and fill hi (caller provides
- * dps_weight_table_padded(m) uint32 slots). */
-int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, uint32_t *hi);
+ * dps_weight_table_padded(m) int32 slots). */
+int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi);
+
+/* The order-preserving map from uint32 to int32 used for hi. */
+static inline int32_t dps_bias32(uint32_t v) { return (int32_t)(v ^ 0x80000000u); }
 uint32_t dps_weight_table_padded(uint32_t m);
 
 /* Value barrier: stops the compiler from turning mask arithmetic back into branches. */
@@ -35,7 +40,7 @@ uint32_t dps_weight_table_padded(uint32_t m);
 #endif
 
 /* #{j < padded : hi[j] <= u}, with a fixed number of steps and no data-dependent branch. */
-static inline uint32_t dps_count_le32(const uint32_t *hi, uint32_t padded, uint32_t u) {
+static inline uint32_t dps_count_le32_bsearch(const int32_t *hi, uint32_t padded, int32_t u) {
     uint32_t lo = 0;
     for (uint32_t half = padded >> 1; half > 0; half >>= 1) {
         uint32_t mask = (uint32_t)0 - (uint32_t)(hi[lo + half - 1] <= u);
@@ -45,6 +50,39 @@ static inline uint32_t dps_count_le32(const uint32_t *hi, uint32_t padded, uint3
     uint32_t last = (uint32_t)0 - (uint32_t)(hi[lo] <= u);
     DPS_BARRIER(last);
     return lo + (1u & last);
+}
+
+/* The same count by a full scan (padded is a multiple of 8): touches every entry, so its memory
+ * accesses do not depend on u at all; vectorised, it is also the faster choice for small tables. */
+#define DPS_SCAN_MAX 64
+#if defined(__GNUC__) || defined(__clang__)
+/* 16-byte vectors: the baseline width on x86-64 (SSE2) and aarch64 (NEON), so the signed compare
+ * is one native instruction without any target flag. */
+typedef int32_t dps_v4i32 __attribute__((vector_size(16)));
+static inline uint32_t dps_count_le32_scan(const int32_t *hi, uint32_t padded, int32_t u) {
+    dps_v4i32 g0 = {0}, g1 = {0}, uv = (dps_v4i32){0} + u;
+    for (uint32_t j = 0; j < padded; j += 8) {
+        dps_v4i32 h0, h1;
+        memcpy(&h0, hi + j, sizeof h0);
+        memcpy(&h1, hi + j + 4, sizeof h1);
+        g0 -= (h0 > uv); /* true lanes are -1 */
+        g1 -= (h1 > uv);
+    }
+    g0 += g1;
+    return padded - (uint32_t)(g0[0] + g0[1] + g0[2] + g0[3]);
+}
+#else
+static inline uint32_t dps_count_le32_scan(const int32_t *hi, uint32_t padded, int32_t u) {
+    uint32_t total = 0;
+    for (uint32_t j = 0; j < padded; j++) total += (uint32_t)(hi[j] <= u);
+    return total;
+}
+#endif
+
+static inline uint32_t dps_count_le32(const int32_t *hi, uint32_t padded, uint32_t u_hi) {
+    int32_t u = dps_bias32(u_hi);
+    return padded <= DPS_SCAN_MAX ? dps_count_le32_scan(hi, padded, u)
+                                  : dps_count_le32_bsearch(hi, padded, u);
 }
 
 /* Tables whose total is at least 2^64 - 2^32 reject a 64-bit draw with probability <= 2^-32:
@@ -57,21 +95,19 @@ static inline int dps_weight_table_is_lazy(const dps_weight_table *t) {
 /* The slow path: full 64-bit comparison over the real entries. */
 uint32_t dps_weight_table_count_le64(const dps_weight_table *t, uint64_t u);
 
-/* One draw; r points at unread bytes of s->buf, at least 8 readable. Returns the index and
- * advances *r. May refill the state (then *r is re-pointed); returns UINT32_MAX on RNG error. */
-uint32_t dps_weight_table_draw_slow(const dps_weight_table *t, dps_rng *s, const uint8_t **r,
-                                    uint32_t hi_count, uint32_t u_hi);
-
-static inline uint32_t dps_weight_table_draw(const dps_weight_table *t, dps_rng *s,
-                                             const uint8_t **r) {
-    const uint8_t *p = *r;
-    uint32_t u_hi = (uint32_t)dps_load_be(p, 4);
+/* Fast half of a draw: from the top 32 bits u_hi of U, the index, or a flag saying the draw
+ * must be finished by dps_weight_table_finish (a tie with a table entry, or U >= S). */
+static inline uint32_t dps_weight_table_fast(const dps_weight_table *t, uint32_t u_hi,
+                                             uint32_t *needs_finish) {
     uint32_t cnt = dps_count_le32(t->hi, t->padded, u_hi);
-    if ((cnt > 0 && t->hi[cnt - 1] == u_hi) || cnt >= t->m)
-        return dps_weight_table_draw_slow(t, s, r, cnt, u_hi);  /* tie or rejection */
-    *r = p + 4;
+    int32_t prev = t->hi[cnt - (cnt != 0)];
+    *needs_finish = ((cnt != 0) & (prev == dps_bias32(u_hi))) | (cnt >= t->m);
     return cnt;
 }
+
+/* Finish a flagged draw with fresh bytes from s: read the low half on a tie, redraw on U >= S.
+ * Exact: U's low half (or a whole new U) is fresh and uniform. Returns DPS_OK or an RNG error. */
+int dps_weight_table_finish(const dps_weight_table *t, dps_rng *s, uint32_t u_hi, uint32_t *index);
 
 /* Batch: out[i] = index drawn, for any table (small totals use exact uniform draws below S). */
 int dps_weight_table_sample(const dps_weight_table *t, dps_rng *s, int64_t *out, size_t n);

@@ -1,0 +1,34 @@
+"""dpselect: optimal, certified differentially private partition selection.
+
+The public API, re-exported; see the modules for details.
+"""
+from dpselect.guarantee import PrivacyGuarantee
+from dpselect.rng import SecureRNG
+from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select
+from dpselect.strategies import (
+    PiOptSelection,
+    SelectionResult,
+    SelectionStrategy,
+    TSGDRelease,
+    make_strategy,
+)
+from dpselect.tables import CertificationError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "select",
+    "release",
+    "keep_probability",
+    "crossovers",
+    "Crossovers",
+    "Release",
+    "make_strategy",
+    "SelectionStrategy",
+    "SelectionResult",
+    "PiOptSelection",
+    "TSGDRelease",
+    "PrivacyGuarantee",
+    "CertificationError",
+    "SecureRNG",
+]

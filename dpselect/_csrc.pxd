@@ -1,5 +1,5 @@
 # Declarations of the plain-C kernel in csrc/ (one block per header). Shared by every .pyx.
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 
 cdef extern from "chacha20.h" nogil:
     void dps_chacha20_quarter_round(uint32_t *a, uint32_t *b, uint32_t *c, uint32_t *d)
@@ -48,7 +48,7 @@ cdef extern from "tsgd.h" nogil:
         uint32_t padded
     uint32_t dps_weight_table_padded(uint32_t m)
     int dps_weight_table_is_lazy(const dps_weight_table *t)
-    int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, uint32_t *hi)
+    int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi)
     int dps_weight_table_sample(const dps_weight_table *t, dps_rng *s, int64_t *out, size_t n)
 
 cdef extern from "select.h" nogil:

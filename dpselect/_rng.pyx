@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.stdlib cimport malloc, free
 
 from dpselect._csrc cimport *
@@ -154,7 +154,7 @@ def sample_cumulative(const uint64_t[::1] cumulative, Py_ssize_t size, TestState
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     cdef uint32_t padded = dps_weight_table_padded(<uint32_t>m)
-    cdef uint32_t *hi = <uint32_t *>malloc(padded * sizeof(uint32_t))
+    cdef int32_t *hi = <int32_t *>malloc(padded * sizeof(int32_t))
     if hi == NULL:
         raise MemoryError()
     cdef dps_weight_table t
@@ -185,7 +185,7 @@ def _words(bytes b, int n):
 
 
 def chacha20_blocks(bytes key, unsigned int counter, bytes nonce, Py_ssize_t nblocks, int engine=-1) -> bytes:
-    """Keystream of nblocks blocks; engine -1 = the one in use, 0 scalar, 1 vector, 2 AVX2."""
+    """Keystream of nblocks blocks; engine -1 = the one in use, 0 scalar, 1 vector, 2 AVX2, 3 AVX-512."""
     cdef uint32_t[::1] k = _words(key, 8)
     cdef uint32_t[::1] nn = _words(nonce, 3)
     out = bytearray(64 * nblocks)
@@ -194,7 +194,7 @@ def chacha20_blocks(bytes key, unsigned int counter, bytes nonce, Py_ssize_t nbl
     if nblocks <= 0:
         return b""
     if engine == -1:
-        engine = {"scalar": 0, "vector": 1, "avx2": 2}[engine_name()]
+        engine = {"scalar": 0, "vector": 1, "avx2": 2, "avx512": 3}[engine_name()]
     rc = dps_chacha20_blocks_engine(engine, &k[0], counter, &nn[0], &o[0], <size_t>nblocks)
     if rc != 0:
         raise ValueError(f"ChaCha20 engine {engine} is not available here")

@@ -12,7 +12,7 @@ from scipy.optimize import linprog
 
 from dpselect.personalized import pdp_join_sum
 from dpselect.personalized.join import lp_truncated_sum, make_incidence
-from dpselect.personalized.params import exact_value
+from dpselect.personalized.params import exact_floor_scaled, exact_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
@@ -100,7 +100,8 @@ def test_join_privacy_accounting_is_exact() -> None:
         assert result.privacy.accounted_loss(u) <= exact_value(phi[u])
 
 
-def test_join_estimate_on_a_bipartite_join() -> None:
+def test_join_estimate_is_within_the_derived_bound() -> None:
+    """Spec §3/§4: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i]."""
     gen = np.random.Generator(np.random.PCG64(5))
     n_users, n_records = 2000, 4000
     rows = np.repeat(np.arange(n_records), 2)
@@ -108,9 +109,18 @@ def test_join_estimate_on_a_bipartite_join() -> None:
     values = gen.integers(0, 101, n_records)
     phi = np.clip(gen.normal(1.0, 0.3, n_users), 0.01, None)
     truth = int(values.sum())
-    estimates = [pdp_join_sum(values, (rows, cols), phi, 10**4, rng=_rng(s)).estimate for s in range(3)]
-    assert all(e <= truth * 1.01 for e in estimates)
-    assert abs(np.median(estimates) - truth) / truth < 0.25
+    incidence = make_incidence(values, (rows, cols), n_users, 10**4)
+    first = pdp_join_sum(values, (rows, cols), phi, 10**4, beta=0.01, rng=_rng(0))
+    candidates = [
+        lp_truncated_sum(incidence, exact_floor_scaled(phi, s, 10**4)) for s in first.parameters
+    ]
+    assert candidates[-1] == truth  # τ_t covers every user: the LP is the plain sum
+    assert candidates == sorted(candidates)
+    bound = min(truth - q + 2 * shift for q, shift in zip(candidates, first.shifts))
+    assert bound < truth  # the search beats releasing 0
+    for seed in range(4):
+        result = first if seed == 0 else pdp_join_sum(values, (rows, cols), phi, 10**4, beta=0.01, rng=_rng(seed))
+        assert 0 <= truth - result.estimate <= bound
 
 
 @pytest.mark.parametrize(

@@ -26,11 +26,13 @@ def test_exact_value_is_the_typed_decimal() -> None:
     assert exact_value(1e-4) == Fraction(1, 10000)
 
 
+@settings(deadline=None)
 @given(positive_floats, positive_floats)
 def test_exact_value_preserves_order(a: float, b: float) -> None:
     assert (a < b) == (exact_value(a) < exact_value(b))
 
 
+@settings(deadline=None)
 @given(st.fractions(min_value=Fraction(1, 10**6), max_value=Fraction(10**4)))
 def test_smallest_float_above_matches_exact_comparison(k: Fraction) -> None:
     f = smallest_float_above(k)

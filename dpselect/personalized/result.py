@@ -39,7 +39,8 @@ class PrivacyStatement:
     def verify(self, users: Iterable[int] | None = None) -> bool:
         """Exact check that every listed user (default: all) has accounted loss ≤ Φ(u).
 
-        Runs once per distinct Φ value, in ``Fraction`` arithmetic.
+        Runs once per distinct Φ value, in ``Fraction`` arithmetic: meant for tests and audits
+        (pass ``users`` to audit a sample when there are millions of distinct levels).
         """
         chosen = self.phi if users is None else self.phi[np.asarray(list(users), dtype=np.int64)]
         for value in np.unique(chosen).tolist():

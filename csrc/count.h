@@ -1,0 +1,57 @@
+/* Contribution bounding and distinct-user counting (spec core.md §2, thresholding.md §5.4; issue 3).
+ *
+ * Input: rows as integer codes (user code, partition code), fed in any number of batches.
+ * Output, per partition code: the number of distinct users that still contribute to it after
+ * each user has been bounded to at most κ of their distinct partitions, saturating at a cap.
+ *
+ * 1. Duplicate (user, partition) rows count once: the rows go into a set of distinct pairs
+ *    (count_pairset.h), so memory is proportional to the distinct pairs, not to the rows.
+ * 2. At finish, the pairs are grouped by user (a counting sort). A user with d <= κ distinct
+ *    partitions keeps them all; a user with d > κ keeps a subset of κ of them chosen uniformly
+ *    among all C(d, κ) subsets, by κ steps of a partial Fisher–Yates shuffle driven by exact
+ *    uniform integers from the package CSPRNG (dps_rng_uniform_below: rejection sampling, no
+ *    floats, no modulo bias). The choice does not depend on the order the rows arrived in.
+ * 3. Each kept pair adds one to its partition, up to `cap` (π_opt(n) = 1 for n > n2, so counting
+ *    may stop at n2 + 1 without changing any decision; spec thresholding.md §5.4).
+ *
+ * Peak memory of finish: the compacted pairs (8 bytes each), the grouped partitions (4 bytes
+ * per pair), one 8-byte offset per user, plus the caller's counts (8 bytes per partition).
+ * Plain C11, no Python headers. Errors leave the counter usable only for dps_counter_free. */
+#ifndef DPS_COUNT_H
+#define DPS_COUNT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "count_pairset.h"
+#include "csprng.h"
+
+typedef struct dps_counter {
+    dps_pairset pairs;
+    int finished; /* finish consumed the pairs; only free remains */
+} dps_counter;
+
+/* Empty counter with room for about `expected_pairs` distinct pairs (0: grow as needed). */
+int dps_counter_init(dps_counter *c, size_t expected_pairs);
+
+/* Add n rows. Codes must be < DPS_CODE_LIMIT (else DPS_ERR_BAD_CODE with *bad_index). */
+int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions, size_t n,
+                     size_t *bad_index);
+
+/* Distinct pairs fed so far, and bytes held. */
+size_t dps_counter_pairs(const dps_counter *c);
+size_t dps_counter_bytes(const dps_counter *c);
+
+/* Bound every user to at most kappa (>= 1) partitions chosen uniformly at random with s, and
+ * write into counts[0 .. n_partitions) the number of kept users of each partition, saturated at
+ * cap (0: no cap). Every partition code fed must be < n_partitions (else DPS_ERR_BAD_CODE).
+ * Consumes the counter's pairs (call once). On error counts is zeroed. */
+int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
+                       size_t n_partitions);
+
+void dps_counter_free(dps_counter *c);
+
+#define DPS_ERR_FINISHED (-21) /* feed or finish after finish */
+#define DPS_ERR_BAD_ARG (-22)  /* kappa == 0 */
+
+#endif

@@ -1,0 +1,130 @@
+"""Array plumbing for the kernel: validate counts and out= arrays, run a 1-D kernel call over
+any shape without copying, split big batches across cores, and report bad input clearly."""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect._kernel import NegativeCountError
+
+__all__ = ["as_counts", "check_out", "run_batched"]
+
+# Below this many elements a second thread costs more than it saves.
+PARALLEL_MIN = 1 << 19
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def as_counts(counts: npt.ArrayLike) -> np.ndarray:
+    """The caller's counts as an integer ndarray, never copied when already one."""
+    arr = counts if isinstance(counts, np.ndarray) else np.asarray(counts)
+    if arr.dtype == np.bool_:
+        raise TypeError("counts must be integers (numbers of distinct users), got dtype bool")
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
+        if arr.size == 0 and not isinstance(counts, np.ndarray):
+            return np.zeros(arr.shape, dtype=np.int64)  # [] means no partitions
+        raise TypeError(
+            f"counts must be an integer array (numbers of distinct users), got dtype {arr.dtype}; "
+            "a fractional or object count is an input error, not something to round"
+        )
+    return arr
+
+
+def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
+    """A caller-provided output array: right type, shape and dtype, writable."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"{name} has shape {out.shape}, expected {shape} (the shape of counts)")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return out
+
+
+def _rows(arrays: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, ...]], str]:
+    """1-D views covering every element, and the order ("C" or "F") in which they do."""
+    first = arrays[0]
+    if first.ndim == 1:
+        return [tuple(arrays)], "C"
+    if first.ndim == 0:
+        return [tuple(a.reshape(1) for a in arrays)], "C"
+    for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
+        if all(a.flags[flag] for a in arrays):
+            return [tuple(a.reshape(-1, order=order) for a in arrays)], order  # views, no copy
+    # Strided N-D: walk rows along the last axis; each row is a strided 1-D view.
+    return [tuple(a[idx] for a in arrays) for idx in np.ndindex(*first.shape[:-1])], "C"
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1),
+                                       thread_name_prefix="dpselect")
+        return _POOL
+
+
+def _threads_for(n: int, parallel: bool) -> int:
+    if not parallel or n < PARALLEL_MIN:
+        return 1
+    return max(1, min(os.cpu_count() or 1, n // (PARALLEL_MIN // 2), 8))
+
+
+def run_batched(
+    kernel: Callable[..., None],
+    counts: np.ndarray,
+    outs: Sequence[np.ndarray],
+    parallel: bool,
+) -> None:
+    """Run kernel(counts_1d, *outs_1d) over every element.
+
+    With ``parallel`` (the secure CSPRNG only: each thread draws from its own state), a large
+    batch is split into contiguous chunks run on several cores. A negative count anywhere
+    zeroes every output and raises ValueError naming its index: no partial decision escapes."""
+    flat_index_base = 0
+    rows, order = _rows([counts, *outs])
+    try:
+        for row in rows:
+            c, *o = row
+            n = c.shape[0]
+            threads = _threads_for(n, parallel)
+            if threads == 1:
+                kernel(c, *o)
+            else:
+                bounds = [n * t // threads for t in range(threads + 1)]
+                parts = [(c[a:b], *(x[a:b] for x in o)) for a, b in zip(bounds, bounds[1:])]
+                futures = [_pool().submit(kernel, *p) for p in parts[1:]]
+                errors: list[BaseException] = []
+                try:
+                    kernel(*parts[0])
+                except BaseException as exc:  # wait for the others before reporting
+                    errors.append(exc)
+                for f, start in zip(futures, bounds[1:]):
+                    try:
+                        f.result()
+                    except NegativeCountError as exc:
+                        errors.append(NegativeCountError(exc.index + start))
+                    except BaseException as exc:
+                        errors.append(exc)
+                if errors:
+                    negatives = [e for e in errors if isinstance(e, NegativeCountError)]
+                    raise min(negatives, key=lambda e: e.index) if negatives else errors[0]
+            flat_index_base += n
+    except NegativeCountError as exc:
+        for out in outs:
+            out[...] = 0
+        flat = flat_index_base + exc.index
+        where = np.unravel_index(flat, counts.shape, order=order) if counts.ndim > 1 else (flat,)
+        position = ", ".join(str(int(i)) for i in where)
+        value = counts[tuple(int(i) for i in where)] if counts.ndim else counts[()]
+        raise ValueError(
+            f"counts[{position}] = {int(value)} is negative: counts are numbers of distinct users "
+            "(no output was produced)"
+        ) from None

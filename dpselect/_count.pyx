@@ -1,0 +1,135 @@
+# cython: language_level=3
+"""Bindings to the C counting kernel csrc/count.{c,h} (contribution bounding and distinct-user
+counting; spec core.md §2, thresholding.md §5.4). Thin: checks arguments, releases the GIL
+around the loops, maps status codes to exceptions. Use :mod:`dpselect.rows`, not this."""
+import numpy as np
+
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+
+from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
+from dpselect._rng cimport begin_batch, end_batch, check_status
+
+
+cdef extern from "count.h" nogil:
+    const uint32_t DPS_CODE_LIMIT
+    enum: DPS_ERR_BAD_CODE
+    enum: DPS_ERR_FINISHED
+    enum: DPS_ERR_BAD_ARG
+    ctypedef struct dps_counter:
+        pass
+    int dps_counter_init(dps_counter *c, size_t expected_pairs)
+    int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions,
+                         size_t n, size_t *bad_index)
+    size_t dps_counter_pairs(const dps_counter *c)
+    size_t dps_counter_bytes(const dps_counter *c)
+    int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
+                           int64_t *counts, size_t n_partitions)
+    void dps_counter_free(dps_counter *c)
+
+
+CODE_LIMIT = DPS_CODE_LIMIT
+
+
+cdef int _check(int rc) except -1:
+    if rc == DPS_OK:
+        return 0
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError("dpselect's counting kernel ran out of memory")
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"a user or partition code is out of range (codes must be < {DPS_CODE_LIMIT} "
+                         "and partition codes < n_partitions)")
+    if rc == DPS_ERR_FINISHED:
+        raise RuntimeError("this PairCounter has already been finished; create a new one")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("max_partitions_contributed must be >= 1")
+    return check_status(rc)
+
+
+cdef class PairCounter:
+    """Distinct (user, partition) code pairs, fed in batches; ``finish`` bounds each user to κ
+    partitions chosen uniformly with the package CSPRNG and counts users per partition."""
+
+    cdef dps_counter c
+    cdef bint initialised
+    cdef bint busy
+
+    def __cinit__(self, Py_ssize_t expected_pairs=0):
+        if expected_pairs < 0:
+            raise ValueError(f"expected_pairs must be >= 0, got {expected_pairs}")
+        self.initialised = False
+        self.busy = False
+        cdef int rc
+        with nogil:
+            rc = dps_counter_init(&self.c, <size_t>expected_pairs)
+        if rc != DPS_OK:
+            dps_counter_free(&self.c)
+        _check(rc)
+        self.initialised = True
+
+    def __dealloc__(self):
+        if self.initialised:
+            dps_counter_free(&self.c)
+            self.initialised = False
+
+    cdef int _enter(self) except -1:
+        if self.busy:
+            raise RuntimeError("a PairCounter cannot be used by two threads at once")
+        self.busy = True
+        return 0
+
+    def feed(self, const uint32_t[::1] users, const uint32_t[::1] partitions) -> None:
+        """Add rows (users[i], partitions[i]); duplicates are ignored."""
+        if users.shape[0] != partitions.shape[0]:
+            raise ValueError(f"users and partitions must have the same length, got "
+                             f"{users.shape[0]} and {partitions.shape[0]}")
+        cdef size_t n = <size_t>users.shape[0]
+        cdef size_t bad = 0
+        cdef int rc = DPS_OK
+        if n == 0:
+            return
+        self._enter()
+        try:
+            with nogil:
+                rc = dps_counter_feed(&self.c, &users[0], &partitions[0], n, &bad)
+        finally:
+            self.busy = False
+        if rc == DPS_ERR_BAD_CODE:
+            raise ValueError(f"row {bad}: codes must be < {DPS_CODE_LIMIT} (at most "
+                             f"{DPS_CODE_LIMIT} distinct users and partitions)")
+        _check(rc)
+
+    @property
+    def n_pairs(self) -> int:
+        """Distinct (user, partition) pairs fed so far."""
+        return dps_counter_pairs(&self.c)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the pair set."""
+        return dps_counter_bytes(&self.c)
+
+    def finish(self, Py_ssize_t n_partitions, object kappa, object cap, object test_state):
+        """int64 counts per partition code after bounding every user to ``kappa`` partitions,
+        saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state``."""
+        if n_partitions < 0:
+            raise ValueError(f"n_partitions must be >= 0, got {n_partitions}")
+        if not 1 <= kappa < 2 ** 64:
+            raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
+        if cap is not None and not 1 <= cap < 2 ** 63:
+            raise ValueError(f"count cap must be None or in [1, 2**63), got {cap}")
+        cdef uint64_t k = <uint64_t>kappa
+        cdef uint64_t c = 0 if cap is None else <uint64_t>cap
+        counts = np.zeros(max(n_partitions, 1), dtype=np.int64)
+        cdef int64_t[::1] out = counts
+        cdef int rc
+        self._enter()
+        cdef dps_rng *s
+        try:
+            s = begin_batch(test_state)
+            with nogil:
+                rc = dps_counter_finish(&self.c, s, k, c, &out[0], <size_t>n_partitions)
+                end_batch(s)
+        finally:
+            self.busy = False
+        _check(rc)
+        return counts[:n_partitions]

@@ -1,0 +1,22 @@
+import numpy as np
+import numpy.typing as npt
+
+from dpselect._rng import TestState
+
+class NegativeCountError(ValueError):
+    index: int
+    def __init__(self, index: int) -> None: ...
+
+class KeepTableHandle:
+    length: int
+    def __init__(self, q: npt.NDArray[np.uint64]) -> None: ...
+
+class WeightTableHandle:
+    size: int
+    def __init__(self, cumulative: npt.NDArray[np.uint64]) -> None: ...
+
+def select_into(counts: npt.NDArray[np.integer], table: KeepTableHandle, out: npt.NDArray[np.bool_],
+                test_state: TestState | None = None) -> None: ...
+def release_into(counts: npt.NDArray[np.integer], noise: WeightTableHandle, k: int,
+                 keep: npt.NDArray[np.bool_], noisy: npt.NDArray[np.int64],
+                 test_state: TestState | None = None) -> None: ...

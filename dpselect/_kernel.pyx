@@ -1,0 +1,166 @@
+# cython: language_level=3
+"""Bindings to the selection kernel (csrc/select.c). Thin: every array is checked at the
+boundary through the buffer protocol (1-D, integer format, lengths, writability), the GIL is
+released for the loop, status codes become exceptions. Use dpselect.selection, not this."""
+import numpy as np
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_STRIDES, PyBUF_FORMAT, PyBUF_WRITABLE
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
+
+from dpselect._csrc cimport *
+from dpselect._rng cimport begin_batch, end_batch, check_status
+
+
+class NegativeCountError(ValueError):
+    """A count was negative; ``index`` is the first offending position (flat index)."""
+
+    def __init__(self, index):
+        self.index = index
+        super().__init__(f"counts[{index}] is negative")
+
+
+cdef int _count_dtype(Py_buffer *view) except -1:
+    """Kernel dtype code for an integer buffer; TypeError for anything else."""
+    cdef bytes fmt = view.format if view.format != NULL else b"B"
+    cdef str code = fmt.decode().lstrip("@=<>!")
+    if len(code) != 1 or code not in "bhilqBHILQ":
+        raise TypeError(f"counts must be an integer array, got buffer format {fmt!r}")
+    cdef int size = view.itemsize
+    cdef bint signed = code.islower()
+    if size == 1:
+        return DPS_I8 if signed else DPS_U8
+    if size == 2:
+        return DPS_I16 if signed else DPS_U16
+    if size == 4:
+        return DPS_I32 if signed else DPS_U32
+    if size == 8:
+        return DPS_I64 if signed else DPS_U64
+    raise TypeError(f"unsupported integer width {size}")
+
+
+cdef int _get_1d(object obj, Py_buffer *view, int flags, str name) except -1:
+    PyObject_GetBuffer(obj, view, flags | PyBUF_STRIDES | PyBUF_FORMAT)
+    if view.ndim != 1:
+        PyBuffer_Release(view)
+        raise ValueError(f"{name} must be 1-D for the kernel, got {view.ndim} dimensions")
+    return 0
+
+
+cdef int _check_out(Py_buffer *view, Py_ssize_t n, Py_ssize_t itemsize, str formats, str name) except -1:
+    cdef bytes fmt = view.format if view.format != NULL else b"B"
+    cdef str code = fmt.decode().lstrip("@=<>!")
+    if view.itemsize != itemsize or code not in formats:
+        raise TypeError(f"{name} has buffer format {fmt!r}, expected one of {formats!r} ({itemsize} bytes)")
+    if view.shape[0] != n:
+        raise ValueError(f"{name} has length {view.shape[0]}, expected {n}")
+    return 0
+
+
+cdef class KeepTableHandle:
+    """A certified keep table loaded into the kernel (re-checked: q[0] == 0, non-decreasing)."""
+    cdef dps_keep_table table
+    cdef object q
+    cdef object top
+
+    def __cinit__(self, q):
+        self.q = np.ascontiguousarray(q, dtype=np.uint64)
+        if self.q.ndim != 1 or self.q.shape[0] == 0:
+            raise ValueError("keep table must be a non-empty 1-D array")
+        self.top = np.empty(self.q.shape[0] + 1, dtype=np.uint16)
+        cdef const uint64_t[::1] qv = self.q
+        cdef uint16_t[::1] tv = self.top
+        check_status(dps_keep_table_init(&self.table, &qv[0], qv.shape[0], &tv[0]))
+
+    @property
+    def length(self):
+        return self.table.n_entries
+
+
+cdef class WeightTableHandle:
+    """A certified integer weight table loaded into the kernel (strictly increasing; total
+    close enough to 2^64 for the lazy sampler)."""
+    cdef dps_weight_table table
+    cdef object cum
+    cdef object hi
+
+    def __cinit__(self, cumulative):
+        self.cum = np.ascontiguousarray(cumulative, dtype=np.uint64)
+        cdef Py_ssize_t m = self.cum.shape[0]
+        if self.cum.ndim != 1 or m == 0 or m >= 2 ** 31:
+            raise ValueError("weight table must be 1-D with between 1 and 2**31 - 1 entries")
+        self.hi = np.empty(dps_weight_table_padded(<uint32_t>m), dtype=np.int32)
+        cdef const uint64_t[::1] cv = self.cum
+        cdef int32_t[::1] hv = self.hi
+        check_status(dps_weight_table_init(&self.table, &cv[0], <uint32_t>m, &hv[0]))
+        if not dps_weight_table_is_lazy(&self.table):
+            raise ValueError("weight table total must be at least 2**64 - 2**32 for the kernel")
+
+    @property
+    def size(self):
+        return self.table.m
+
+
+def select_into(counts, KeepTableHandle table, out, test_state=None):
+    """out[i] = Bernoulli(pi(counts[i])); out is a 1-D bool/uint8 buffer of the same length."""
+    cdef Py_buffer c, o
+    _get_1d(counts, &c, 0, "counts")
+    try:
+        dtype = _count_dtype(&c)
+        _get_1d(out, &o, PyBUF_WRITABLE, "out")
+        try:
+            _check_out(&o, c.shape[0], 1, "?B", "out")
+            _run_select(&c, table, &o, dtype, test_state)
+        finally:
+            PyBuffer_Release(&o)
+    finally:
+        PyBuffer_Release(&c)
+
+
+cdef int _run_select(Py_buffer *c, KeepTableHandle table, Py_buffer *o, int dtype, test_state) except -1:
+    cdef size_t bad = 0
+    cdef int rc
+    cdef dps_rng *s = begin_batch(test_state)
+    with nogil:
+        rc = dps_select(s, &table.table, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
+                        <uint8_t *>o.buf, o.strides[0], &bad)
+        end_batch(s)
+    if rc == DPS_ERR_NEGATIVE:
+        raise NegativeCountError(bad)
+    return check_status(rc)
+
+
+def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_state=None):
+    """keep[i] = counts[i] + X_i > k; noisy[i] = counts[i] + X_i where kept, else 0."""
+    cdef Py_buffer c, kv, nv
+    if noise.table.m != 2 * <uint64_t>k + 1:
+        raise ValueError(f"noise table has {noise.table.m} entries, expected 2k+1 = {2 * k + 1}")
+    _get_1d(counts, &c, 0, "counts")
+    try:
+        dtype = _count_dtype(&c)
+        _get_1d(keep, &kv, PyBUF_WRITABLE, "keep")
+        try:
+            _check_out(&kv, c.shape[0], 1, "?B", "keep")
+            _get_1d(noisy, &nv, PyBUF_WRITABLE, "noisy")
+            try:
+                _check_out(&nv, c.shape[0], 8, "lq", "noisy")
+                _run_release(&c, noise, k, &kv, &nv, dtype, test_state)
+            finally:
+                PyBuffer_Release(&nv)
+        finally:
+            PyBuffer_Release(&kv)
+    finally:
+        PyBuffer_Release(&c)
+
+
+cdef int _run_release(Py_buffer *c, WeightTableHandle noise, uint32_t k, Py_buffer *kv,
+                      Py_buffer *nv, int dtype, test_state) except -1:
+    cdef size_t bad = 0
+    cdef int rc
+    cdef dps_rng *s = begin_batch(test_state)
+    with nogil:
+        rc = dps_release(s, &noise.table, k, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
+                         <uint8_t *>kv.buf, kv.strides[0], <int64_t *>nv.buf, nv.strides[0], &bad)
+        end_batch(s)
+    if rc == DPS_ERR_NEGATIVE:
+        raise NegativeCountError(bad)
+    return check_status(rc)
