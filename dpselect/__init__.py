@@ -16,6 +16,19 @@ from dpselect.tables import CertificationError
 
 __version__ = "0.1.0"
 
+# Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
+# `dpselect.personalized`, `dpselect.testing`.
+_LAZY_SUBMODULES = {"rainbow", "personalized", "testing"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"dpselect.{name}")
+    raise AttributeError(f"module 'dpselect' has no attribute {name!r}")
+
+
 __all__ = [
     "select",
     "release",

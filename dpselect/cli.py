@@ -164,7 +164,7 @@ def _select(args: argparse.Namespace) -> int:
         for table in coalesce(source.batches, min_rows):
             counter.feed(table)
             progress.update(counter.rows, source.progress())
-    except (TypeError, KeyError) as exc:
+    except TypeError as exc:
         raise _Fail(EXIT_DATA, f"{args.input!r}: {exc}") from exc
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise _Fail(EXIT_INPUT, f"cannot read {args.input!r} as {in_fmt}: {exc}") from exc

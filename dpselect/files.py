@@ -133,6 +133,15 @@ def _text(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> Batch
         import pyarrow.csv as pcsv
 
         delimiter = "\t" if path.lower().replace(".gz", "").endswith(".tsv") else ","
+        # Check the header first, so a missing column is reported as such.
+        header = pcsv.open_csv(
+            _open_stream(path, compression),
+            read_options=pcsv.ReadOptions(block_size=1 << 16),
+            parse_options=pcsv.ParseOptions(delimiter=delimiter),
+            convert_options=pcsv.ConvertOptions(column_types={}, include_columns=[]),
+        )
+        _check_columns(path, header.schema.names, columns)
+        header.close()
         # Keys are read as text: no type guess from the first block can be contradicted by a
         # later one, and "007" and "7" stay different keys. An empty cell is a null key.
         reader = pcsv.open_csv(
@@ -170,6 +179,11 @@ def _text(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> Batch
             raw.close()
 
     return BatchSource(batches(), position)
+
+
+def _open_stream(path: str, compression: str | None) -> Any:
+    pa = import_pyarrow()
+    return pa.input_stream(path, compression=compression)
 
 
 def _is_compressed(path: str) -> bool:

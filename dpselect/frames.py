@@ -70,7 +70,7 @@ def from_arrow(table: Any, kind: FrameKind) -> Any:
 def _check_columns(available: Sequence[str], wanted: Sequence[str]) -> None:
     missing = [c for c in wanted if c not in available]
     if missing:
-        raise KeyError(f"column(s) {missing} not found in data; available columns: {list(available)}")
+        raise ValueError(f"column(s) {missing} not found in data (privacy_unit / by); available columns: {list(available)}")
 
 
 def _cast_like(table: Any, schema: Any) -> Any:

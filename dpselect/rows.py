@@ -123,6 +123,29 @@ class KeyFactorizer:
             self._chunks = [pa.concat_arrays(self._chunks)]
         return self._chunks[0]
 
+    def _same_kind(self, column: "pa.Array | pa.ChunkedArray") -> "pa.Array | pa.ChunkedArray":
+        """A later batch in the first batch's type. Only lossless changes of representation
+        are accepted (string widths, integer widths, a batch of nulls): casting a date to a
+        string, say, could merge keys that differ."""
+        pa = import_pyarrow()
+        t = pa.types
+        old, new = self._type, column.type
+        if t.is_null(old):  # only nulls so far: they become nulls of the real type
+            self._chunks = [chunk.cast(new) for chunk in self._chunks]
+            self._type = new
+            return column
+        families = (
+            lambda x: t.is_string(x) or t.is_large_string(x),
+            lambda x: t.is_binary(x) or t.is_large_binary(x),
+            t.is_integer,
+        )
+        if t.is_null(new) or any(f(old) and f(new) for f in families):
+            try:
+                return column.cast(old)  # safe cast: raises rather than truncate
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+        raise TypeError(f"column {self.name!r} changed type from {old} to {new} between batches")
+
     def encode(self, column: "pa.Array | pa.ChunkedArray") -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values."""
         pa = import_pyarrow()
@@ -130,12 +153,7 @@ class KeyFactorizer:
         if self._type is None:
             self._type = column.type
         elif column.type != self._type:
-            try:
-                column = column.cast(self._type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise TypeError(
-                    f"column {self.name!r} changed type from {self._type} to {column.type} between batches"
-                ) from exc
+            column = self._same_kind(column)
         indices, dictionary = _dictionary_encode(column)
         if self._size == 0:
             mapping = None  # the first batch's codes are the dictionary's own
@@ -235,7 +253,7 @@ class RowCounter:
         names = [self.privacy_unit, *self.by]
         missing = [n for n in names if n not in batch.schema.names]
         if missing:
-            raise KeyError(f"missing column(s) {missing}; available: {batch.schema.names}")
+            raise ValueError(f"missing column(s) {missing} (privacy_unit / by); available: {batch.schema.names}")
         if batch.num_rows == 0:
             return
         factorizers = [self._users, *self._key.columns]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from dpselect.frames import from_arrow, to_arrow
+from dpselect.rng import resolve_rng
 from dpselect.rows import PartitionCounts, RowCounter, import_pyarrow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,6 +173,7 @@ def select_partitions(
     if not isinstance(counts, bool):
         raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
     strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts)
+    rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, [privacy_unit, *names])
     counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows)
     counter.feed(table)

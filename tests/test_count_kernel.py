@@ -1,0 +1,195 @@
+"""The C counting kernel (csrc/count.{c,h}): dedup, κ-bounding, uniform choice, saturation."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dpselect._count import CODE_LIMIT, PairCounter
+from dpselect.testing import InsecureDeterministicRNG
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
+
+
+def data_gen(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def count(users, parts, n_partitions, kappa, cap=None, rng=None, batches=1, expected=0):
+    counter = PairCounter(expected)
+    users = np.asarray(users, dtype=np.uint32)
+    parts = np.asarray(parts, dtype=np.uint32)
+    for u, p in zip(np.array_split(users, batches), np.array_split(parts, batches)):
+        counter.feed(u, p)
+    state = None if rng is None else rng._test_state
+    return counter.finish(n_partitions, kappa, cap, state)
+
+
+def reference_distinct(users, parts, n_partitions):
+    """Distinct users per partition, by a plain numpy route (no bounding)."""
+    pairs = set(zip(np.asarray(users).tolist(), np.asarray(parts).tolist()))
+    out = np.zeros(n_partitions, dtype=np.int64)
+    for _, p in pairs:
+        out[p] += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("batches", [1, 7])
+def test_counts_match_reference_when_kappa_covers_everyone(seed, batches):
+    gen = data_gen(seed)
+    n, n_users, n_parts = 20_000, 700, 300
+    users = gen.integers(0, n_users, n)
+    parts = gen.zipf(1.3, n) % n_parts
+    got = count(users, parts, n_parts, kappa=n_parts, batches=batches)
+    np.testing.assert_array_equal(got, reference_distinct(users, parts, n_parts))
+
+
+def test_counts_match_pandas_groupby_nunique():
+    pd = pytest.importorskip("pandas")
+    gen = data_gen(11)
+    users = gen.integers(0, 500, 30_000)
+    parts = gen.integers(0, 2_000, 30_000)
+    got = count(users, parts, 2_000, kappa=10**6)
+    ref = pd.DataFrame({"u": users, "p": parts}).groupby("p")["u"].nunique()
+    expected = np.zeros(2_000, dtype=np.int64)
+    expected[ref.index.to_numpy()] = ref.to_numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_bounding_total_is_sum_of_min_d_kappa():
+    """Every user contributes exactly min(d_u, κ) to the total, and no partition gains users."""
+    gen = data_gen(3)
+    users = gen.integers(0, 400, 15_000)
+    parts = gen.integers(0, 150, 15_000)
+    distinct = reference_distinct(users, parts, 150)
+    per_user = np.bincount(np.array(sorted(set(zip(users.tolist(), parts.tolist()))))[:, 0], minlength=400)
+    for kappa in (1, 2, 5, 40):
+        got = count(users, parts, 150, kappa, rng=InsecureDeterministicRNG(seed=kappa))
+        assert got.sum() == np.minimum(per_user, kappa).sum()
+        assert np.all(got <= distinct)
+        assert np.all(got >= 0)
+
+
+def owned_partitions(n_users, d, kappa, rng=None, repeat=1):
+    """Each user owns d partitions nobody else has (user u owns u*d .. u*d + d - 1), every row
+    repeated `repeat` times: the counts then show exactly which partitions each user kept."""
+    users = np.repeat(np.arange(n_users), d * repeat)
+    parts = np.tile(np.repeat(np.arange(d), repeat), n_users) + users * d
+    order = data_gen(5).permutation(users.size)
+    got = count(users[order], parts[order], n_users * d, kappa, rng=rng)
+    return got.reshape(n_users, d)
+
+
+@pytest.mark.parametrize("d,kappa", [(1, 1), (3, 1), (5, 2), (4, 4), (2, 5)])
+def test_no_user_in_more_than_kappa_partitions_nor_counted_twice(d, kappa):
+    chosen = owned_partitions(300, d, kappa, rng=InsecureDeterministicRNG(seed=7), repeat=3)
+    assert chosen.max() <= 1  # duplicates rows never count a user twice
+    np.testing.assert_array_equal(chosen.sum(axis=1), np.full(300, min(d, kappa)))
+
+
+def test_choice_is_uniform_over_subsets():
+    """d = 5, κ = 2: each of the C(5, 2) = 10 subsets must be equally likely (chi-square),
+    drawn from the production CSPRNG."""
+    stats = pytest.importorskip("scipy.stats")
+    d, kappa, n_users = 5, 2, 20_000
+    chosen = owned_partitions(n_users, d, kappa)
+    subsets = list(itertools.combinations(range(d), kappa))
+    index = {s: i for i, s in enumerate(subsets)}
+    observed = np.zeros(len(subsets))
+    for row in chosen:
+        observed[index[tuple(np.flatnonzero(row))]] += 1
+    assert observed.sum() == n_users
+    p = stats.chisquare(observed).pvalue
+    assert p > 1e-6, (observed, p)
+
+
+def test_choice_is_uniform_kappa_one_positions():
+    stats = pytest.importorskip("scipy.stats")
+    chosen = owned_partitions(30_000, 3, 1)
+    observed = chosen.sum(axis=0)
+    assert stats.chisquare(observed).pvalue > 1e-6, observed
+
+
+def test_choice_is_uniform_with_skewed_row_multiplicity():
+    """A partition repeated in many rows must not be favoured: choice is among distinct ones."""
+    stats = pytest.importorskip("scipy.stats")
+    n_users = 20_000
+    users = np.repeat(np.arange(n_users), 12)
+    local = np.tile(np.array([0] * 10 + [1, 2]), n_users)  # partition 0 in 10 rows, 1 and 2 once
+    got = count(users, local + 3 * users, 3 * n_users, 1).reshape(n_users, 3)
+    assert stats.chisquare(got.sum(axis=0)).pvalue > 1e-6
+
+
+def test_saturation_at_cap():
+    gen = data_gen(9)
+    users = gen.integers(0, 1000, 20_000)
+    parts = gen.integers(0, 40, 20_000)
+    exact = count(users, parts, 40, kappa=1000)
+    for cap in (1, 5, 23, 10**9):
+        np.testing.assert_array_equal(count(users, parts, 40, kappa=1000, cap=cap), np.minimum(exact, cap))
+
+
+def test_same_seed_same_result_and_batches_do_not_matter_when_unbounded():
+    gen = data_gen(2)
+    users = gen.integers(0, 300, 10_000)
+    parts = gen.integers(0, 100, 10_000)
+    a = count(users, parts, 100, 2, rng=InsecureDeterministicRNG(seed=1))
+    b = count(users, parts, 100, 2, rng=InsecureDeterministicRNG(seed=1))
+    np.testing.assert_array_equal(a, b)
+    # Growth of the hash set across many small batches keeps every pair (exact counts).
+    np.testing.assert_array_equal(count(users, parts, 100, 10**6, batches=97), count(users, parts, 100, 10**6, expected=10**5))
+
+
+def test_empty_and_single():
+    assert count([], [], 0, 1).shape == (0,)
+    np.testing.assert_array_equal(count([], [], 3, 1), [0, 0, 0])
+    np.testing.assert_array_equal(count([4], [2], 3, 1), [0, 0, 1])
+
+
+def test_memory_is_proportional_to_distinct_pairs():
+    counter = PairCounter()
+    users = np.zeros(200_000, dtype=np.uint32)
+    parts = (np.arange(200_000) % 10).astype(np.uint32)
+    counter.feed(users, parts)
+    assert counter.n_pairs == 10
+    assert counter.nbytes <= 8 * 1024  # the minimum table, not one slot per row
+    counter.feed(np.arange(1000, dtype=np.uint32), np.arange(1000, dtype=np.uint32))
+    assert counter.n_pairs == 1009  # (0, 0) was already there
+    assert counter.nbytes <= 8 * math.ceil(1009 / 0.7) * 2
+
+
+def test_errors():
+    counter = PairCounter()
+    with pytest.raises(ValueError, match="same length"):
+        counter.feed(np.zeros(3, np.uint32), np.zeros(2, np.uint32))
+    with pytest.raises(ValueError, match="row 1"):
+        counter.feed(np.array([0, CODE_LIMIT], np.uint32), np.zeros(2, np.uint32))
+    with pytest.raises(ValueError, match="max_partitions_contributed"):
+        counter.finish(1, 0, None, None)
+    with pytest.raises(ValueError, match="cap"):
+        counter.finish(1, 1, 0, None)
+    with pytest.raises(ValueError, match="dtype"):
+        counter.feed(np.zeros(2, np.int64), np.zeros(2, np.int64))  # must be uint32 codes
+    bad = PairCounter()
+    bad.feed(np.zeros(1, np.uint32), np.full(1, 5, np.uint32))
+    with pytest.raises(ValueError, match="out of range"):
+        bad.finish(5, 1, None, None)  # partition code 5 with only 5 partitions
+    done = PairCounter()
+    done.feed(np.zeros(1, np.uint32), np.zeros(1, np.uint32))
+    np.testing.assert_array_equal(done.finish(1, 1, None, None), [1])
+    with pytest.raises(RuntimeError, match="already been finished"):
+        done.finish(1, 1, None, None)
+    with pytest.raises(RuntimeError, match="already been finished"):
+        done.feed(np.zeros(1, np.uint32), np.zeros(1, np.uint32))
+
+
+def test_caller_arrays_are_not_mutated():
+    users = np.array([3, 1, 3, 2], np.uint32)
+    parts = np.array([0, 1, 1, 0], np.uint32)
+    keep = users.copy(), parts.copy()
+    count(users, parts, 2, 1)
+    np.testing.assert_array_equal(users, keep[0])
+    np.testing.assert_array_equal(parts, keep[1])
