@@ -54,7 +54,7 @@ def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int
     input_bytes = table.nbytes
     if engine == "dpselect":
         import dpselect.strategies  # noqa: F401  (import cost outside the timing)
-        from dpselect.select_partitions import select_partitions
+        from dpselect.pipeline import select_partitions
 
         def run():
             return select_partitions(table, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,

@@ -6,6 +6,11 @@ uint32_t dps_weight_table_padded(uint32_t m) {
     return p;
 }
 
+/* Room past the padded table for a guided window that starts near its end. */
+#define WINDOW_SLACK 16
+
+uint32_t dps_weight_table_storage(uint32_t m) { return dps_weight_table_padded(m) + WINDOW_SLACK; }
+
 int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi) {
     if (m == 0) return DPS_ERR_BAD_TABLE;
     if (cum[0] == 0) return DPS_ERR_BAD_TABLE;  /* every outcome has weight >= 1 */
@@ -15,7 +20,20 @@ int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, 
     t->m = m;
     t->padded = dps_weight_table_padded(m);
     t->hi = hi;
-    for (uint32_t j = 0; j < t->padded; j++) hi[j] = j < m ? dps_bias32((uint32_t)(cum[j] >> 32)) : INT32_MAX;
+    for (uint32_t j = 0; j < t->padded + WINDOW_SLACK; j++)
+        hi[j] = j < m ? dps_bias32((uint32_t)(cum[j] >> 32)) : INT32_MAX;
+    /* guide[b]: entries whose top half lies below byte-cell b; the window must cover every
+     * boundary inside one cell, i.e. guide[b+1] - guide[b] entries. */
+    uint32_t j = 0, widest = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        while (j < m && (uint32_t)(cum[j] >> 56) < b) j++;
+        t->guide[b] = j;
+    }
+    for (uint32_t b = 0; b < 256; b++) {
+        uint32_t next = b < 255 ? t->guide[b + 1] : m;
+        if (next - t->guide[b] > widest) widest = next - t->guide[b];
+    }
+    t->window = widest <= 8 ? 8 : widest <= 16 ? 16 : 0;
     return DPS_OK;
 }
 

@@ -20,17 +20,20 @@ typedef struct dps_weight_table {
     const uint64_t *cum;  /* m cumulative weights, strictly increasing */
     uint32_t m;
     uint32_t padded;      /* power of two >= max(m, 8) */
+    uint32_t window;      /* 8 or 16 when the guide applies, else 0 */
+    uint32_t guide[256];  /* guide[b] = #{j : hi[j] < b * 2^24} (unbiased top halves) */
     int32_t *hi;          /* `padded` entries: (cum[j] >> 32) - 2^31, then INT32_MAX; the bias
                              makes unsigned order a signed order, which SIMD compares natively */
 } dps_weight_table;
 
-/* Check the table (strictly increasing, m >= 1) and fill hi (caller provides
- * dps_weight_table_padded(m) int32 slots). */
+/* Check the table (strictly increasing, m >= 1) and fill hi and the guide (caller provides
+ * dps_weight_table_storage(m) int32 slots for hi). */
 int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi);
 
 /* The order-preserving map from uint32 to int32 used for hi. */
 static inline int32_t dps_bias32(uint32_t v) { return (int32_t)(v ^ 0x80000000u); }
 uint32_t dps_weight_table_padded(uint32_t m);
+uint32_t dps_weight_table_storage(uint32_t m);
 
 /* Value barrier: stops the compiler from turning mask arithmetic back into branches. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -79,10 +82,40 @@ static inline uint32_t dps_count_le32_scan(const int32_t *hi, uint32_t padded, i
 }
 #endif
 
-static inline uint32_t dps_count_le32(const int32_t *hi, uint32_t padded, uint32_t u_hi) {
+/* Guided count: entries before guide[b] (b = top byte of u) are surely <= u, entries past the
+ * cell's last boundary surely > u, and the cell holds at most `window` boundaries, so a fixed
+ * window of 8 or 16 entries starting at guide[b] settles the count. The window's position
+ * depends on u's top byte (which of a few cache lines of a small table is read); its work does
+ * not. Used when every byte-cell holds at most 16 boundaries (small tables, larger epsilon). */
+#if defined(__GNUC__) || defined(__clang__)
+static inline uint32_t dps_count_le32_guided(const int32_t *hi, const uint32_t *guide,
+                                             uint32_t window, uint32_t u_hi, int32_t u) {
+    uint32_t lo = guide[u_hi >> 24];
+    dps_v4i32 g, uv = (dps_v4i32){0} + u, h0, h1;
+    memcpy(&h0, hi + lo, sizeof h0);
+    memcpy(&h1, hi + lo + 4, sizeof h1);
+    g = (h0 > uv) + (h1 > uv);
+    if (window > 8) {
+        memcpy(&h0, hi + lo + 8, sizeof h0);
+        memcpy(&h1, hi + lo + 12, sizeof h1);
+        g += (h0 > uv) + (h1 > uv);
+    }
+    return lo + window + (uint32_t)(g[0] + g[1] + g[2] + g[3]);
+}
+#else
+static inline uint32_t dps_count_le32_guided(const int32_t *hi, const uint32_t *guide,
+                                             uint32_t window, uint32_t u_hi, int32_t u) {
+    uint32_t lo = guide[u_hi >> 24], total = 0;
+    for (uint32_t j = 0; j < window; j++) total += (uint32_t)(hi[lo + j] <= u);
+    return lo + total;
+}
+#endif
+
+static inline uint32_t dps_table_count(const dps_weight_table *t, uint32_t u_hi) {
     int32_t u = dps_bias32(u_hi);
-    return padded <= DPS_SCAN_MAX ? dps_count_le32_scan(hi, padded, u)
-                                  : dps_count_le32_bsearch(hi, padded, u);
+    if (t->window) return dps_count_le32_guided(t->hi, t->guide, t->window, u_hi, u);
+    return t->padded <= DPS_SCAN_MAX ? dps_count_le32_scan(t->hi, t->padded, u)
+                                     : dps_count_le32_bsearch(t->hi, t->padded, u);
 }
 
 /* Tables whose total is at least 2^64 - 2^32 reject a 64-bit draw with probability <= 2^-32:
@@ -99,7 +132,7 @@ uint32_t dps_weight_table_count_le64(const dps_weight_table *t, uint64_t u);
  * must be finished by dps_weight_table_finish (a tie with a table entry, or U >= S). */
 static inline uint32_t dps_weight_table_fast(const dps_weight_table *t, uint32_t u_hi,
                                              uint32_t *needs_finish) {
-    uint32_t cnt = dps_count_le32(t->hi, t->padded, u_hi);
+    uint32_t cnt = dps_table_count(t, u_hi);
     int32_t prev = t->hi[cnt - (cnt != 0)];
     *needs_finish = ((cnt != 0) & (prev == dps_bias32(u_hi))) | (cnt >= t->m);
     return cnt;

@@ -47,6 +47,7 @@ cdef extern from "tsgd.h" nogil:
         uint32_t m
         uint32_t padded
     uint32_t dps_weight_table_padded(uint32_t m)
+    uint32_t dps_weight_table_storage(uint32_t m)
     int dps_weight_table_is_lazy(const dps_weight_table *t)
     int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi)
     int dps_weight_table_sample(const dps_weight_table *t, dps_rng *s, int64_t *out, size_t n)

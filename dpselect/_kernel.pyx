@@ -88,7 +88,7 @@ cdef class WeightTableHandle:
         cdef Py_ssize_t m = self.cum.shape[0]
         if self.cum.ndim != 1 or m == 0 or m >= 2 ** 31:
             raise ValueError("weight table must be 1-D with between 1 and 2**31 - 1 entries")
-        self.hi = np.empty(dps_weight_table_padded(<uint32_t>m), dtype=np.int32)
+        self.hi = np.empty(dps_weight_table_storage(<uint32_t>m), dtype=np.int32)
         cdef const uint64_t[::1] cv = self.cum
         cdef int32_t[::1] hv = self.hi
         check_status(dps_weight_table_init(&self.table, &cv[0], <uint32_t>m, &hv[0]))

@@ -153,8 +153,8 @@ def sample_cumulative(const uint64_t[::1] cumulative, Py_ssize_t size, TestState
         raise ValueError(f"cumulative must have between 1 and 2**31 - 1 entries, got {m}")
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
-    cdef uint32_t padded = dps_weight_table_padded(<uint32_t>m)
-    cdef int32_t *hi = <int32_t *>malloc(padded * sizeof(int32_t))
+    cdef uint32_t storage = dps_weight_table_storage(<uint32_t>m)
+    cdef int32_t *hi = <int32_t *>malloc(storage * sizeof(int32_t))
     if hi == NULL:
         raise MemoryError()
     cdef dps_weight_table t

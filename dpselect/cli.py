@@ -128,7 +128,7 @@ def _select(args: argparse.Namespace) -> int:
     )
     from dpselect.progress import Progress
     from dpselect.rows import RowCounter, import_pyarrow
-    from dpselect.select_partitions import build_strategy, check_columns, release_table
+    from dpselect.pipeline import build_strategy, check_columns, release_table
 
     pa = import_pyarrow()
     # Everything the user typed is checked before the input is touched.

@@ -10,7 +10,7 @@ pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
 pl = pytest.importorskip("polars")
 
-from dpselect.select_partitions import select_partitions  # noqa: E402
+from dpselect.pipeline import select_partitions  # noqa: E402
 from dpselect.strategies import make_strategy  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 
