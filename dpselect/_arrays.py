@@ -62,6 +62,17 @@ def _rows(arrays: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, ...]], s
     return [tuple(a[idx] for a in arrays) for idx in np.ndindex(*first.shape[:-1])], "C"
 
 
+def _forget_pool_after_fork() -> None:
+    """Threads do not survive fork(): a child must build its own pool, never wait on the
+    parent's (whose workers do not exist in the child)."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
