@@ -29,7 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from .params import doubling_steps, exact_floor_scaled, exact_value, validate_beta, validate_bound, validate_phi
+from dpselect._optional import require
+
+from .params import (
+    doubling_steps,
+    exact_floor_scaled,
+    exact_value,
+    validate_beta,
+    validate_bound,
+    validate_phi,
+)
 from .result import PersonalizedResult, PrivacyStatement
 from .selection import shifted_max
 from .sum import truncation_loss
@@ -41,13 +50,7 @@ _DENOMINATORS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 24)
 
 
 def _scipy_sparse() -> Any:
-    try:
-        from scipy import sparse
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "pdp_join_sum needs scipy (HiGHS LP solver): pip install dpselect[lp]"
-        ) from exc
-    return sparse
+    return require("scipy.sparse", feature="pdp_join_sum (HiGHS LP solver)", extra="lp")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from dpselect.exact import as_fraction
+
 __all__ = [
     "PersonalizedInput",
     "doubling_steps",
@@ -39,7 +41,7 @@ def exact_value(x: float) -> Fraction:
     The map is strictly increasing on finite floats (rounding is monotone and distinct floats
     have distinct shortest decimals), so float order equals exact order.
     """
-    return Fraction(repr(float(x)))
+    return as_fraction(float(x))
 
 
 def smallest_float_above(k: Fraction) -> float:

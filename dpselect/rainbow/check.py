@@ -25,6 +25,8 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from dpselect.exact import exp_lower
+
 from ._validate import check_delta, check_epsilon
 
 __all__ = ["dp_violation", "exact_dp_violation", "exp_lower_bound", "as_fraction_lower", "as_fraction_upper"]
@@ -58,18 +60,7 @@ def exp_lower_bound(epsilon: float) -> Fraction:
     """
     epsilon = check_epsilon(epsilon)
     x = min(as_fraction_lower(epsilon), Fraction(_EPSILON_CAP))
-    total = Fraction(0)
-    term = Fraction(1)
-    j = 0
-    # Stop once the terms are decreasing and below 2^-140 of the sum.
-    while True:
-        total += term
-        j += 1
-        term = term * x / j
-        if j > x and term * (1 << 140) < total:
-            break
-    numerator = (total.numerator << _EXP_BITS) // total.denominator
-    return Fraction(numerator, 1 << _EXP_BITS)
+    return exp_lower(x, _EXP_BITS)
 
 
 def _as_edges(edges: ArrayLike, n_rows: int, name: str) -> NDArray[np.int64]:

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from dpselect._optional import require
+
 from ._validate import SUM_TOLERANCE, check_delta, check_epsilon
 from .line import line_probabilities
 
@@ -47,14 +49,8 @@ class InvalidBoundaryError(ValueError):
 
 
 def _require_scipy_sparse() -> Any:
-    try:
-        import scipy.sparse as sparse
-        import scipy.sparse.csgraph  # noqa: F401
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "rainbow graph functions need scipy: install the extra with `pip install dpselect[graphs]`"
-        ) from error
-    return sparse
+    require("scipy.sparse.csgraph", feature="rainbow graph functions", extra="graphs")
+    return require("scipy.sparse", feature="rainbow graph functions", extra="graphs")
 
 
 def as_adjacency(graph: Any, n_nodes: int) -> Any:

@@ -26,8 +26,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from dpselect._optional import require
+
 from ._validate import check_delta, check_distribution, check_epsilon
-from .graph import InvalidBoundaryError, _check_rainbows, _check_regions, _edges, as_adjacency
+from .graph import (
+    InvalidBoundaryError,
+    _check_rainbows,
+    _check_regions,
+    _edges,
+    as_adjacency,
+)
 
 __all__ = ["lexicographic_lp"]
 
@@ -36,13 +44,7 @@ _STAGE_SLACK = 1e-9
 
 
 def _require_linprog() -> Any:
-    try:
-        from scipy.optimize import linprog
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the rainbow LP solver needs scipy: install the extra with `pip install dpselect[lp]`"
-        ) from error
-    return linprog
+    return require("scipy.optimize", feature="the rainbow LP solver", extra="lp").linprog
 
 
 def lexicographic_lp(
