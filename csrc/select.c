@@ -2,6 +2,8 @@
 
 #include "bernoulli.h"
 
+#define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
+
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top) {
     if (n == 0 || q[0] != 0) return DPS_ERR_BAD_TABLE;
     for (uint64_t i = 1; i < n; i++)
@@ -35,7 +37,6 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
  * law, and the bytes a batch consumes depend only on the random bytes. */
 #define BLOCK 64
 
-#define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
 
 #define DEFINE_SELECT(NAME, FAIL, T, SIGNED)                                                      \
     static int NAME(dps_rng *s, const dps_keep_table *t, const char *counts, ptrdiff_t cs,      \
@@ -138,6 +139,36 @@ DEFINE_ALL(u8, uint8_t, 0)
 DEFINE_ALL(u16, uint16_t, 0)
 DEFINE_ALL(u32, uint32_t, 0)
 DEFINE_ALL(u64, uint64_t, 0)
+
+/* Vectorisable: OR the values of a block together, look closer only if the sign bit shows. */
+#define DEFINE_FIND_NEGATIVE(NAME, T)                                                             \
+    static int NAME(const char *counts, ptrdiff_t cs, size_t n, size_t *index) {                \
+        for (size_t i = 0; i < n; i += 256) {                                                    \
+            size_t len = n - i < 256 ? n - i : 256;                                              \
+            T acc = 0;                                                                           \
+            for (size_t j = 0; j < len; j++) acc |= COUNT_AT(T, i + j);                          \
+            if (acc < 0)                                                                         \
+                for (size_t j = 0; j < len; j++)                                                 \
+                    if (COUNT_AT(T, i + j) < 0) { *index = i + j; return 1; }                    \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+DEFINE_FIND_NEGATIVE(find_negative_i8, int8_t)
+DEFINE_FIND_NEGATIVE(find_negative_i16, int16_t)
+DEFINE_FIND_NEGATIVE(find_negative_i32, int32_t)
+DEFINE_FIND_NEGATIVE(find_negative_i64, int64_t)
+
+int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,
+                      size_t *index) {
+    const char *c = (const char *)counts;
+    switch (dtype) {
+    case DPS_I8: return find_negative_i8(c, count_stride, n, index);
+    case DPS_I16: return find_negative_i16(c, count_stride, n, index);
+    case DPS_I32: return find_negative_i32(c, count_stride, n, index);
+    case DPS_I64: return find_negative_i64(c, count_stride, n, index);
+    default: return 0;
+    }
+}
 
 #define DISPATCH(FN, ...)                                                                         \
     switch (dtype) {                                                                             \

@@ -28,6 +28,11 @@ typedef struct dps_keep_table {
 /* Check q (q[0] == 0, non-decreasing, n >= 1) and fill top. */
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top);
 
+/* First negative count, scanning before any randomness is drawn (spec rng-and-exactness.md
+ * §3.1): returns 1 and sets *index if there is one, 0 otherwise (always 0 for unsigned types). */
+int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,
+                      size_t *index);
+
 /* Strides are in bytes. On DPS_ERR_NEGATIVE, *bad_index is the first negative count. */
 int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                ptrdiff_t count_stride, size_t n, uint8_t *keep, ptrdiff_t keep_stride,

@@ -34,6 +34,21 @@ int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, 
         if (next - t->guide[b] > widest) widest = next - t->guide[b];
     }
     t->window = widest <= 8 ? 8 : widest <= 16 ? 16 : 0;
+    t->direct = NULL;
+    return DPS_OK;
+}
+
+int dps_weight_table_attach_direct(dps_weight_table *t, uint8_t *direct) {
+    if (t->m >= DPS_DIRECT_FLAG) return DPS_ERR_BAD_TABLE;
+    /* cell c covers u_hi in [c * 2^16, (c+1) * 2^16): its index is #{j : hi[j] < c * 2^16}
+     * unless some boundary falls inside the cell, or the whole cell is at or above S. */
+    uint32_t below = 0; /* #{j : top16(cum[j]) < c} */
+    for (uint32_t c = 0; c < DPS_DIRECT_CELLS; c++) {
+        while (below < t->m && (uint32_t)(t->cum[below] >> 48) < c) below++;
+        int boundary_inside = below < t->m && (uint32_t)(t->cum[below] >> 48) == c;
+        direct[c] = (uint8_t)(boundary_inside || below >= t->m ? DPS_DIRECT_FLAG : below);
+    }
+    t->direct = direct;
     return DPS_OK;
 }
 
@@ -49,7 +64,7 @@ uint32_t dps_weight_table_count_le64(const dps_weight_table *t, uint64_t u) {
 int dps_weight_table_finish(const dps_weight_table *t, dps_rng *s, uint32_t u_hi, uint32_t *index) {
     for (;;) {
         uint32_t flagged;
-        uint32_t cnt = dps_weight_table_fast(t, u_hi, &flagged);
+        uint32_t cnt = dps_weight_table_fast_exact(t, u_hi, &flagged);
         if (!flagged) { *index = cnt; return DPS_OK; }
         int rc = dps_rng_reserve(s, 8);
         if (rc != DPS_OK) return rc;

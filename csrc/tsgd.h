@@ -22,6 +22,8 @@ typedef struct dps_weight_table {
     uint32_t padded;      /* power of two >= max(m, 8) */
     uint32_t window;      /* 8 or 16 when the guide applies, else 0 */
     uint32_t guide[256];  /* guide[b] = #{j : hi[j] < b * 2^24} (unbiased top halves) */
+    const uint8_t *direct; /* optional, 65536 entries: the index for every 16-bit prefix of U
+                              whose cell holds no boundary, DPS_DIRECT_FLAG otherwise */
     int32_t *hi;          /* `padded` entries: (cum[j] >> 32) - 2^31, then INT32_MAX; the bias
                              makes unsigned order a signed order, which SIMD compares natively */
 } dps_weight_table;
@@ -34,6 +36,14 @@ int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, 
 static inline int32_t dps_bias32(uint32_t v) { return (int32_t)(v ^ 0x80000000u); }
 uint32_t dps_weight_table_padded(uint32_t m);
 uint32_t dps_weight_table_storage(uint32_t m);
+
+/* Fill a 65536-entry direct table (tables of at most 254 entries) and attach it to t. The
+ * lookup is one load from a 64 KiB table whose address depends on the random bits; the cells
+ * that hold a table boundary or lie at or above S (probability <= m / 65536 per draw, set by
+ * the random bytes alone) are flagged and finished exactly. */
+#define DPS_DIRECT_FLAG 0xFFu
+#define DPS_DIRECT_CELLS 65536u
+int dps_weight_table_attach_direct(dps_weight_table *t, uint8_t *direct);
 
 /* Value barrier: stops the compiler from turning mask arithmetic back into branches. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -128,14 +138,25 @@ static inline int dps_weight_table_is_lazy(const dps_weight_table *t) {
 /* The slow path: full 64-bit comparison over the real entries. */
 uint32_t dps_weight_table_count_le64(const dps_weight_table *t, uint64_t u);
 
-/* Fast half of a draw: from the top 32 bits u_hi of U, the index, or a flag saying the draw
- * must be finished by dps_weight_table_finish (a tie with a table entry, or U >= S). */
-static inline uint32_t dps_weight_table_fast(const dps_weight_table *t, uint32_t u_hi,
-                                             uint32_t *needs_finish) {
+/* Fast half of a draw without the direct table: from the top 32 bits u_hi of U, the index, or
+ * a flag saying the draw must be finished (a tie with a table entry, or U >= S). */
+static inline uint32_t dps_weight_table_fast_exact(const dps_weight_table *t, uint32_t u_hi,
+                                                   uint32_t *needs_finish) {
     uint32_t cnt = dps_table_count(t, u_hi);
     int32_t prev = t->hi[cnt - (cnt != 0)];
     *needs_finish = ((cnt != 0) & (prev == dps_bias32(u_hi))) | (cnt >= t->m);
     return cnt;
+}
+
+/* Fast half of a draw: the direct table when attached, else the exact search. */
+static inline uint32_t dps_weight_table_fast(const dps_weight_table *t, uint32_t u_hi,
+                                             uint32_t *needs_finish) {
+    if (t->direct != NULL) {
+        uint32_t idx = t->direct[u_hi >> 16];
+        *needs_finish = idx == DPS_DIRECT_FLAG;
+        return idx;
+    }
+    return dps_weight_table_fast_exact(t, u_hi, needs_finish);
 }
 
 /* Finish a flagged draw with fresh bytes from s: read the low half on a tie, redraw on U >= S.

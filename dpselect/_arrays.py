@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from dpselect._kernel import NegativeCountError
+from dpselect._kernel import NegativeCountError, first_negative
 
 __all__ = ["as_counts", "check_out", "run_batched"]
 
@@ -88,6 +88,52 @@ def _threads_for(n: int, parallel: bool) -> int:
     return max(1, min(os.cpu_count() or 1, n // (PARALLEL_MIN // 2), 8))
 
 
+def _chunks(rows: list[tuple[np.ndarray, ...]], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
+    """(flat start, 1-D views) pieces of the work; big rows are split for several cores."""
+    pieces, base = [], 0
+    for row in rows:
+        n = row[0].shape[0]
+        threads = _threads_for(n, parallel)
+        bounds = [n * t // threads for t in range(threads + 1)]
+        pieces += [(base + a, tuple(x[a:b] for x in row)) for a, b in zip(bounds, bounds[1:])]
+        base += n
+    return pieces
+
+
+def _run_all(
+    work: Callable[..., object], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
+) -> list[object]:
+    """work(*views) on every piece: in order on this thread, or (parallel) the first here and the
+    rest on the pool. Every piece finishes before an error is raised (the first piece's wins)."""
+    if not parallel:
+        return [work(*views) for _, views in pieces]
+    futures = [_pool().submit(work, *views) for _, views in pieces[1:]]
+    results: list[object] = []
+    errors: list[BaseException] = []
+    try:
+        results.append(work(*pieces[0][1]))
+    except BaseException as exc:
+        errors.append(exc)
+    for future in futures:
+        try:
+            results.append(future.result())
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _negative_error(counts: np.ndarray, flat: int, order: str) -> ValueError:
+    where = np.unravel_index(flat, counts.shape, order=order) if counts.ndim > 1 else (flat,)
+    position = ", ".join(str(int(i)) for i in where)
+    value = counts[tuple(int(i) for i in where)] if counts.ndim else counts[()]
+    return ValueError(
+        f"counts[{position}] = {int(value)} is negative: counts are numbers of distinct users "
+        "(nothing was drawn or written)"
+    )
+
+
 def run_batched(
     kernel: Callable[..., None],
     counts: np.ndarray,
@@ -96,46 +142,22 @@ def run_batched(
 ) -> None:
     """Run kernel(counts_1d, *outs_1d) over every element.
 
-    With ``parallel`` (the secure CSPRNG only: each thread draws from its own state), a large
-    batch is split into contiguous chunks run on several cores. A negative count anywhere
-    zeroes every output and raises ValueError naming its index: no partial decision escapes."""
-    flat_index_base = 0
+    Signed counts are first scanned for a negative value, before any randomness is drawn or any
+    output written (spec rng-and-exactness.md §3.1); the error names its index. With
+    ``parallel`` (the secure CSPRNG only: each thread draws from its own state), large batches
+    are split into contiguous chunks run on several cores."""
     rows, order = _rows([counts, *outs])
+    pieces = _chunks(rows, parallel)
+    if not pieces or pieces[0][1][0].size == 0 and len(pieces) == 1:
+        return
+    if np.issubdtype(counts.dtype, np.signedinteger):
+        found = _run_all(lambda c, *_: first_negative(c), pieces, parallel)
+        for (start, _), index in zip(pieces, found):
+            if index >= 0:
+                raise _negative_error(counts, start + int(index), order)
     try:
-        for row in rows:
-            c, *o = row
-            n = c.shape[0]
-            threads = _threads_for(n, parallel)
-            if threads == 1:
-                kernel(c, *o)
-            else:
-                bounds = [n * t // threads for t in range(threads + 1)]
-                parts = [(c[a:b], *(x[a:b] for x in o)) for a, b in zip(bounds, bounds[1:])]
-                futures = [_pool().submit(kernel, *p) for p in parts[1:]]
-                errors: list[BaseException] = []
-                try:
-                    kernel(*parts[0])
-                except BaseException as exc:  # wait for the others before reporting
-                    errors.append(exc)
-                for f, start in zip(futures, bounds[1:]):
-                    try:
-                        f.result()
-                    except NegativeCountError as exc:
-                        errors.append(NegativeCountError(exc.index + start))
-                    except BaseException as exc:
-                        errors.append(exc)
-                if errors:
-                    negatives = [e for e in errors if isinstance(e, NegativeCountError)]
-                    raise min(negatives, key=lambda e: e.index) if negatives else errors[0]
-            flat_index_base += n
-    except NegativeCountError as exc:
+        _run_all(kernel, pieces, parallel)
+    except NegativeCountError as exc:  # defence in depth: the kernel checks again
         for out in outs:
             out[...] = 0
-        flat = flat_index_base + exc.index
-        where = np.unravel_index(flat, counts.shape, order=order) if counts.ndim > 1 else (flat,)
-        position = ", ".join(str(int(i)) for i in where)
-        value = counts[tuple(int(i) for i in where)] if counts.ndim else counts[()]
-        raise ValueError(
-            f"counts[{position}] = {int(value)} is negative: counts are numbers of distinct users "
-            "(no output was produced)"
-        ) from None
+        raise ValueError(f"counts changed during the call: a negative count appeared ({exc})") from None

@@ -49,6 +49,7 @@ cdef extern from "tsgd.h" nogil:
     uint32_t dps_weight_table_padded(uint32_t m)
     uint32_t dps_weight_table_storage(uint32_t m)
     int dps_weight_table_is_lazy(const dps_weight_table *t)
+    int dps_weight_table_attach_direct(dps_weight_table *t, uint8_t *direct)
     int dps_weight_table_init(dps_weight_table *t, const uint64_t *cum, uint32_t m, int32_t *hi)
     int dps_weight_table_sample(const dps_weight_table *t, dps_rng *s, int64_t *out, size_t n)
 
@@ -63,6 +64,7 @@ cdef extern from "select.h" nogil:
     enum: DPS_U64
     ctypedef struct dps_keep_table:
         uint64_t n_entries
+    int dps_find_negative(int dtype, const void *counts, Py_ssize_t count_stride, size_t n, size_t *index)
     int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top)
     int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                    Py_ssize_t count_stride, size_t n, uint8_t *keep, Py_ssize_t keep_stride,

@@ -82,6 +82,7 @@ cdef class WeightTableHandle:
     cdef dps_weight_table table
     cdef object cum
     cdef object hi
+    cdef object direct
 
     def __cinit__(self, cumulative):
         self.cum = np.ascontiguousarray(cumulative, dtype=np.uint64)
@@ -94,10 +95,30 @@ cdef class WeightTableHandle:
         check_status(dps_weight_table_init(&self.table, &cv[0], <uint32_t>m, &hv[0]))
         if not dps_weight_table_is_lazy(&self.table):
             raise ValueError("weight table total must be at least 2**64 - 2**32 for the kernel")
+        cdef uint8_t[::1] dv
+        if m < 255:  # small tables: one-load lookups by the top 16 bits of U
+            self.direct = np.empty(65536, dtype=np.uint8)
+            dv = self.direct
+            check_status(dps_weight_table_attach_direct(&self.table, &dv[0]))
 
     @property
     def size(self):
         return self.table.m
+
+
+def first_negative(counts):
+    """Index of the first negative count in a 1-D integer buffer, or -1 (no randomness used)."""
+    cdef Py_buffer c
+    cdef size_t index = 0
+    cdef int found
+    _get_1d(counts, &c, 0, "counts")
+    try:
+        dtype = _count_dtype(&c)
+        with nogil:
+            found = dps_find_negative(dtype, c.buf, c.strides[0], <size_t>c.shape[0], &index)
+    finally:
+        PyBuffer_Release(&c)
+    return <Py_ssize_t>index if found else -1
 
 
 def select_into(counts, KeepTableHandle table, out, test_state=None):

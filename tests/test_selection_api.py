@@ -99,17 +99,18 @@ def test_bad_counts(counts, exc, match):
         dpselect.release(counts, EPS, DELTA)
 
 
-def test_negative_count_zeroes_outputs_even_in_parallel_batches():
+def test_negative_count_leaves_outputs_untouched_even_in_parallel_batches():
+    """The scan for negatives runs before anything is drawn or written (spec §3.1)."""
     counts = np.full(1 << 20, 100, dtype=np.int64)  # big enough to be split across threads
     counts[-3] = -1
     out = np.ones(counts.shape, bool)
     with pytest.raises(ValueError, match=rf"counts\[{(1 << 20) - 3}\]"):
         dpselect.select(counts, EPS, DELTA, out=out)
-    assert not out.any()
-    keep, noisy = np.ones(counts.shape, bool), np.ones(counts.shape, np.int64)
+    assert out.all()
+    keep, noisy = np.ones(counts.shape, bool), np.full(counts.shape, 7, np.int64)
     with pytest.raises(ValueError, match="negative"):
         dpselect.release(counts, EPS, DELTA, out=(keep, noisy))
-    assert not keep.any() and not noisy.any()
+    assert keep.all() and (noisy == 7).all()
 
 
 @pytest.mark.parametrize(
