@@ -83,17 +83,18 @@ def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int
         resettable = True
     except OSError:
         resettable = False
-    times = []
+    times, cpu = [], []
     out_rows = 0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = run()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         out_rows = out.num_rows if hasattr(out, "num_rows") else len(out)
         del out
     peak = peak_rss_bytes()
     return {
-        "engine": engine, "best_s": min(times), "times_s": times, "output_rows": out_rows,
+        "engine": engine, "best_s": min(times), "times_s": times, "cpu_s": cpu[times.index(min(times))], "output_rows": out_rows,
         "input_bytes": input_bytes, "peak_extra_bytes": max(0, peak - base), "peak_reset": resettable,
     }
 
@@ -115,18 +116,21 @@ def main() -> None:
     for engine in args.engines.split(","):
         cmd = [sys.executable, __file__, "--worker", engine, "--rows", str(args.rows), "--keys", str(args.keys),
                "--users", str(args.users), "--seed", str(args.seed), "--repeat", str(args.repeat)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             print(f"{engine}: failed\n{proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}", file=sys.stderr)
             continue
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     fastest_baseline = min((r["best_s"] for r in results if r["engine"] != "dpselect"), default=None)
-    print(f"rows={args.rows:,} keys~{args.keys:,} users~{args.users:,} cores={os.cpu_count()} repeat={args.repeat}")
-    print("| engine | best time (s) | rows/s | ns/row | vs fastest baseline | peak extra memory | / input columns | output rows |")
+    load = os.getloadavg()[0]
+    print(f"rows={args.rows:,} keys~{args.keys:,} users~{args.users:,} cores={os.cpu_count()} "
+          f"repeat={args.repeat} load average after run={load:.2f}")
+    print("| engine | best wall (s) | CPU (s) | ns/row | vs fastest baseline | peak extra memory "
+          "| / input columns | output rows |")
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         ratio = f"{r['best_s'] / fastest_baseline:.2f}x" if fastest_baseline else "-"
-        print(f"| {r['engine']} | {r['best_s']:.2f} | {args.rows / r['best_s']:,.0f} | {1e9 * r['best_s'] / args.rows:.0f} | "
+        print(f"| {r['engine']} | {r['best_s']:.2f} | {r['cpu_s']:.2f} | {1e9 * r['best_s'] / args.rows:.0f} | "
               f"{ratio} | {r['peak_extra_bytes'] / 2**20:,.0f} MiB | {r['peak_extra_bytes'] / r['input_bytes']:.2f}x "
               f"({r['input_bytes'] / 2**20:,.0f} MiB) | {r['output_rows']:,} |")
 

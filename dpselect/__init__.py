@@ -3,6 +3,7 @@
 The public API, re-exported; see the modules for details.
 """
 from dpselect.guarantee import PrivacyGuarantee
+from dpselect.pipeline import select_partitions
 from dpselect.rng import SecureRNG
 from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select
 from dpselect.strategies import (
@@ -30,6 +31,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "select_partitions",
     "select",
     "release",
     "keep_probability",

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["main", "EXIT_OK", "EXIT_USAGE", "EXIT_INPUT", "EXIT_DATA", "EXIT_OUTPUT", "EXIT_INTERNAL"]
+__all__ = ["EXIT_DATA", "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_OUTPUT", "EXIT_USAGE", "main"]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # a bug or a missing dependency: the message says which
@@ -126,9 +126,9 @@ def _select(args: argparse.Namespace) -> int:
         open_batches,
         write_table,
     )
+    from dpselect.pipeline import build_strategy, check_columns, release_table
     from dpselect.progress import Progress
     from dpselect.rows import RowCounter, import_pyarrow
-    from dpselect.pipeline import build_strategy, check_columns, release_table
 
     pa = import_pyarrow()
     # Everything the user typed is checked before the input is touched.
@@ -140,9 +140,9 @@ def _select(args: argparse.Namespace) -> int:
         strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, args.counts)
     except (ValueError, TypeError) as exc:
         raise _Fail(EXIT_USAGE, str(exc)) from exc
-    if not to_stdout and os.path.exists(args.output) and os.path.exists(args.input):
-        if os.path.samefile(args.output, args.input):
-            raise _Fail(EXIT_OUTPUT, f"refusing to overwrite the input file {args.input!r} with the output")
+    if (not to_stdout and os.path.exists(args.output) and os.path.exists(args.input)
+            and os.path.samefile(args.output, args.input)):
+        raise _Fail(EXIT_OUTPUT, f"refusing to overwrite the input file {args.input!r} with the output")
 
     columns = [args.privacy_unit, *by]
     try:

@@ -12,21 +12,22 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any
 
 from dpselect.rows import import_pyarrow
 
 __all__ = [
     "INPUT_FORMATS",
     "OUTPUT_FORMATS",
-    "InputError",
-    "ColumnError",
-    "OutputError",
-    "detect_format",
     "BatchSource",
-    "open_batches",
+    "ColumnError",
+    "InputError",
+    "OutputError",
     "coalesce",
+    "detect_format",
+    "open_batches",
     "write_table",
 ]
 
@@ -56,8 +57,7 @@ def detect_format(path: str, explicit: str | None, role: str) -> str:
         return explicit
     name = path.lower()
     for suffix in _COMPRESSED:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
+        name = name.removesuffix(suffix)
     for suffix, fmt in ((".csv", "csv"), (".tsv", "csv"), (".parquet", "parquet"), (".pq", "parquet"),
                         (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
         if name.endswith(suffix):
@@ -168,7 +168,7 @@ def _text(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> Batch
     def position() -> float | None:
         try:
             return min(1.0, raw.tell() / size) if size else None
-        except Exception:  # a progress estimate must never break the run
+        except (OSError, ValueError, RuntimeError):  # a progress estimate must never break the run
             return None
 
     def batches() -> Iterator[Any]:

@@ -7,12 +7,13 @@ categorical stays categorical, a Polars ``Date`` stays ``Date``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dpselect.rows import import_pyarrow
 
-__all__ = ["FrameKind", "to_arrow", "from_arrow"]
+__all__ = ["FrameKind", "from_arrow", "to_arrow"]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 __all__ = ["Progress"]
 
@@ -32,7 +33,7 @@ class Progress:
         self._last = now
         width = 30
         if fraction is not None:
-            filled = int(round(width * fraction))
+            filled = round(width * fraction)
             bar = f"[{'#' * filled}{'.' * (width - filled)}] {100 * fraction:5.1f}%"
         else:
             bar = "[reading]"

@@ -25,9 +25,10 @@ input of a selection mechanism, never something to publish.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +39,7 @@ from dpselect.rng import resolve_rng
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-__all__ = ["import_pyarrow", "KeyFactorizer", "RowCounter", "PartitionCounts", "MAX_CODES"]
+__all__ = ["MAX_CODES", "KeyFactorizer", "PartitionCounts", "RowCounter", "import_pyarrow"]
 
 # Codes are 32-bit in the kernel: at most this many distinct users, and distinct partitions.
 MAX_CODES = _count.CODE_LIMIT
@@ -48,7 +49,7 @@ def import_pyarrow() -> Any:
     """pyarrow, or an ImportError that says which extra to install."""
     try:
         import pyarrow
-        import pyarrow.compute  # noqa: F401  (registers the compute functions)
+        import pyarrow.compute
     except ImportError as exc:  # pragma: no cover - exercised only without pyarrow
         raise ImportError(
             "dpselect needs pyarrow to read rows and DataFrames: pip install 'dpselect[frames]'"
@@ -56,7 +57,7 @@ def import_pyarrow() -> Any:
     return pyarrow
 
 
-def _normalize(column: "pa.Array | pa.ChunkedArray", name: str) -> "pa.Array | pa.ChunkedArray":
+def _normalize(column: pa.Array | pa.ChunkedArray, name: str) -> pa.Array | pa.ChunkedArray:
     """A column whose values can be hashed consistently across batches: dictionary columns
     (pandas categoricals) are decoded, and string views become plain strings."""
     pa = import_pyarrow()
@@ -73,7 +74,7 @@ def _normalize(column: "pa.Array | pa.ChunkedArray", name: str) -> "pa.Array | p
     return column
 
 
-def _dictionary_encode(column: "pa.Array | pa.ChunkedArray") -> tuple[npt.NDArray[np.int32], "pa.Array"]:
+def _dictionary_encode(column: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.int32], pa.Array]:
     """(indices, dictionary) of a column, nulls encoded as a value of their own."""
     pa = import_pyarrow()
     pc = pa.compute
@@ -114,7 +115,7 @@ class KeyFactorizer:
         return self._size
 
     @property
-    def values(self) -> "pa.Array":
+    def values(self) -> pa.Array:
         """The distinct values, value i having code i."""
         pa = import_pyarrow()
         if not self._chunks:
@@ -123,7 +124,7 @@ class KeyFactorizer:
             self._chunks = [pa.concat_arrays(self._chunks)]
         return self._chunks[0]
 
-    def _same_kind(self, column: "pa.Array | pa.ChunkedArray") -> "pa.Array | pa.ChunkedArray":
+    def _same_kind(self, column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         """A later batch in the first batch's type. Only lossless changes of representation
         are accepted (string widths, integer widths, a batch of nulls): casting a date to a
         string, say, could merge keys that differ."""
@@ -146,7 +147,7 @@ class KeyFactorizer:
                 pass
         raise TypeError(f"column {self.name!r} changed type from {old} to {new} between batches")
 
-    def encode(self, column: "pa.Array | pa.ChunkedArray") -> npt.NDArray[np.uint32]:
+    def encode(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values."""
         pa = import_pyarrow()
         column = _normalize(column, self.name)
@@ -195,7 +196,7 @@ class _CompositeKey:
             codes = combiner.encode(pa.array(word.view(np.int64)))
         return codes
 
-    def key_columns(self, codes: npt.NDArray[np.int64]) -> list["pa.Array"]:
+    def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:
         """The key values of the given composite codes, one array per column."""
         pa = import_pyarrow()
         component = [np.empty(0, dtype=np.int64)] * len(self.columns)
@@ -213,7 +214,7 @@ class PartitionCounts:
     """Exact (NOT private) distinct-user counts after bounding, one entry per partition with a
     count >= 1. ``keys`` holds the key columns (an Arrow table, one column per ``by`` name)."""
 
-    keys: "pa.Table"
+    keys: pa.Table
     counts: npt.NDArray[np.int64]
 
 
@@ -230,7 +231,12 @@ class RowCounter:
         self.by = list(by)
         self._users = KeyFactorizer(privacy_unit)
         self._key = _CompositeKey(self.by)
-        self._counter = _count.PairCounter(int(expected_rows))
+        if isinstance(expected_rows, bool) or not isinstance(expected_rows, int) or expected_rows < 0:
+            raise ValueError(f"expected_rows must be an int >= 0, got {expected_rows!r}")
+        self._expected_rows = expected_rows
+        # Created at the first feed, after the columns are hashed: the pyarrow hash tables and
+        # the pair set are then never alive at the same time (a lower memory peak).
+        self._counter: _count.PairCounter | None = None
         self._finished = False
         self.rows = 0
 
@@ -244,9 +250,14 @@ class RowCounter:
 
     @property
     def n_pairs(self) -> int:
-        return self._counter.n_pairs
+        return 0 if self._counter is None else self._counter.n_pairs
 
-    def feed(self, batch: "pa.Table | pa.RecordBatch") -> None:
+    def _pair_counter(self) -> _count.PairCounter:
+        if self._counter is None:
+            self._counter = _count.PairCounter(self._expected_rows)
+        return self._counter
+
+    def feed(self, batch: pa.Table | pa.RecordBatch) -> None:
         """Add the rows of one batch (columns ``privacy_unit`` and every ``by`` name)."""
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
@@ -262,7 +273,8 @@ class RowCounter:
         with ThreadPoolExecutor(max_workers=min(len(columns), 2)) as pool:
             codes = list(pool.map(lambda fc: fc[0].encode(fc[1]), zip(factorizers, columns)))
         users, partitions = codes[0], self._key.encode_codes(codes[1:])
-        self._counter.feed(np.ascontiguousarray(users), np.ascontiguousarray(partitions))
+        del codes
+        self._pair_counter().feed(np.ascontiguousarray(users), np.ascontiguousarray(partitions))
         self.rows += batch.num_rows
 
     def finish(self, max_partitions_contributed: int, count_cap: int | None, rng: object = None) -> PartitionCounts:
@@ -275,7 +287,7 @@ class RowCounter:
         rng = resolve_rng(rng)
         rng._announce()
         self._finished = True
-        counts = self._counter.finish(self.n_partitions, max_partitions_contributed, count_cap, rng._test_state)
+        counts = self._pair_counter().finish(self.n_partitions, max_partitions_contributed, count_cap, rng._test_state)
         present = np.flatnonzero(counts > 0)
         if self.n_partitions == 0:
             key_arrays = [pa.array([], type=c._type if c._type is not None else pa.null()) for c in self._key.columns]

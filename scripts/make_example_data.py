@@ -70,9 +70,11 @@ def main() -> None:
     parser.add_argument("--output", default=os.path.normpath(os.path.join(here, "..", "dpselect", "data", "device_survey.csv.gz")))
     args = parser.parse_args()
     data = make(args.users, args.seed)
-    with open(args.output, "wb") as f:  # mtime=0: the same bytes on every run
-        with gzip.GzipFile(filename="device_survey.csv", mode="wb", fileobj=f, compresslevel=9, mtime=0) as gz:
-            gz.write(data)
+    # mtime=0: the same bytes on every run
+    with open(args.output, "wb") as f, gzip.GzipFile(
+        filename="device_survey.csv", mode="wb", fileobj=f, compresslevel=9, mtime=0
+    ) as gz:
+        gz.write(data)
     rows = data.count(b"\n") - 1
     print(f"wrote {args.output}: {rows} rows, {os.path.getsize(args.output):,} bytes gzipped")
 

@@ -193,3 +193,31 @@ def test_caller_arrays_are_not_mutated():
     count(users, parts, 2, 1)
     np.testing.assert_array_equal(users, keep[0])
     np.testing.assert_array_equal(parts, keep[1])
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), max_size=300),
+    kappa=st.integers(1, 15),
+    cap=st.none() | st.integers(1, 40),
+    batches=st.integers(1, 4),
+)
+def test_laws_on_small_inputs(pairs, kappa, cap, batches):
+    """For any rows: counts are within [0, min(distinct users, cap)], the total is exactly
+    Σ_u min(d_u, κ) before the cap, and κ >= every d_u gives the exact distinct counts."""
+    users = np.array([u for u, _ in pairs], dtype=np.int64)
+    parts = np.array([p for _, p in pairs], dtype=np.int64)
+    distinct = reference_distinct(users, parts, 13)
+    per_user = np.bincount(np.array(sorted(set(pairs)), dtype=np.int64).reshape(-1, 2)[:, 0], minlength=31)
+    got = count(users, parts, 13, kappa, rng=InsecureDeterministicRNG(seed=0), batches=batches)
+    assert np.all(got >= 0) and np.all(got <= distinct)
+    if cap is None:
+        assert got.sum() == np.minimum(per_user, kappa).sum()
+    capped = count(users, parts, 13, kappa, cap=cap, rng=InsecureDeterministicRNG(seed=0), batches=batches)
+    assert np.all(capped <= (cap or 10**9))
+    if kappa >= (per_user.max() if per_user.size else 0):
+        np.testing.assert_array_equal(count(users, parts, 13, kappa, cap=cap), np.minimum(distinct, cap or 10**9))

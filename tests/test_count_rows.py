@@ -9,13 +9,13 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
 
-from dpselect.rows import KeyFactorizer, RowCounter  # noqa: E402
-from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
+from dpselect.rows import KeyFactorizer, RowCounter
+from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
 
-def reference(df: "pd.DataFrame", by: list[str]) -> dict[tuple, int]:
+def reference(df: pd.DataFrame, by: list[str]) -> dict[tuple, int]:
     """Distinct users per key with pandas (nulls are keys), no bounding."""
     grouped = df.groupby(by, dropna=False)["user"].nunique(dropna=False)
     out = {}
@@ -36,7 +36,7 @@ def counted(table, by, kappa=10**9, cap=None, batches=1, rng=None) -> dict[tuple
     return {tuple(k): int(c) for k, c in zip(zip(*keys), result.counts)}
 
 
-def random_frame(seed: int, n: int = 4_000) -> "pd.DataFrame":
+def random_frame(seed: int, n: int = 4_000) -> pd.DataFrame:
     gen = np.random.Generator(np.random.PCG64(seed))
     words = np.array(["apple", "pear", "fig", "kiwi", "plum", "lime", None], dtype=object)
     return pd.DataFrame(
@@ -142,3 +142,13 @@ def test_empty_input():
     counter.feed(pa.table({"user": pa.array([], pa.int64()), "k": pa.array([], pa.string())}))
     result = counter.finish(1, None)
     assert result.keys.num_rows == 0 and result.counts.size == 0
+
+
+def test_missing_pyarrow_names_the_extra(monkeypatch):
+    import sys
+
+    from dpselect.rows import import_pyarrow
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"dpselect\[frames\]"):
+        import_pyarrow()

@@ -10,16 +10,16 @@ pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
 pl = pytest.importorskip("polars")
 
-from dpselect.pipeline import select_partitions  # noqa: E402
-from dpselect.strategies import make_strategy  # noqa: E402
-from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
+from dpselect.pipeline import select_partitions
+from dpselect.strategies import make_strategy
+from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
-PARAMS = dict(epsilon=1.0, delta=1e-5)
+PARAMS = {"epsilon": 1.0, "delta": 1e-5}
 
 
-def survey(seed: int = 0) -> "pd.DataFrame":
+def survey(seed: int = 0) -> pd.DataFrame:
     """Big partitions (hundreds of users: always kept), tiny ones (1–2 users: almost never),
     and one null key with many users (kept: a null is a key)."""
     gen = np.random.Generator(np.random.PCG64(seed))

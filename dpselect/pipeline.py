@@ -1,0 +1,195 @@
+"""``select_partitions``: from raw rows in a DataFrame to the partitions that may be released.
+
+Pipeline (issue 3): export the needed columns as Arrow memory (:mod:`dpselect.frames`) →
+factorize keys and bound each user to κ partitions while counting distinct users in C
+(:mod:`dpselect.rows`) → the selection strategy decides (spec core.md §1 pi_opt, §3 TSGD
+thresholded release, or any :class:`dpselect.strategies.SelectionStrategy`) → the kept keys,
+sorted by key, in the caller's frame type.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpselect.frames import from_arrow, to_arrow
+from dpselect.rng import resolve_rng
+from dpselect.rows import PartitionCounts, RowCounter, import_pyarrow
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpselect.strategies import SelectionStrategy
+
+__all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
+
+GUARANTEE_METADATA_KEY = b"dpselect.guarantee"
+PRIVATE_METADATA_KEY = b"dpselect.privacy_guaranteed"
+
+
+def check_columns(privacy_unit: object, by: object, count_column: object) -> list[str]:
+    """Validated ``by`` as a list of names (ValueError/TypeError naming the parameter)."""
+    if not isinstance(privacy_unit, str) or not privacy_unit:
+        raise TypeError(f"privacy_unit must be a column name (non-empty str), got {privacy_unit!r}")
+    names = [by] if isinstance(by, str) else by
+    if not isinstance(names, (list, tuple)) or not names:
+        raise TypeError(f"by must be a column name or a non-empty list of column names, got {by!r}")
+    if not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"by must contain only non-empty column names (str), got {by!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"by names a column more than once: {list(names)}")
+    if privacy_unit in names:
+        raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a partition column in by")
+    if not isinstance(count_column, str) or not count_column:
+        raise TypeError(f"count_column must be a non-empty str, got {count_column!r}")
+    if count_column in names:
+        raise ValueError(f"count_column {count_column!r} collides with a partition column in by")
+    return list(names)
+
+
+def build_strategy(
+    strategy: str | SelectionStrategy,
+    epsilon: float | None,
+    delta: float | None,
+    max_partitions_contributed: int | None,
+    counts: bool,
+) -> SelectionStrategy:
+    """The strategy object, validated before any data is read.
+
+    A strategy given by name needs ``epsilon`` and ``delta`` (κ defaults to 1); a strategy
+    object already carries its parameters, so they must be left out (a κ that disagrees with
+    the object's is an error rather than silently ignored)."""
+    from dpselect.strategies import make_strategy
+
+    if isinstance(strategy, str):
+        if epsilon is None or delta is None:
+            raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
+        kappa = 1 if max_partitions_contributed is None else max_partitions_contributed
+        strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa)
+    else:
+        if epsilon is not None or delta is not None:
+            raise ValueError("a strategy object carries its own epsilon and delta: do not pass them too")
+        strat = make_strategy(strategy)
+        if max_partitions_contributed is not None and max_partitions_contributed != strat.max_partitions_contributed:
+            raise ValueError(
+                f"max_partitions_contributed={max_partitions_contributed} disagrees with the strategy's "
+                f"{strat.max_partitions_contributed}"
+            )
+    if counts and not strat.releases_counts:
+        raise ValueError(
+            f"counts=True needs a strategy that releases noisy counts (e.g. 'release'); "
+            f"strategy {getattr(strat, 'name', strategy)!r} only selects partitions"
+        )
+    return strat
+
+
+def release_table(
+    partitions: PartitionCounts,
+    strat: SelectionStrategy,
+    *,
+    counts: bool,
+    count_column: str = "noisy_count",
+    rng: object = None,
+) -> Any:
+    """Apply the strategy to exact bounded counts; the kept keys (plus noisy counts if asked),
+    sorted by key, as a pyarrow Table whose schema metadata carries the guarantee.
+
+    Sorting matters for privacy: row order by first appearance would reveal more than the
+    released set (e.g. which partition the first user of the file belongs to)."""
+    pa = import_pyarrow()
+    if np.any(partitions.counts <= 0):  # rows.py drops them; a zero must never reach a release
+        raise AssertionError("a partition with no remaining user reached the selection step")
+    result = strat.apply(partitions.counts, rng=rng)
+    keep = np.asarray(result.keep, dtype=bool)
+    table = partitions.keys.filter(pa.array(keep))
+    if counts:
+        if result.noisy_counts is None:
+            raise ValueError("the strategy returned no noisy counts although it releases counts")
+        noisy = np.asarray(result.noisy_counts, dtype=np.int64)[keep]
+        table = table.append_column(count_column, pa.array(noisy, type=pa.int64()))
+    by = partitions.keys.schema.names
+    if table.num_rows > 1:
+        table = table.sort_by([(name, "ascending") for name in by])
+    metadata = {
+        GUARANTEE_METADATA_KEY: str(result.guarantee).encode(),
+        PRIVATE_METADATA_KEY: b"true" if result.privacy_guaranteed else b"false",
+    }
+    return table.replace_schema_metadata(metadata)
+
+
+def select_partitions(
+    data: Any,
+    *,
+    privacy_unit: str,
+    by: str | Sequence[str],
+    epsilon: float | None = None,
+    delta: float | None = None,
+    max_partitions_contributed: int | None = None,
+    strategy: str | SelectionStrategy = "release",
+    counts: bool = False,
+    count_column: str = "noisy_count",
+    rng: object = None,
+) -> Any:
+    """The partitions (distinct values of ``by``) that can be released under (ε, δ)-DP, from
+    raw rows where each row is one contribution of the user in column ``privacy_unit``.
+
+    Guarantee: the output (kept keys, and noisy counts when ``counts=True``) is
+    (``epsilon``, ``delta``)-differentially private for neighbouring datasets that add or remove
+    all rows of one privacy unit, whatever the number of rows or partitions that user has:
+    each user is first bounded to ``max_partitions_contributed`` (κ) distinct partitions, chosen
+    uniformly at random with the package CSPRNG, and each partition's decision runs at
+    (ε/κ, 1 − (1 − δ)^{1/κ}) (spec core.md §2). ``strategy="release"`` (default) is the
+    k-TSGD thresholded release (spec core.md §3, Theorem 6): keys whose noisy count exceeds k,
+    with that noisy count if ``counts=True`` (noisy counts near the threshold are biased
+    upward: only partitions whose noise pushed them over k are shown). ``strategy="pi_opt"``
+    keeps each partition with the optimal probability π_opt(n) (spec core.md §1, Theorems 1–2)
+    and releases no counts. Any object implementing ``dpselect.strategies.SelectionStrategy``
+    is accepted. The statement is in ``make_strategy(...).guarantee`` and in the result's
+    metadata (pandas ``attrs``, Arrow schema metadata ``dpselect.guarantee``).
+
+    Parameters
+    ----------
+    data : pandas.DataFrame, polars.DataFrame / LazyFrame, pyarrow.Table / RecordBatch, or any
+        object exporting an Arrow stream. Only ``privacy_unit`` and ``by`` are read.
+    privacy_unit : the column identifying the user (any type; a null is one privacy unit).
+    by : a partition column, or several (GROUP BY a, b). Keys of any Arrow type; a null is a key
+        like any other value (all nulls form one partition).
+    epsilon, delta : the total privacy budget of the release (required with a strategy name;
+        omitted with a strategy object, which carries its own).
+    max_partitions_contributed : κ, the most partitions a user may influence (default 1).
+    strategy : "release" (default), "pi_opt", or a ``SelectionStrategy`` object
+        (``dpselect.strategies.make_strategy(...)``).
+    counts : also return the noisy counts (column ``count_column``).
+    rng : None for the secure CSPRNG (the only private choice); tests may pass
+        ``dpselect.testing.InsecureDeterministicRNG``.
+
+    Returns the kept keys (one row per released partition, sorted by key) in the type of
+    ``data``, with the input's column types. Partitions whose users were all bounded away
+    (count 0 after bounding) are never output.
+
+    Memory: the Arrow export of the columns (zero-copy when possible), one 4-byte code per row
+    and column while hashing, and the C pair set (11.4–22.9 bytes per distinct (user,
+    partition) pair); see docs/rows.md.
+    """
+    names = check_columns(privacy_unit, by, count_column)
+    if not isinstance(counts, bool):
+        raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
+    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts)
+    rng = resolve_rng(rng)  # a wrong generator fails before any work
+    table, kind = to_arrow(data, [privacy_unit, *names])
+    counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows)
+    counter.feed(table)
+    del table  # the exported columns are no longer needed: lower the peak
+    partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
+    released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng)
+    out = from_arrow(released, kind)
+    _attach_guarantee(out, released)
+    return out
+
+
+def _attach_guarantee(out: Any, released: Any) -> None:
+    """pandas frames carry the statement in ``attrs`` (Arrow tables already have it)."""
+    attrs = getattr(out, "attrs", None)
+    if isinstance(attrs, dict):
+        metadata = released.schema.metadata or {}
+        attrs["dpselect_guarantee"] = metadata.get(GUARANTEE_METADATA_KEY, b"").decode()
+        attrs["dpselect_privacy_guaranteed"] = metadata.get(PRIVATE_METADATA_KEY) == b"true"
