@@ -1,6 +1,7 @@
 #include "select.h"
 
 #include "bernoulli.h"
+#include "select_avx512.h"
 
 #define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
 
@@ -183,10 +184,30 @@ int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, siz
     default: return DPS_ERR_BAD_TABLE;                                                           \
     }
 
+/* CPU support is a property of the machine: a benign race on first use is harmless. */
+static int avx512_state = -1;
+
 int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                ptrdiff_t count_stride, size_t n, uint8_t *keep, ptrdiff_t keep_stride,
                size_t *bad_index) {
     if (s->initialised != DPS_RNG_MAGIC) return DPS_ERR_BAD_STATE;
+    if (avx512_state < 0) avx512_state = dps_select_avx512_available();
+    if (avx512_state && (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 &&
+        keep_stride == 1 && t->n_entries <= 127) {
+        /* same byte consumption as the portable loop: whole blocks here, the rest below */
+        int negative = 0;
+        long long done = dps_select_blocks_avx512(s, t, (const int64_t *)counts, n,
+                                                  dtype == DPS_I64, keep, &negative);
+        if (done < 0) return (int)done;
+        int rc = dtype == DPS_I64
+                     ? select_i64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
+                                  keep + done, 1, bad_index)
+                     : select_u64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
+                                  keep + done, 1, bad_index);
+        if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
+            return fail_i64((const char *)counts, 8, n, keep, 1, NULL, 0, bad_index);
+        return rc;
+    }
     DISPATCH(select, s, t, (const char *)counts, count_stride, n, keep, keep_stride, bad_index)
 }
 
