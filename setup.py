@@ -1,9 +1,9 @@
 """Build the C kernel: every ``dpselect/*.pyx`` becomes one extension module.
 
-Each extension is compiled together with all of ``csrc/*.c`` (plain C11, no Python headers).
-Every module therefore owns its own per-thread CSPRNG states: they are seeded independently
-from the operating system, so nothing has to be shared between shared objects, and fork
-detection in one module never depends on another module's globals.
+Each extension is compiled together with all of ``csrc/*.c`` (plain C11, no Python headers), so
+no shared C library has to be shipped. The per-thread CSPRNG states and the fork counter are
+owned by ``dpselect._rng`` alone: other modules get their state through its cimported
+``begin_batch``, so one consistent set of states and fork checks serves the whole package.
 """
 from __future__ import annotations
 

@@ -71,7 +71,8 @@ int dps_rng_uniform_below(dps_rng *s, uint64_t bound, uint64_t *out);
 
 /* Make at least n (<= 64) unread bytes available, refilling if needed. */
 static inline int dps_rng_reserve(dps_rng *s, uint32_t n) {
-    if (DPS_RNG_BUF - s->pos < n) {
+    if (s->pos > DPS_RNG_BUF || DPS_RNG_BUF - s->pos < n) { /* never index past the buffer */
+        if (s->pos > DPS_RNG_BUF) s->pos = DPS_RNG_BUF;
         memset(s->buf + s->pos, 0, DPS_RNG_BUF - s->pos);
         return dps_rng_refill(s);
     }

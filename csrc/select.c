@@ -35,7 +35,8 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
  * the rare elements whose first bytes do not settle the outcome (probability 1/256 per select
  * decision, <= m/2^32 per draw, whatever the counts) are flagged in a bit mask and finished
  * afterwards from further fresh bytes. Every byte is used once, so each outcome keeps its exact
- * law, and the bytes a batch consumes depend only on the random bytes. */
+ * law. How many bytes a batch consumes has the same distribution whatever the counts: a select
+ * tie has probability 1/256 and a geometric tail for every q. */
 #define BLOCK 64
 
 

@@ -6,8 +6,9 @@
  *
  * Counts may be any of eight integer types, at any byte stride; outputs are strided too. Every
  * element consumes randomness whatever its count, so the bytes drawn by a batch do not depend
- * on the data. A negative count aborts the batch: the outputs are zeroed and its index is
- * reported, so no decision made before it can escape. */
+ * on the data. Callers scan for negative counts first (dps_find_negative) so that none is drawn
+ * for; as a second line, a negative count met here aborts the batch, zeroes the outputs and
+ * reports its index, so no decision made before it can escape. */
 #ifndef DPS_SELECT_H
 #define DPS_SELECT_H
 

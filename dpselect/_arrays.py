@@ -32,6 +32,10 @@ def as_counts(counts: npt.ArrayLike) -> np.ndarray:
             f"counts must be an integer array (numbers of distinct users), got dtype {arr.dtype}; "
             "a fractional or object count is an input error, not something to round"
         )
+    if not arr.dtype.isnative:
+        # The kernel reads native integers; a big-endian count read as little-endian would be
+        # a different (huge) count. Convert: a copy, but never a silently wrong answer.
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
-from dpselect._rng cimport begin_batch, end_batch, check_status
+from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
 
 
 cdef extern from "count.h" nogil:
@@ -129,6 +129,7 @@ cdef class PairCounter:
             with nogil:
                 rc = dps_counter_finish(&self.c, s, k, c, &out[0], <size_t>n_partitions)
                 end_batch(s)
+            finish_batch(test_state)
         finally:
             self.busy = False
         _check(rc)

@@ -2,13 +2,15 @@
 """Bindings to the selection kernel (csrc/select.c). Thin: every array is checked at the
 boundary through the buffer protocol (1-D, integer format, lengths, writability), the GIL is
 released for the loop, status codes become exceptions. Use dpselect.selection, not this."""
+import sys
+
 import numpy as np
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_STRIDES, PyBUF_FORMAT, PyBUF_WRITABLE
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 
 from dpselect._csrc cimport *
-from dpselect._rng cimport begin_batch, end_batch, check_status
+from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
 
 
 class NegativeCountError(ValueError):
@@ -19,9 +21,17 @@ class NegativeCountError(ValueError):
         super().__init__(f"counts[{index}] is negative")
 
 
+cdef bint _foreign_byte_order(str fmt):
+    """True when the buffer format names a byte order other than this machine's."""
+    return (fmt.startswith((">", "!")) and sys.byteorder == "little") or (
+        fmt.startswith("<") and sys.byteorder == "big")
+
+
 cdef int _count_dtype(Py_buffer *view) except -1:
-    """Kernel dtype code for an integer buffer; TypeError for anything else."""
+    """Kernel dtype code for a native-endian integer buffer; TypeError for anything else."""
     cdef bytes fmt = view.format if view.format != NULL else b"B"
+    if _foreign_byte_order(fmt.decode()) and view.itemsize > 1:
+        raise TypeError(f"counts have non-native byte order (buffer format {fmt!r}); convert them first")
     cdef str code = fmt.decode().lstrip("@=<>!")
     if len(code) != 1 or code not in "bhilqBHILQ":
         raise TypeError(f"counts must be an integer array, got buffer format {fmt!r}")
@@ -49,6 +59,8 @@ cdef int _get_1d(object obj, Py_buffer *view, int flags, str name) except -1:
 cdef int _check_out(Py_buffer *view, Py_ssize_t n, Py_ssize_t itemsize, str formats, str name) except -1:
     cdef bytes fmt = view.format if view.format != NULL else b"B"
     cdef str code = fmt.decode().lstrip("@=<>!")
+    if _foreign_byte_order(fmt.decode()) and itemsize > 1:
+        raise TypeError(f"{name} has non-native byte order (buffer format {fmt!r})")
     if view.itemsize != itemsize or code not in formats:
         raise TypeError(f"{name} has buffer format {fmt!r}, expected one of {formats!r} ({itemsize} bytes)")
     if view.shape[0] != n:
@@ -145,6 +157,7 @@ cdef int _run_select(Py_buffer *c, KeepTableHandle table, Py_buffer *o, int dtyp
         rc = dps_select(s, &table.table, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
                         <uint8_t *>o.buf, o.strides[0], &bad)
         end_batch(s)
+    finish_batch(test_state)
     if rc == DPS_ERR_NEGATIVE:
         raise NegativeCountError(bad)
     return check_status(rc)
@@ -182,6 +195,7 @@ cdef int _run_release(Py_buffer *c, WeightTableHandle noise, uint32_t k, Py_buff
         rc = dps_release(s, &noise.table, k, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
                          <uint8_t *>kv.buf, kv.strides[0], <int64_t *>nv.buf, nv.strides[0], &bad)
         end_batch(s)
+    finish_batch(test_state)
     if rc == DPS_ERR_NEGATIVE:
         raise NegativeCountError(bad)
     return check_status(rc)

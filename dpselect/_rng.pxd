@@ -4,6 +4,7 @@ from dpselect._csrc cimport dps_rng
 
 cdef class TestState:
     cdef dps_rng *state
+    cdef bint busy  # a batch is running on this state (set and cleared with the GIL held)
     cdef readonly bytes seed
     cdef readonly unsigned long long stream
 
@@ -11,5 +12,7 @@ cdef class TestState:
 cdef dps_rng *begin_batch(object test_state) except NULL
 # End the batch: consumed bytes are zeroed.
 cdef void end_batch(dps_rng *s) noexcept nogil
+# After the batch, with the GIL held again: a test state is free for the next batch.
+cdef void finish_batch(object test_state) noexcept
 # Raise the Python exception for a C status code (returns 0 when rc is DPS_OK).
 cdef int check_status(int rc) except -1

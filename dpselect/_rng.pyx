@@ -71,10 +71,23 @@ cdef dps_rng *begin_batch(object test_state) except NULL:
             check_status(err)
         mode = DPS_RNG_SECURE
     else:
-        s = (<TestState?>test_state).state
+        # One deterministic stream cannot serve two threads at once (their batches would
+        # interleave on one buffer); the GIL is held here, so this check-and-set is atomic.
+        if (<TestState?>test_state).busy:
+            raise RuntimeError("this InsecureDeterministicRNG is already in use by another "
+                               "thread; give each thread its own")
+        s = (<TestState>test_state).state
         mode = DPS_RNG_INSECURE
+        check_status(dps_rng_begin_batch(s, mode))
+        (<TestState>test_state).busy = True
+        return s
     check_status(dps_rng_begin_batch(s, mode))
     return s
+
+
+cdef void finish_batch(object test_state) noexcept:
+    if test_state is not None:
+        (<TestState>test_state).busy = False
 
 
 cdef void end_batch(dps_rng *s) noexcept nogil:
@@ -92,12 +105,15 @@ def random_bytes(Py_ssize_t n, TestState test_state=None) -> bytes:
     with nogil:
         rc = dps_rng_fill(s, p, <size_t>n) if n > 0 else DPS_OK
         dps_rng_end_batch(s)
+    finish_batch(test_state)
     check_status(rc)
     return bytes(buf)
 
 
 def uniform_below_array(object bound, Py_ssize_t size, TestState test_state=None):
     """uint64 array, exact uniform in [0, bound), 1 <= bound <= 2**64."""
+    if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)):
+        raise TypeError(f"bound must be an integer, got {type(bound).__name__}")
     if not 1 <= bound <= 2 ** 64:
         raise ValueError(f"bound must be in [1, 2**64], got {bound}")
     if size < 0:
@@ -114,6 +130,7 @@ def uniform_below_array(object bound, Py_ssize_t size, TestState test_state=None
             if rc != DPS_OK:
                 break
         dps_rng_end_batch(s)
+    finish_batch(test_state)
     check_status(rc)
     return out
 
@@ -135,6 +152,7 @@ def bernoulli_fixed(const uint64_t[::1] q, TestState test_state=None):
             o[i] = <uint8_t>dps_bernoulli_lazy(_buf_at(s), q[i], &used)
             s.pos += used
         dps_rng_end_batch(s)
+    finish_batch(test_state)
     check_status(rc)
     return out
 
@@ -170,6 +188,7 @@ def sample_cumulative(const uint64_t[::1] cumulative, Py_ssize_t size, TestState
         with nogil:
             rc = dps_weight_table_sample(&t, s, &o[0] if size > 0 else NULL, <size_t>size)
             dps_rng_end_batch(s)
+        finish_batch(test_state)
         check_status(rc)
     finally:
         free(hi)

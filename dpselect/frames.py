@@ -92,6 +92,29 @@ def _cast_like(table: Any, schema: Any) -> Any:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
+def _released_pandas_dtype(dtype: Any, released: Any) -> Any:
+    """The input's dtype for a released column. A categorical dtype lists every category of
+    the input, released or not, which would publish the unreleased keys: keep only released
+    categories (in the caller's order, which is their own public metadata)."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype):
+        present = set(released.dropna().tolist())
+        return pd.CategoricalDtype([c for c in dtype.categories if c in present], ordered=dtype.ordered)
+    return dtype
+
+
+def _released_polars_dtype(dtype: Any, released: Any) -> Any:
+    """As :func:`_released_pandas_dtype`: an Enum lists all its categories, so it is rebuilt
+    from the released values."""
+    import polars as pl
+
+    if isinstance(dtype, pl.Enum):
+        present = set(released.drop_nulls().cast(pl.String).to_list())
+        return pl.Enum([c for c in dtype.categories.to_list() if c in present])
+    return dtype
+
+
 def _from_pandas(df: Any, columns: list[str]) -> tuple[Any, FrameKind]:
     import pandas as pd
 
@@ -108,7 +131,7 @@ def _from_pandas(df: Any, columns: list[str]) -> tuple[Any, FrameKind]:
 
     def restore(t: Any) -> Any:
         out = t.to_pandas()
-        keys = {c: dtypes[c] for c in columns if c in out.columns}
+        keys = {c: _released_pandas_dtype(dtypes[c], out[c]) for c in columns if c in out.columns}
         return out.astype(keys) if len(out.columns) else out
 
     return table, FrameKind("pandas", table.schema, restore)
@@ -130,7 +153,7 @@ def _from_polars(data: Any, columns: list[str]) -> tuple[Any, FrameKind]:
     def restore(t: Any) -> Any:
         out = pl.from_arrow(t)
         assert isinstance(out, pl.DataFrame)
-        out = out.cast({c: polars_schema[c] for c in columns if c in out.columns})
+        out = out.cast({c: _released_polars_dtype(polars_schema[c], out[c]) for c in columns if c in out.columns})
         return out.lazy() if lazy else out
 
     return table, FrameKind("polars-lazy" if lazy else "polars", table.schema, restore)

@@ -45,10 +45,13 @@ class SecureRNG:
     """The OS-keyed ChaCha20 CSPRNG. Stateless on the Python side: each thread draws from its
     own C state, so one instance may be shared freely between threads."""
 
-    privacy_guaranteed = True
-
     # The C state to use; None selects this thread's secure state.
     _test_state: _rng.TestState | None = None
+
+    @property
+    def privacy_guaranteed(self) -> bool:
+        """False whenever a deterministic state is in use, however it got there."""
+        return self._test_state is None
 
     def _announce(self) -> None:
         """Hook for the test RNG's warning; nothing to do for the secure generator."""

@@ -71,6 +71,14 @@ def _normalize(column: pa.Array | pa.ChunkedArray, name: str) -> pa.Array | pa.C
         column = column.cast(pa.large_binary())
     elif pa.types.is_nested(column.type):
         raise TypeError(f"column {name!r} has nested type {column.type}; keys must be scalar values")
+    elif typ in (pa.float32(), pa.float64()):
+        # 0.0 and -0.0 (and NaNs with different payloads) hash apart but sort as equal, so
+        # their output order would follow the input order: make each class one value.
+        import pyarrow.compute as pc
+
+        zero = pa.scalar(0.0, typ)
+        column = pc.if_else(pc.equal(column, zero), zero, column)
+        column = pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), typ), column)
     return column
 
 

@@ -43,6 +43,9 @@ M = 2**64
 # Longest table we build: ~(2/ε') ln(1/δ') entries. Past this, Python-side certification takes
 # too long and the table stops fitting in cache.
 MAX_TABLE_ENTRIES = 1 << 21
+# Tables are built and certified at min(ε', EPSILON_CAP): beyond ln(2^64) ≈ 44.4 a 64-bit table
+# cannot change any more, and a table certified at a smaller ε is DP at every larger one.
+EPSILON_CAP = Fraction(64)
 # Denominator bits for the builder's bound on e^{ε'}; the verifier uses more, independently.
 _BUILD_BITS = 128
 _VERIFY_BITS = 192
@@ -153,7 +156,7 @@ def keep_table(params: PrivacyParams) -> KeepTable:
     """The certified pi_opt keep table for these parameters (built, verified, cached)."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: pi_opt keeps nothing (Theorem 2)")
-    return _keep_table_cached(params.partition_epsilon, params.partition_delta)
+    return _keep_table_cached(min(params.partition_epsilon, EPSILON_CAP), params.partition_delta)
 
 
 # --------------------------------------------------------------------------- TSGD table
@@ -279,4 +282,4 @@ def tsgd_table(params: PrivacyParams) -> TSGDTable:
     """The certified TSGD table for the per-partition budget (built, certified, cached)."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: the thresholded release publishes nothing (Theorem 2)")
-    return _tsgd_cached(params.partition_epsilon, params.partition_delta)
+    return _tsgd_cached(min(params.partition_epsilon, EPSILON_CAP), params.partition_delta)

@@ -31,8 +31,6 @@ class InsecureRNGWarning(UserWarning):
 class InsecureDeterministicRNG(SecureRNG):
     """A seeded ChaCha20 stream for tests. NOT DP: anyone with the seed knows all the noise."""
 
-    privacy_guaranteed = False
-
     def __init__(self, seed: bytes | int, stream: int = 0) -> None:
         if os.environ.get(ALLOW_ENV) != "1":
             raise RuntimeError(

@@ -25,9 +25,28 @@ class Crossovers(NamedTuple):
 
 
 def _log_term(epsilon: float, delta: float) -> float:
-    """ln((e^ε + 2δ − 1) / ((e^ε + 1) δ)), written with expm1 for small ε."""
-    em1 = math.expm1(epsilon)
-    return math.log((em1 + 2 * delta) / ((em1 + 2) * delta))
+    """ln((e^ε + 2δ − 1) / ((e^ε + 1) δ)), with expm1 for small ε and e^−ε for large ε."""
+    if epsilon < 1:
+        em1 = math.expm1(epsilon)
+        return math.log((em1 + 2 * delta) / ((em1 + 2) * delta))
+    e = math.exp(-epsilon)
+    return math.log1p((2 * delta - 1) * e) - math.log1p(e) - math.log(delta)
+
+
+def _geometric_sum(n: npt.ArrayLike, epsilon: float) -> npt.NDArray[np.float64]:
+    """(e^{nε} − 1) / (e^ε − 1) = Σ_{i<n} e^{iε} without overflowing the intermediate terms."""
+    counts = np.asarray(n, dtype=np.float64)
+    if epsilon < 1:
+        return np.expm1(counts * epsilon) / math.expm1(epsilon)
+    return np.exp((counts - 1) * epsilon) * -np.expm1(-counts * epsilon) / -math.expm1(-epsilon)
+
+
+def _log1p_scaled(epsilon: float, factor: float) -> float:
+    """ln(1 + (e^ε − 1) · factor) for factor > 0, stable for large ε."""
+    if epsilon < 30:
+        return math.log1p(math.expm1(epsilon) * factor)
+    # (e^ε − 1)·factor = e^ε (1 − e^−ε) factor; the 1 inside the log is below 1e-13 relative
+    return epsilon + math.log(factor) + math.log1p(-math.exp(-epsilon))
 
 
 def pi_opt_crossovers(epsilon: float, delta: float) -> Crossovers:
@@ -36,8 +55,8 @@ def pi_opt_crossovers(epsilon: float, delta: float) -> Crossovers:
         raise ValueError("crossovers need epsilon > 0 and 0 < delta < 1")
     log_term = _log_term(epsilon, delta)
     n1 = 1 + math.floor(log_term / epsilon)
-    pi_n1 = delta * math.expm1(n1 * epsilon) / math.expm1(epsilon)
-    n2 = n1 + math.floor(math.log1p(math.expm1(epsilon) / delta * (1 - pi_n1)) / epsilon)
+    pi_n1 = min(1.0, delta * float(_geometric_sum(n1, epsilon)))
+    n2 = n1 + math.floor(_log1p_scaled(epsilon, (1 - pi_n1) / delta) / epsilon) if pi_n1 < 1 else n1
     k = math.ceil(log_term / epsilon)
     return Crossovers(n1, n2, k)
 
@@ -50,11 +69,12 @@ def pi_opt_closed_form(n: npt.ArrayLike, epsilon: float, delta: float) -> npt.ND
     if epsilon == 0:
         return np.minimum(1.0, counts * delta)
     n1, n2, _ = pi_opt_crossovers(epsilon, delta)
-    em1 = math.expm1(epsilon)
-    pi_n1 = delta * math.expm1(n1 * epsilon) / em1
-    low = delta * np.expm1(np.minimum(counts, n1) * epsilon) / em1
+    pi_n1 = min(1.0, delta * float(_geometric_sum(n1, epsilon)))
+    low = delta * _geometric_sum(np.minimum(counts, n1), epsilon)
     m = np.maximum(counts - n1, 0.0)
-    mid = -np.expm1(-m * epsilon) * (1 + delta / em1) + np.exp(-m * epsilon) * pi_n1
+    # (1 + δ/(e^ε − 1)) written so that it stays finite for large ε
+    scale = 1 + delta / math.expm1(epsilon) if epsilon < 700 else 1.0
+    mid = -np.expm1(-m * epsilon) * scale + np.exp(-m * epsilon) * pi_n1
     out = np.where(counts <= n1, low, mid)
     out = np.where(counts > n2, 1.0, out)
     return np.clip(out, 0.0, 1.0)
