@@ -94,7 +94,8 @@ class SecureRNG:
                 f"need 0 <= numerator <= denominator and denominator >= 1, got {numerator}/{denominator}"
             )
         if numerator == denominator:
-            return True  # still exact; no randomness needed for a certain event
+            self._announce()  # no randomness needed for a certain event, but still a use
+            return True
         return self.uniform_below(denominator) < numerator
 
     def sample_cumulative(self, cumulative: npt.ArrayLike, size: int) -> npt.NDArray[np.int64]:
