@@ -1,6 +1,7 @@
 #include "select.h"
 
 #include "bernoulli.h"
+#include "release_avx512.h"
 #include "select_avx512.h"
 
 #define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
@@ -216,11 +217,31 @@ int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *count
     DISPATCH(select, s, t, (const char *)counts, count_stride, n, keep, keep_stride, bad_index)
 }
 
+static int release_avx512_state = -1;
+
 int dps_release(dps_rng *s, const dps_weight_table *noise, uint32_t k, int dtype,
                 const void *counts, ptrdiff_t count_stride, size_t n, uint8_t *keep,
                 ptrdiff_t keep_stride, int64_t *noisy, ptrdiff_t noisy_stride,
                 size_t *bad_index) {
     if (s->initialised != DPS_RNG_MAGIC) return DPS_ERR_BAD_STATE;
+    if (release_avx512_state < 0) release_avx512_state = dps_release_avx512_available();
+    if (release_avx512_state && noise->direct != NULL && (dtype == DPS_I64 || dtype == DPS_U64) &&
+        count_stride == 8 && keep_stride == 1 && noisy_stride == 8) {
+        /* same byte consumption as the portable loop: whole blocks here, the rest below */
+        int negative = 0;
+        long long done = dps_release_blocks_avx512(s, noise, k, (const int64_t *)counts, n,
+                                                   dtype == DPS_I64, keep, noisy, &negative);
+        if (done < 0) return (int)done;
+        const char *rest = (const char *)counts + 8 * done;
+        int rc = dtype == DPS_I64
+                     ? release_i64(s, noise, k, rest, 8, n - (size_t)done, keep + done, 1,
+                                   noisy + done, 8, bad_index)
+                     : release_u64(s, noise, k, rest, 8, n - (size_t)done, keep + done, 1,
+                                   noisy + done, 8, bad_index);
+        if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
+            return fail_i64((const char *)counts, 8, n, keep, 1, noisy, 8, bad_index);
+        return rc;
+    }
     DISPATCH(release, s, noise, k, (const char *)counts, count_stride, n, keep, keep_stride,
              noisy, noisy_stride, bad_index)
 }

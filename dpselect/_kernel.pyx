@@ -109,7 +109,7 @@ cdef class WeightTableHandle:
             raise ValueError("weight table total must be at least 2**64 - 2**32 for the kernel")
         cdef uint8_t[::1] dv
         if m < 255:  # small tables: one-load lookups by the top 16 bits of U
-            self.direct = np.empty(65536, dtype=np.uint8)
+            self.direct = np.empty(65536 + 4, dtype=np.uint8)  # +4: 32-bit gathers read past a cell
             dv = self.direct
             check_status(dps_weight_table_attach_direct(&self.table, &dv[0]))
 

@@ -247,3 +247,19 @@ def test_vector_and_portable_paths_agree(dtype, size):
     portable = dpselect.select(strided, EPS, DELTA, rng=InsecureDeterministicRNG(11))
     np.testing.assert_array_equal(fast, portable)
     assert 0 < fast.sum() < size  # the comparison is not trivially all-equal
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+@pytest.mark.parametrize("size", [63, 64, 65, 5000, 70001])
+def test_release_vector_and_portable_paths_agree(dtype, size):
+    """Contiguous 64-bit counts may take the AVX-512 release loop; a strided view of the same
+    values takes the portable loop. Both must publish the same partitions and counts."""
+    values = (np.arange(size, dtype=np.int64) * 7919) % 40
+    contiguous = values.astype(dtype)
+    strided = np.zeros(2 * size, dtype=dtype)[::2]
+    strided[...] = contiguous
+    fast = dpselect.release(contiguous, EPS, DELTA, rng=InsecureDeterministicRNG(13))
+    portable = dpselect.release(strided, EPS, DELTA, rng=InsecureDeterministicRNG(13))
+    np.testing.assert_array_equal(fast.keep, portable.keep)
+    np.testing.assert_array_equal(fast.noisy_counts, portable.noisy_counts)
+    assert 0 < fast.keep.sum() < size
