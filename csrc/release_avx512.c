@@ -1,6 +1,7 @@
 #include "release_avx512.h"
 
 #include "bernoulli.h"
+#include "select.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(DPS_NO_AVX512)
 #include <immintrin.h>
@@ -12,8 +13,7 @@ int dps_release_avx512_available(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 }
 
-/* keep = n + X > k and noisy = min(n + X, INT64_MAX) where kept (X = idx - k), 8 at a time,
- * with the same unsigned saturation as the portable emit_release. */
+/* dps_emit_release (select.h) for 8 draws at once, with the same unsigned saturation. */
 TARGET static inline __mmask8 emit8(__m512i c, __m512i idx, __m512i two_k, __m512i kv,
                                     __m512i cap, int64_t *noisy) {
     __m512i sum = _mm512_add_epi64(c, idx);
@@ -69,14 +69,7 @@ TARGET long long dps_release_blocks_avx512(dps_rng *s, const dps_weight_table *w
             uint32_t idx;
             rc = dps_weight_table_finish(w, s, u_hi[j], &idx);
             if (rc != DPS_OK) return rc;
-            uint64_t u = (uint64_t)counts[done + j];
-            uint64_t sum = u + idx;
-            sum |= (uint64_t)0 - (uint64_t)(sum < u);
-            uint64_t is_kept = (uint64_t)(sum > 2 * (uint64_t)k);
-            uint64_t val = sum - k;
-            val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
-            keep[done + j] = (uint8_t)is_kept;
-            noisy[done + j] = (int64_t)(val & ((uint64_t)0 - is_kept));
+            dps_emit_release((uint64_t)counts[done + j], idx, k, keep + done + j, noisy + done + j);
         }
     }
     *negative_seen = negative != 0;

@@ -79,18 +79,6 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
         return DPS_OK;                                                                           \
     }
 
-/* One released value from the drawn index idx (X = idx - k): keep iff n + X > k; the noisy
- * count saturates at INT64_MAX (post-processing). */
-static inline void emit_release(uint64_t u, uint32_t idx, uint32_t k, uint8_t *keep, int64_t *noisy) {
-    uint64_t sum = u + idx;                   /* n + X + k */
-    sum |= (uint64_t)0 - (uint64_t)(sum < u); /* saturate */
-    uint64_t kept = (uint64_t)(sum > 2 * (uint64_t)k);
-    uint64_t val = sum - k;
-    val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
-    *keep = (uint8_t)kept;
-    *noisy = (int64_t)(val & ((uint64_t)0 - kept));
-}
-
 #define NOISY_AT(i) ((int64_t *)((char *)noisy + (ptrdiff_t)(i) * ns))
 
 #define DEFINE_RELEASE(NAME, FAIL, T, SIGNED)                                                     \
@@ -112,7 +100,7 @@ static inline void emit_release(uint64_t u, uint32_t idx, uint32_t k, uint8_t *k
                 uint32_t flag;                                                                   \
                 uint32_t idx = dps_weight_table_fast(w, u_hi[j], &flag);                         \
                 flagged |= (uint64_t)flag << j;                                                  \
-                emit_release((uint64_t)c, idx, k, keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j)); \
+                dps_emit_release((uint64_t)c, idx, k, keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j)); \
             }                                                                                    \
             s->pos += (uint32_t)(4 * len);                                                       \
             while (flagged) { /* tie with a table entry, or U >= S: finish from fresh bytes */    \
@@ -121,7 +109,7 @@ static inline void emit_release(uint64_t u, uint32_t idx, uint32_t k, uint8_t *k
                 uint32_t idx;                                                                    \
                 rc = dps_weight_table_finish(w, s, u_hi[j], &idx);                               \
                 if (rc != DPS_OK) return rc;                                                     \
-                emit_release((uint64_t)COUNT_AT(T, i + j), idx, k,                               \
+                dps_emit_release((uint64_t)COUNT_AT(T, i + j), idx, k,                               \
                              keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j));                   \
             }                                                                                    \
         }                                                                                        \

@@ -26,6 +26,19 @@ typedef struct dps_keep_table {
     uint16_t *top;       /* n_entries + 1 slots: top byte of q[n], then 256 ("always") */
 } dps_keep_table;
 
+/* One released value from the drawn index idx (X = idx - k): keep iff n + X > k; the noisy
+ * count saturates at INT64_MAX (post-processing of the released value). */
+static inline void dps_emit_release(uint64_t n, uint32_t idx, uint32_t k, uint8_t *keep,
+                                    int64_t *noisy) {
+    uint64_t sum = n + idx;                   /* n + X + k */
+    sum |= (uint64_t)0 - (uint64_t)(sum < n); /* saturate */
+    uint64_t kept = (uint64_t)(sum > 2 * (uint64_t)k);
+    uint64_t val = sum - k;
+    val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
+    *keep = (uint8_t)kept;
+    *noisy = (int64_t)(val & ((uint64_t)0 - kept));
+}
+
 /* Check q (q[0] == 0, non-decreasing, n >= 1) and fill top. */
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top);
 
