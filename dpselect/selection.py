@@ -24,6 +24,14 @@ from dpselect.theory import pi_opt_crossovers
 __all__ = ["select", "release", "keep_probability", "crossovers", "Crossovers", "Release"]
 
 
+def _strategy(name: str, epsilon: float, delta: float, max_partitions_contributed: int,
+              delta_split: str, allow_no_release: bool = False) -> object:
+    """The validated, cached strategy behind each function of this module."""
+    return make_strategy(name, epsilon=epsilon, delta=delta, delta_split=delta_split,
+                         max_partitions_contributed=max_partitions_contributed,
+                         allow_no_release=allow_no_release)
+
+
 class Release(NamedTuple):
     """keep[i]: partition i is published; noisy_counts[i]: its published count n + X (> k),
     0 where not published."""
@@ -63,10 +71,7 @@ def select(
     partition is kept independently with the certified probability that
     :func:`keep_probability` reports. ``out``: a preallocated bool array of counts' shape.
     δ = 0 releases nothing (Theorem 2) and raises unless ``allow_no_release=True``."""
-    strategy = make_strategy(
-        "pi_opt", epsilon=epsilon, delta=delta, max_partitions_contributed=max_partitions_contributed,
-        delta_split=delta_split, allow_no_release=allow_no_release,
-    )
+    strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
     if not isinstance(strategy, PiOptSelection):  # δ = 0, explicitly allowed
         keep = strategy.apply(counts, rng=rng).keep
         if out is not None:
@@ -93,10 +98,7 @@ def release(
     counts together are (ε, δ)-DP, with the δ of the quantized noise certified exactly.
     Returns ``Release(keep, noisy_counts)`` (unpack as ``keep, noisy = release(...)``);
     ``out=(keep_out, noisy_out)`` writes into preallocated bool / int64 arrays. Needs ε > 0."""
-    strategy = make_strategy(
-        "release", epsilon=epsilon, delta=delta, max_partitions_contributed=max_partitions_contributed,
-        delta_split=delta_split, allow_no_release=allow_no_release,
-    )
+    strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
     if not isinstance(strategy, TSGDRelease):  # δ = 0, explicitly allowed
         result = strategy.apply(counts, rng=rng)
         assert result.noisy_counts is not None
@@ -121,15 +123,12 @@ def keep_probability(
 
     These are the certified fixed-point values q[n]/2^64 the kernel samples with (exactly,
     then rounded to float64 for display), not the floating-point closed form."""
-    params = validate_params(epsilon, delta, max_partitions_contributed, delta_split)
+    strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release=True)
     arr = np.asarray(n)
-    if params.delta_exact == 0:
-        result = np.zeros(arr.shape)
-    else:
-        strategy = make_strategy("pi_opt", epsilon=epsilon, delta=delta,
-                                 max_partitions_contributed=max_partitions_contributed, delta_split=delta_split)
-        assert isinstance(strategy, PiOptSelection)
+    if isinstance(strategy, PiOptSelection):
         result = strategy.keep_probability(arr)
+    else:  # δ = 0: nothing is ever kept (Theorem 2)
+        result = strategy.apply(arr).keep.astype(np.float64)
     return float(result) if np.ndim(n) == 0 else result
 
 
@@ -145,9 +144,7 @@ def crossovers(
     if params.partition_epsilon == 0 or params.partition_delta == 0:
         raise ValueError("crossovers need epsilon > 0 and delta > 0 (Theorem 2 covers the rest)")
     theory = pi_opt_crossovers(float(params.partition_epsilon), float(params.partition_delta))
-    select_strategy = make_strategy("pi_opt", epsilon=epsilon, delta=delta,
-                                    max_partitions_contributed=max_partitions_contributed, delta_split=delta_split)
-    release_strategy = make_strategy("release", epsilon=epsilon, delta=delta,
-                                     max_partitions_contributed=max_partitions_contributed, delta_split=delta_split)
+    select_strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split)
+    release_strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split)
     assert isinstance(select_strategy, PiOptSelection) and isinstance(release_strategy, TSGDRelease)
     return Crossovers(theory.n1, theory.n2, release_strategy.k, select_strategy.table.length)
