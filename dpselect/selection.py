@@ -17,7 +17,6 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.params import validate_params
 from dpselect.strategies import PiOptSelection, TSGDRelease, make_strategy
 from dpselect.theory import pi_opt_crossovers
 
@@ -140,11 +139,13 @@ def crossovers(
     delta_split: str = "composition",
 ) -> Crossovers:
     """n1, n2, k and the certified table length for these parameters (needs ε > 0, δ > 0)."""
-    params = validate_params(epsilon, delta, max_partitions_contributed, delta_split)
+    # The strategy validates the parameters once; its params carry the per-partition budget.
+    select_strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split,
+                                allow_no_release=True)
+    params = select_strategy.params
     if params.partition_epsilon == 0 or params.partition_delta == 0:
         raise ValueError("crossovers need epsilon > 0 and delta > 0 (Theorem 2 covers the rest)")
     theory = pi_opt_crossovers(float(params.partition_epsilon), float(params.partition_delta))
-    select_strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split)
     release_strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split)
     assert isinstance(select_strategy, PiOptSelection) and isinstance(release_strategy, TSGDRelease)
     return Crossovers(theory.n1, theory.n2, release_strategy.k, select_strategy.table.length)
