@@ -1,28 +1,158 @@
-"""The privacy statement every mechanism carries (OpenDP-style: a measurement and its map)."""
+"""The privacy statement every mechanism carries (OpenDP-style: a measurement and its map).
+
+A :class:`PrivacyGuarantee` is data, not prose: the exact certified δ, the δ the caller asked
+for, whether the contribution bound κ is *enforced* by dpselect (raw rows are bounded before
+counting) or *assumed* of the caller's counts, whether dpselect certified the mechanism at all,
+and whether the randomness was the secure CSPRNG. ``str()`` renders it for people; the printed
+δ is always rounded *up*, so no reader ever sees a number below what was certified.
+"""
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+__all__ = ["PrivacyGuarantee", "PAPER", "format_delta", "delta_upper_float"]
+
+# The paper every partition-selection guarantee rests on.
+PAPER = ("Desfontaines, Voss, Gipson, Mandayam, \"Differentially private partition selection\", "
+         "PoPETs 2022")
+
+ContributionBound = Literal["assumed", "enforced"]
+
+_NEIGHBOURS = "add or remove all rows of one privacy unit (user)"
+_NOT_DP = "NOT DP: deterministic test RNG"
+
+
+def delta_upper_float(value: Fraction | float) -> float:
+    """The smallest float that is >= value (a float conversion may round down)."""
+    exact = Fraction(value)
+    approx = float(exact)
+    if Fraction(approx) < exact:
+        approx = math.nextafter(approx, math.inf)
+    return approx
+
+
+def format_delta(value: Fraction | float, digits: int = 4) -> str:
+    """δ with ``digits`` significant digits, rounded up (never below the exact value)."""
+    exact = Fraction(value)
+    if exact <= 0:
+        return "0"
+    # Decimal exponent of the leading digit, then ceil of the scaled mantissa (exactly).
+    exponent = math.floor(math.log10(delta_upper_float(exact)))
+    scale = Fraction(10) ** (digits - 1 - exponent)
+    while exact * scale >= 10**digits:  # log10 of a float can be off by one at a boundary
+        exponent += 1
+        scale = Fraction(10) ** (digits - 1 - exponent)
+    while exact * scale < 10 ** (digits - 1):
+        exponent -= 1
+        scale = Fraction(10) ** (digits - 1 - exponent)
+    mantissa = math.ceil(exact * scale)
+    if mantissa == 10**digits:
+        mantissa //= 10
+        exponent += 1
+    text = str(mantissa)
+    lead, rest = text[0], text[1:].rstrip("0")
+    body = f"{lead}.{rest}" if rest else lead
+    return body if exponent == 0 else f"{body}e{exponent:+03d}"
 
 
 @dataclass(frozen=True)
 class PrivacyGuarantee:
     """What a mechanism promises, and under which neighbouring relation.
 
-    ``delta`` is the certified δ: computed exactly on the quantized table that runs, never
-    above the δ the caller asked for."""
+    ``delta_exact`` is the certified δ: computed exactly on the quantized table that runs,
+    never above ``requested_delta``. ``delta`` is a float upper bound of it (rounded up).
+    ``contribution_bound`` says whether the κ of the statement is enforced by dpselect (raw rows
+    are bounded before counting) or assumed of the caller's counts. ``certified`` is False for a
+    mechanism dpselect did not build (its claim is the author's, not checked here), and
+    ``privacy_guaranteed`` is False when the deterministic test RNG produced the result."""
 
     mechanism: str
     epsilon: float
-    delta: float
+    delta_exact: Fraction
     max_partitions_contributed: int
-    spec: str
-    neighbours: str = "add or remove one privacy unit (user); each user in at most max_partitions_contributed partitions"
+    reference: str
+    requested_delta: float | None = None
+    contribution_bound: ContributionBound = "assumed"
+    neighbours: str = _NEIGHBOURS
+    certified: bool = True
+    privacy_guaranteed: bool = True
     notes: str = ""
 
+    def __post_init__(self) -> None:
+        if self.contribution_bound not in ("assumed", "enforced"):
+            raise ValueError(f"contribution_bound must be 'assumed' or 'enforced', got {self.contribution_bound!r}")
+        object.__setattr__(self, "delta_exact", Fraction(self.delta_exact))
+
+    @property
+    def delta(self) -> float:
+        """The certified δ as a float, rounded up (never below the exact value)."""
+        return delta_upper_float(self.delta_exact)
+
+    @property
+    def is_dp(self) -> bool:
+        """True when the statement is dpselect's own, certified claim about a private run."""
+        return self.certified and self.privacy_guaranteed
+
+    def enforced(self) -> PrivacyGuarantee:
+        """The same statement with κ enforced by dpselect's contribution bounding."""
+        return dataclasses.replace(self, contribution_bound="enforced")
+
+    def under_test_rng(self) -> PrivacyGuarantee:
+        """The statement for a result computed with the deterministic test RNG: NOT DP."""
+        return dataclasses.replace(self, privacy_guaranteed=False)
+
+    def user_supplied(self) -> PrivacyGuarantee:
+        """The statement of a mechanism dpselect did not build: relayed, never certified."""
+        return dataclasses.replace(self, certified=False)
+
+    def _kappa_text(self) -> str:
+        k = self.max_partitions_contributed
+        if self.contribution_bound == "enforced":
+            return (f"each user's rows are bounded by dpselect to at most {k} partition(s), chosen "
+                    "uniformly at random, before counting")
+        return (f"each user is assumed to contribute to at most {k} partition(s) of the counts "
+                "(bound contributions before counting; dpselect.select_partitions does)")
+
+    def _delta_text(self) -> str:
+        certified = format_delta(self.delta_exact)
+        if self.requested_delta is None or Fraction(self.requested_delta) == self.delta_exact:
+            return f"delta = {certified}"
+        return (f"delta = {certified} (certified on the quantized table that runs; below the "
+                f"requested {self.requested_delta:g} because every rounding in the table, the noise "
+                "and the budget split is made toward privacy)")
+
     def __str__(self) -> str:
+        if not self.privacy_guaranteed:
+            head = f"{_NOT_DP}. {self.mechanism} ran on a deterministic, seeded test generator: "
+            head += "anyone with the seed can recompute the noise. Were it run with the secure "
+            head += "generator, it would be "
+        elif not self.certified:
+            head = (f"USER-SUPPLIED, NOT CERTIFIED BY DPSELECT: {self.mechanism} is a strategy "
+                    "dpselect did not build; its author claims it is ")
+        else:
+            head = f"{self.mechanism} is "
         text = (
-            f"{self.mechanism} is ({self.epsilon:g}, {self.delta:.6g})-differentially private "
-            f"(computational, ChaCha20 CSPRNG) for neighbouring datasets that {self.neighbours} "
-            f"(= {self.max_partitions_contributed}). Certified on the exact table that runs; see {self.spec}."
+            f"{head}({self.epsilon:g}, {format_delta(self.delta_exact)})-differentially private "
+            f"(computational, ChaCha20 CSPRNG) for neighbouring datasets that {self.neighbours}; "
+            f"{self._kappa_text()}. {self._delta_text()[0].upper()}{self._delta_text()[1:]}."
         )
+        if self.certified:
+            text += " Certified in exact rational arithmetic on the table that runs."
+        text += f" See {self.reference}."
         return f"{text} {self.notes}".strip()
+
+    def __repr__(self) -> str:
+        tags = []
+        if not self.privacy_guaranteed:
+            tags.append(_NOT_DP)
+        if not self.certified:
+            tags.append("user-supplied, not certified")
+        tag = f" [{'; '.join(tags)}]" if tags else ""
+        return (f"PrivacyGuarantee({self.mechanism!r}, epsilon={self.epsilon:g}, "
+                f"delta={format_delta(self.delta_exact)}, "
+                f"max_partitions_contributed={self.max_partitions_contributed}, "
+                f"bound={self.contribution_bound}){tag}")

@@ -9,6 +9,7 @@ to this interface, so a new mechanism plugs in by implementing it.
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -17,7 +18,7 @@ import numpy.typing as npt
 
 from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
-from dpselect.guarantee import PrivacyGuarantee
+from dpselect.guarantee import PAPER, PrivacyGuarantee
 from dpselect.params import PrivacyParams, validate_params
 from dpselect.rng import resolve_rng
 from dpselect.tables import KeepTable, TSGDTable, keep_table, tsgd_table
@@ -93,9 +94,10 @@ class _NoRelease:
         return PrivacyGuarantee(
             mechanism=f"{self.name} with delta = 0 (releases nothing)",
             epsilon=0.0,
-            delta=0.0,
+            delta_exact=Fraction(0),
             max_partitions_contributed=self.max_partitions_contributed,
-            spec="spec core.md §1 (Theorem 2)",
+            reference=f"{PAPER}, Theorem 2; docs/privacy/pi-opt.md",
+            requested_delta=0.0,
         )
 
     def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
@@ -148,9 +150,10 @@ class PiOptSelection:
         return PrivacyGuarantee(
             mechanism="pi_opt partition selection",
             epsilon=float(p.epsilon_exact),
-            delta=float(p.compose(p.partition_delta)),
+            delta_exact=p.compose(p.partition_delta),
             max_partitions_contributed=p.max_partitions_contributed,
-            spec="spec core.md §1–2 (Theorem 1, Lemma 1), rng-and-exactness.md §3",
+            reference=f"{PAPER}, Theorem 1 and Lemma 1; docs/privacy/pi-opt.md",
+            requested_delta=p.delta,
             notes=note.strip(),
         )
 
@@ -215,9 +218,10 @@ class TSGDRelease:
         return PrivacyGuarantee(
             mechanism=f"TSGD thresholded release (k = {self.k})",
             epsilon=float(p.epsilon_exact),
-            delta=float(p.compose(self.table.certified_delta)),
+            delta_exact=p.compose(self.table.certified_delta),
             max_partitions_contributed=p.max_partitions_contributed,
-            spec="spec core.md §3 (Theorem 6), rng-and-exactness.md §4",
+            reference=f"{PAPER}, Theorem 6; docs/privacy/tsgd-release.md",
+            requested_delta=p.delta,
         )
 
     def release(
