@@ -1,8 +1,10 @@
-/* Exact Bernoulli(Q / 2^64) by lazy byte comparison (spec rng-and-exactness.md §3.1).
+/* Exact Bernoulli(Q / 2^w) by lazy byte comparison (docs/privacy/randomness.md).
  *
  * keep <=> U < Q where U is the big-endian number formed by fresh random bytes. Bytes are
  * compared most significant first and the comparison stops at the first difference, so
- * P(keep) = Q / 2^64 exactly while using 256/255 bytes on average, whatever Q is. */
+ * P(keep) = Q / 2^w exactly while using 256/255 bytes on average, whatever Q is. Q has w = 64
+ * bits (one word) or w = 64 * limbs bits (words most significant first): wider tables cost no
+ * extra expected randomness, only a longer (probability 256^-8) tail. */
 #ifndef DPS_BERNOULLI_H
 #define DPS_BERNOULLI_H
 
@@ -33,6 +35,27 @@ static inline int dps_bernoulli_rest(const uint8_t *r, uint64_t q, uint32_t *use
         }
     }
     *used = 7;
+    return 0; /* U == Q: strict comparison drops */
+}
+
+/* Byte j (0 = most significant) of the big-endian number held in `limbs` 64-bit words. */
+static inline unsigned dps_limb_byte(const uint64_t *q, uint32_t j) {
+    return (unsigned)(q[j >> 3] >> (56 - 8 * (j & 7))) & 0xFFu;
+}
+
+/* dps_bernoulli_rest for a wide Q: fresh bytes r[0 .. 8 limbs - 2] against bytes 1 .. 8 limbs - 1
+ * of Q, stopping at the first difference. r must hold 8 * limbs - 1 readable bytes. */
+static inline int dps_bernoulli_rest_wide(const uint8_t *r, const uint64_t *q, uint32_t limbs,
+                                          uint32_t *used) {
+    const uint32_t width = 8 * limbs;
+    for (uint32_t j = 1; j < width; j++) {
+        unsigned qb = dps_limb_byte(q, j);
+        if (r[j - 1] != qb) {
+            *used = j;
+            return r[j - 1] < qb;
+        }
+    }
+    *used = width - 1;
     return 0; /* U == Q: strict comparison drops */
 }
 

@@ -1,4 +1,4 @@
-/* A fast-key-erasure ChaCha20 generator (spec rng-and-exactness.md §2.2).
+/* A fast-key-erasure ChaCha20 generator (docs/privacy/randomness.md).
  *
  * Each refill produces 64 ChaCha20 blocks under the current key; the first 32 bytes become the
  * next key and are zeroed, the other 4064 bytes are served. A key is used for one refill only, so

@@ -1,4 +1,4 @@
-/* OS entropy (spec rng-and-exactness.md §2.2–2.3). Blocking getrandom is acceptable while the
+/* OS entropy (docs/privacy/randomness.md). Blocking getrandom is acceptable while the
  * kernel pool initialises; GRND_NONBLOCK is never used as a silent fallback. */
 /* glibc hides syscall(), MAP_ANONYMOUS and O_CLOEXEC under strict -std=c11 */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -50,6 +50,10 @@ int dps_os_entropy(uint8_t *buf, size_t n) {
             if (errno == ENOSYS) return from_urandom(buf, n);  /* kernels before 3.17 only */
             return -1;
         }
+        /* getrandom never returns 0 bytes for a non-empty request; if something between us
+         * and the kernel (a seccomp filter, an interposed wrapper) makes it, fail instead of
+         * spinning forever. */
+        if (r == 0 || (size_t)r > chunk) return -1;
         buf += r;
         n -= (size_t)r;
     }

@@ -1,5 +1,7 @@
 #include "release_avx512.h"
 
+#include <string.h>
+
 #include "bernoulli.h"
 #include "select.h"
 
@@ -69,7 +71,9 @@ TARGET long long dps_release_blocks_avx512(dps_rng *s, const dps_weight_table *w
             uint32_t idx;
             rc = dps_weight_table_finish(w, s, u_hi[j], &idx);
             if (rc != DPS_OK) return rc;
-            dps_emit_release((uint64_t)counts[done + j], idx, k, keep + done + j, noisy + done + j);
+            uint64_t c;
+            memcpy(&c, counts + done + j, sizeof c); /* counts may be unaligned */
+            dps_emit_release(c, idx, k, keep + done + j, noisy + done + j);
         }
     }
     *negative_seen = negative != 0;

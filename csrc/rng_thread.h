@@ -1,4 +1,4 @@
-/* Per-thread secure generator states and fork safety (spec rng-and-exactness.md §2.3–2.5).
+/* Per-thread secure generator states and fork safety (docs/privacy/randomness.md).
  *
  * A forked child must never replay its parent's bytes. Three independent checks, any one of
  * which suffices: the state page is MADV_WIPEONFORK (the child sees a zeroed, uninitialised

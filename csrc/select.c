@@ -4,29 +4,55 @@
 #include "release_avx512.h"
 #include "select_avx512.h"
 
-#define COUNT_AT(T, i) (*(const T *)(counts + (ptrdiff_t)(i) * cs))
+/* Counts may sit at any address (a numpy view of a byte buffer, say): load them with memcpy,
+ * which compiles to a plain load where the target allows unaligned access. */
+#define DEFINE_LOAD(SUFFIX, T)                                                                    \
+    static inline T load_##SUFFIX(const char *p) {                                               \
+        T v;                                                                                     \
+        memcpy(&v, p, sizeof v);                                                                 \
+        return v;                                                                                \
+    }
+DEFINE_LOAD(i8, int8_t)
+DEFINE_LOAD(i16, int16_t)
+DEFINE_LOAD(i32, int32_t)
+DEFINE_LOAD(i64, int64_t)
+DEFINE_LOAD(u8, uint8_t)
+DEFINE_LOAD(u16, uint16_t)
+DEFINE_LOAD(u32, uint32_t)
+DEFINE_LOAD(u64, uint64_t)
 
-int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top) {
-    if (n == 0 || q[0] != 0) return DPS_ERR_BAD_TABLE;
-    for (uint64_t i = 1; i < n; i++)
-        if (q[i] < q[i - 1]) return DPS_ERR_BAD_TABLE;
-    for (uint64_t i = 0; i < n; i++) top[i] = (uint16_t)(q[i] >> 56);
-    top[n] = 256;
+#define COUNT_AT(SUFFIX, i) load_##SUFFIX(counts + (ptrdiff_t)(i) * cs)
+
+int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
+                        uint8_t *top) {
+    if (n == 0 || limbs == 0 || limbs > DPS_KEEP_MAX_LIMBS) return DPS_ERR_BAD_TABLE;
+    for (uint32_t w = 0; w < limbs; w++)
+        if (q[w] != 0) return DPS_ERR_BAD_TABLE; /* q[0] == 0: an absent partition is never kept */
+    for (uint64_t i = 1; i < n; i++) { /* non-decreasing, compared limb by limb */
+        const uint64_t *a = q + (i - 1) * limbs, *b = q + i * limbs;
+        for (uint32_t w = 0; w < limbs; w++) {
+            if (a[w] < b[w]) break;
+            if (a[w] > b[w]) return DPS_ERR_BAD_TABLE;
+        }
+    }
+    for (uint64_t i = 0; i < n; i++) top[i] = (uint8_t)(q[i * limbs] >> 56);
     t->q = q;
     t->n_entries = n;
+    t->limbs = limbs;
     t->top = top;
     return DPS_OK;
 }
 
 /* After a batch met a negative count: zero every output and find the first offender. */
-#define DEFINE_FAIL(NAME, T)                                                                      \
+#define DEFINE_FAIL(NAME, SUFFIX)                                                                 \
     static int NAME(const char *counts, ptrdiff_t cs, size_t n, uint8_t *keep, ptrdiff_t ks,    \
                     int64_t *noisy, ptrdiff_t ns, size_t *bad) {                                 \
         int found = 0;                                                                           \
+        const int64_t zero = 0;                                                                  \
         for (size_t i = 0; i < n; i++) {                                                         \
             keep[(ptrdiff_t)i * ks] = 0;                                                         \
-            if (noisy) *(int64_t *)((char *)noisy + (ptrdiff_t)i * ns) = 0;                      \
-            if (!found && *(const T *)(counts + (ptrdiff_t)i * cs) < 0) { *bad = i; found = 1; } \
+            if (noisy) memcpy((char *)noisy + (ptrdiff_t)i * ns, &zero, sizeof zero);            \
+            if (!found && COUNT_AT(SUFFIX, i) < 0) { *bad = i; found = 1; }                      \
         }                                                                                        \
         return DPS_ERR_NEGATIVE;                                                                 \
     }
@@ -41,11 +67,12 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
 #define BLOCK 64
 
 
-#define DEFINE_SELECT(NAME, FAIL, T, SIGNED)                                                      \
+#define DEFINE_SELECT(NAME, FAIL, SUFFIX, T, SIGNED)                                              \
     static int NAME(dps_rng *s, const dps_keep_table *t, const char *counts, ptrdiff_t cs,      \
                     size_t n, uint8_t *keep, ptrdiff_t ks, size_t *bad) {                        \
-        const uint64_t N = t->n_entries;                                                         \
-        const uint16_t *top = t->top;                                                            \
+        const uint64_t N = t->n_entries, last = N - 1;                                           \
+        const uint32_t limbs = t->limbs;                                                         \
+        const uint8_t *top = t->top;                                                             \
         int64_t neg = 0;                                                                         \
         for (size_t i = 0; i < n; i += BLOCK) {                                                  \
             size_t len = n - i < BLOCK ? n - i : BLOCK;                                          \
@@ -54,25 +81,26 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
             const uint8_t *r = s->buf + s->pos;                                                  \
             uint64_t ties = 0;                                                                   \
             for (size_t j = 0; j < len; j++) {                                                   \
-                T c = COUNT_AT(T, i + j);                                                        \
+                T c = COUNT_AT(SUFFIX, i + j);                                                   \
                 if (SIGNED) neg |= (int64_t)c;                                                   \
                 uint64_t u = (uint64_t)c;                                                        \
-                uint64_t idx = u < N ? u : N;                                                    \
+                uint64_t idx = u < last ? u : last; /* counts >= N take N - 1's path */          \
                 unsigned b0 = r[j], t0 = top[idx];                                               \
-                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)(b0 < t0);                              \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)((b0 < t0) | (u >= N));                 \
                 ties |= (uint64_t)(b0 == t0) << j;                                               \
             }                                                                                    \
             s->pos += (uint32_t)len;                                                             \
-            while (ties) { /* first byte equal to q's top byte: bytes 1..7 decide */             \
+            while (ties) { /* first byte equal to q's top byte: the later bytes decide */        \
                 size_t j = (size_t)dps_ctz64(ties);                                              \
                 ties &= ties - 1;                                                                \
-                uint64_t u = (uint64_t)COUNT_AT(T, i + j);                                       \
-                rc = dps_rng_reserve(s, 7);                                                      \
+                uint64_t u = (uint64_t)COUNT_AT(SUFFIX, i + j);                                  \
+                rc = dps_rng_reserve(s, 8 * limbs - 1);                                          \
                 if (rc != DPS_OK) return rc;                                                     \
                 uint32_t used;                                                                   \
-                int k = dps_bernoulli_rest(s->buf + s->pos, t->q[u < N ? u : N - 1], &used);     \
+                int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs, \
+                                                limbs, &used);                                   \
                 s->pos += used;                                                                  \
-                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)k;                                      \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)(k | (u >= N));                         \
             }                                                                                    \
         }                                                                                        \
         if (SIGNED && neg < 0) return FAIL(counts, cs, n, keep, ks, NULL, 0, bad);              \
@@ -81,7 +109,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
 
 #define NOISY_AT(i) ((int64_t *)((char *)noisy + (ptrdiff_t)(i) * ns))
 
-#define DEFINE_RELEASE(NAME, FAIL, T, SIGNED)                                                     \
+#define DEFINE_RELEASE(NAME, FAIL, SUFFIX, T, SIGNED)                                                     \
     static int NAME(dps_rng *s, const dps_weight_table *w, uint32_t k, const char *counts,      \
                     ptrdiff_t cs, size_t n, uint8_t *keep, ptrdiff_t ks, int64_t *noisy,         \
                     ptrdiff_t ns, size_t *bad) {                                                 \
@@ -94,7 +122,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
             const uint8_t *r = s->buf + s->pos;                                                  \
             uint64_t flagged = 0;                                                                \
             for (size_t j = 0; j < len; j++) {                                                   \
-                T c = COUNT_AT(T, i + j);                                                        \
+                T c = COUNT_AT(SUFFIX, i + j);                                                   \
                 if (SIGNED) neg |= (int64_t)c;                                                   \
                 u_hi[j] = dps_load_be32(r + 4 * j);                                   \
                 uint32_t flag;                                                                   \
@@ -109,7 +137,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
                 uint32_t idx;                                                                    \
                 rc = dps_weight_table_finish(w, s, u_hi[j], &idx);                               \
                 if (rc != DPS_OK) return rc;                                                     \
-                dps_emit_release((uint64_t)COUNT_AT(T, i + j), idx, k,                               \
+                dps_emit_release((uint64_t)COUNT_AT(SUFFIX, i + j), idx, k,                               \
                              keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j));                   \
             }                                                                                    \
         }                                                                                        \
@@ -118,9 +146,9 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16
     }
 
 #define DEFINE_ALL(SUFFIX, T, SIGNED)                                                             \
-    DEFINE_FAIL(fail_##SUFFIX, T)                                                                \
-    DEFINE_SELECT(select_##SUFFIX, fail_##SUFFIX, T, SIGNED)                                     \
-    DEFINE_RELEASE(release_##SUFFIX, fail_##SUFFIX, T, SIGNED)
+    DEFINE_FAIL(fail_##SUFFIX, SUFFIX)                                                           \
+    DEFINE_SELECT(select_##SUFFIX, fail_##SUFFIX, SUFFIX, T, SIGNED)                             \
+    DEFINE_RELEASE(release_##SUFFIX, fail_##SUFFIX, SUFFIX, T, SIGNED)
 
 DEFINE_ALL(i8, int8_t, 1)
 DEFINE_ALL(i16, int16_t, 1)
@@ -132,26 +160,27 @@ DEFINE_ALL(u32, uint32_t, 0)
 DEFINE_ALL(u64, uint64_t, 0)
 
 /* Vectorisable: OR the values of a block together, look closer only if the sign bit shows. */
-#define DEFINE_FIND_NEGATIVE(NAME, T)                                                             \
+#define DEFINE_FIND_NEGATIVE(NAME, SUFFIX, T)                                                     \
     static int NAME(const char *counts, ptrdiff_t cs, size_t n, size_t *index) {                \
-        const T *dense = (const T *)counts; /* used only when cs == sizeof(T) */                 \
+        const int aligned = ((uintptr_t)counts % sizeof(T)) == 0;                                \
+        const T *dense = (const T *)counts; /* used only when contiguous and aligned */          \
         for (size_t i = 0; i < n; i += 256) {                                                    \
             size_t len = n - i < 256 ? n - i : 256;                                              \
             T acc = 0;                                                                           \
-            if (cs == (ptrdiff_t)sizeof(T)) /* contiguous: a plain loop the compiler vectorises */ \
+            if (cs == (ptrdiff_t)sizeof(T) && aligned) /* a plain loop the compiler vectorises */ \
                 for (size_t j = 0; j < len; j++) acc |= dense[i + j];                            \
             else                                                                                 \
-                for (size_t j = 0; j < len; j++) acc |= COUNT_AT(T, i + j);                      \
+                for (size_t j = 0; j < len; j++) acc |= COUNT_AT(SUFFIX, i + j);                 \
             if (acc < 0)                                                                         \
                 for (size_t j = 0; j < len; j++)                                                 \
-                    if (COUNT_AT(T, i + j) < 0) { *index = i + j; return 1; }                    \
+                    if (COUNT_AT(SUFFIX, i + j) < 0) { *index = i + j; return 1; }               \
         }                                                                                        \
         return 0;                                                                                \
     }
-DEFINE_FIND_NEGATIVE(find_negative_i8, int8_t)
-DEFINE_FIND_NEGATIVE(find_negative_i16, int16_t)
-DEFINE_FIND_NEGATIVE(find_negative_i32, int32_t)
-DEFINE_FIND_NEGATIVE(find_negative_i64, int64_t)
+DEFINE_FIND_NEGATIVE(find_negative_i8, i8, int8_t)
+DEFINE_FIND_NEGATIVE(find_negative_i16, i16, int16_t)
+DEFINE_FIND_NEGATIVE(find_negative_i32, i32, int32_t)
+DEFINE_FIND_NEGATIVE(find_negative_i64, i64, int64_t)
 
 int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,
                       size_t *index) {
@@ -187,7 +216,7 @@ int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *count
     if (s->initialised != DPS_RNG_MAGIC) return DPS_ERR_BAD_STATE;
     if (avx512_state < 0) avx512_state = dps_select_avx512_available();
     if (avx512_state && (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 &&
-        keep_stride == 1 && t->n_entries <= 127) {
+        keep_stride == 1 && t->n_entries <= 128) {
         /* same byte consumption as the portable loop: whole blocks here, the rest below */
         int negative = 0;
         long long done = dps_select_blocks_avx512(s, t, (const int64_t *)counts, n,

@@ -1,12 +1,17 @@
-/* Batch loops over arrays of partition counts (spec core.md §1, §3; rng-and-exactness.md §3).
+/* Batch loops over arrays of partition counts (pi_opt and the TSGD thresholded release of
+ * Desfontaines et al., PoPETs 2022, Theorems 1 and 6; docs/privacy/pi-opt.md,
+ * docs/privacy/tsgd-release.md, docs/privacy/randomness.md).
  *
- * select:  keep[i] = Bernoulli(pi(counts[i])) with pi from a certified 64-bit keep table.
+ * select:  keep[i] = Bernoulli(pi(counts[i])) with pi from a certified fixed-point keep table
+ *          (one to four 64-bit limbs per entry).
  * release: X_i ~ certified TSGD table; keep[i] = counts[i] + X_i > k, noisy[i] = counts[i] + X_i
  *          where kept (0 elsewhere).
  *
- * Counts may be any of eight integer types, at any byte stride; outputs are strided too. Every
- * element consumes randomness whatever its count, so the bytes drawn by a batch do not depend
- * on the data. Callers scan for negative counts first (dps_find_negative) so that none is drawn
+ * Counts may be any of eight integer types, at any byte stride and any alignment (values are
+ * loaded with memcpy); outputs are strided too. Every element consumes randomness whatever its
+ * count, and a count >= N takes exactly the path of a count N - 1 (the table lookup, the 1/256
+ * tie path, the bytes compared) with "n >= N" OR-ed into the decision afterwards, so the bytes
+ * drawn and the work done by a batch do not depend on the data. Callers scan for negative counts first (dps_find_negative) so that none is drawn
  * for; as a second line, a negative count met here aborts the batch, zeroes the outputs and
  * reports its index, so no decision made before it can escape. */
 #ifndef DPS_SELECT_H
@@ -14,36 +19,43 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "csprng.h"
 #include "tsgd.h"
 
 enum dps_dtype { DPS_I8, DPS_I16, DPS_I32, DPS_I64, DPS_U8, DPS_U16, DPS_U32, DPS_U64 };
 
+#define DPS_KEEP_MAX_LIMBS 4
+
 typedef struct dps_keep_table {
-    const uint64_t *q;   /* q[n] = 2^64 * pi(n) for n < n_entries; q[0] == 0, non-decreasing */
-    uint64_t n_entries;  /* counts >= n_entries are kept with certainty */
-    uint16_t *top;       /* n_entries + 1 slots: top byte of q[n], then 256 ("always") */
+    const uint64_t *q;   /* n_entries x limbs words, most significant limb first:
+                            pi(n) = q[n] / 2^(64 limbs); q[0] == 0, non-decreasing */
+    uint64_t n_entries;  /* N: counts >= N are kept with certainty */
+    uint32_t limbs;      /* 1 .. DPS_KEEP_MAX_LIMBS */
+    uint8_t *top;        /* n_entries slots: the most significant byte of q[n] */
 } dps_keep_table;
 
 /* One released value from the drawn index idx (X = idx - k): keep iff n + X > k; the noisy
  * count saturates at INT64_MAX (post-processing of the released value). */
 static inline void dps_emit_release(uint64_t n, uint32_t idx, uint32_t k, uint8_t *keep,
-                                    int64_t *noisy) {
+                                    void *noisy) {
     uint64_t sum = n + idx;                   /* n + X + k */
     sum |= (uint64_t)0 - (uint64_t)(sum < n); /* saturate */
     uint64_t kept = (uint64_t)(sum > 2 * (uint64_t)k);
     uint64_t val = sum - k;
     val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
+    int64_t out = (int64_t)(val & ((uint64_t)0 - kept));
     *keep = (uint8_t)kept;
-    *noisy = (int64_t)(val & ((uint64_t)0 - kept));
+    memcpy(noisy, &out, sizeof out); /* the output may be unaligned */
 }
 
-/* Check q (q[0] == 0, non-decreasing, n >= 1) and fill top. */
-int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top);
+/* Check q (n >= 1 entries of `limbs` words: q[0] == 0, non-decreasing) and fill top (n slots).
+ * The table keeps pointing at q: the caller owns both and keeps them alive and unchanged. */
+int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
+                        uint8_t *top);
 
-/* First negative count, scanning before any randomness is drawn (spec rng-and-exactness.md
- * §3.1): returns 1 and sets *index if there is one, 0 otherwise (always 0 for unsigned types). */
+/* First negative count, scanning before any randomness is drawn: returns 1 and sets *index if there is one, 0 otherwise (always 0 for unsigned types). */
 int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,
                       size_t *index);
 

@@ -1,5 +1,7 @@
 #include "select_avx512.h"
 
+#include <string.h>
+
 #include "bernoulli.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(DPS_NO_AVX512)
@@ -16,11 +18,12 @@ int dps_select_avx512_available(void) {
 TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
                                           const int64_t *counts, size_t n, int is_signed,
                                           uint8_t *keep, int *negative_seen) {
-    const uint64_t N = t->n_entries; /* <= 127, checked by the caller */
+    const uint64_t N = t->n_entries, last = N - 1; /* N <= 128, checked by the caller */
+    const uint32_t limbs = t->limbs;
     uint8_t table[128] = {0};
-    for (uint64_t i = 0; i < N; i++) table[i] = (uint8_t)t->top[i];
+    for (uint64_t i = 0; i < N; i++) table[i] = t->top[i];
     const __m512i lo = _mm512_loadu_si512(table), hi = _mm512_loadu_si512(table + 64);
-    const __m512i n64 = _mm512_set1_epi64((long long)N), n8 = _mm512_set1_epi8((char)N);
+    const __m512i n64 = _mm512_set1_epi64((long long)N), last64 = _mm512_set1_epi64((long long)last);
     const __m512i one = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
     __mmask8 negative = 0;
     size_t done = 0;
@@ -28,10 +31,12 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
         int rc = dps_rng_reserve(s, 64);
         if (rc != DPS_OK) return rc;
         __m128i part[8];
+        uint64_t certain = 0; /* n >= N: kept whatever the bytes, OR-ed in after the lookup */
         for (int k = 0; k < 8; k++) {
             __m512i c = _mm512_loadu_si512(counts + done + 8 * k);
             if (is_signed) negative |= _mm512_cmplt_epi64_mask(c, zero);
-            part[k] = _mm512_cvtepi64_epi8(_mm512_min_epu64(c, n64)); /* idx = min(n, N) */
+            certain |= (uint64_t)_mm512_cmpge_epu64_mask(c, n64) << (8 * k);
+            part[k] = _mm512_cvtepi64_epi8(_mm512_min_epu64(c, last64)); /* idx = min(n, N-1) */
         }
         __m256i idx_lo = _mm256_set_m128i(_mm_unpacklo_epi64(part[2], part[3]),
                                           _mm_unpacklo_epi64(part[0], part[1]));
@@ -40,20 +45,22 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
         __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(idx_lo), idx_hi, 1);
         __m512i top = _mm512_permutex2var_epi8(lo, idx, hi);       /* top byte of q[idx] */
         __m512i bytes = _mm512_loadu_si512(s->buf + s->pos);
-        __mmask64 certain = _mm512_cmpeq_epi8_mask(idx, n8);      /* n >= N: always keep */
-        __mmask64 kept = _mm512_cmplt_epu8_mask(bytes, top) | certain;
-        uint64_t ties = (uint64_t)(_mm512_cmpeq_epi8_mask(bytes, top) & ~certain);
+        __mmask64 kept = _mm512_cmplt_epu8_mask(bytes, top) | (__mmask64)certain;
+        uint64_t ties = (uint64_t)_mm512_cmpeq_epi8_mask(bytes, top); /* whatever the counts */
         _mm512_storeu_si512(keep + done, _mm512_maskz_mov_epi8(kept, one));
         s->pos += 64;
-        while (ties) { /* first byte equal to q's top byte: bytes 1..7 decide */
+        while (ties) { /* first byte equal to q's top byte: the later bytes decide */
             size_t j = (size_t)dps_ctz64(ties);
             ties &= ties - 1;
-            uint64_t u = (uint64_t)counts[done + j];
-            rc = dps_rng_reserve(s, 7);
+            uint64_t u;
+            memcpy(&u, counts + done + j, sizeof u);
+            rc = dps_rng_reserve(s, 8 * limbs - 1);
             if (rc != DPS_OK) return rc;
             uint32_t used;
-            keep[done + j] = (uint8_t)dps_bernoulli_rest(s->buf + s->pos, t->q[u < N ? u : N - 1], &used);
+            int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs,
+                                            limbs, &used);
             s->pos += used;
+            keep[done + j] = (uint8_t)(k | (u >= N));
         }
     }
     *negative_seen = negative != 0;

@@ -1,7 +1,8 @@
 /* AVX-512 (F, BW, VBMI) block loop for select on contiguous 64-bit counts and a contiguous bool
- * output, for keep tables of at most 127 entries. It consumes random bytes exactly as the
+ * output, for keep tables of at most 128 entries. It consumes random bytes exactly as the
  * portable loop in select.c does (blocks of 64: one byte per decision, then the ties in index
- * order), so both produce the same decisions from the same stream. */
+ * order, counts >= N looked up at N - 1 with n >= N OR-ed in), so both produce the same
+ * decisions from the same stream. */
 #ifndef DPS_SELECT_AVX512_H
 #define DPS_SELECT_AVX512_H
 

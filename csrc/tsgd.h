@@ -1,4 +1,4 @@
-/* Exact sampling from a certified integer weight table (spec rng-and-exactness.md §4.1–4.2).
+/* Exact sampling from a certified integer weight table (docs/privacy/tsgd-release.md).
  *
  * The table holds strictly increasing cumulative weights C[0] < ... < C[m-1] = S <= 2^64 - 1.
  * A draw takes U uniform in [0, 2^64) from fresh bytes, rejects U >= S, and returns

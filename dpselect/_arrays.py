@@ -1,10 +1,11 @@
 """Array plumbing for the kernel: validate counts and out= arrays, run a 1-D kernel call over
-any shape without copying, split big batches across cores, and report bad input clearly."""
+any shape (one strided batch, in C order), split big batches across cores, and report bad input
+clearly."""
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
@@ -20,17 +21,26 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def as_counts(counts: npt.ArrayLike) -> np.ndarray:
-    """The caller's counts as an integer ndarray, never copied when already one."""
+def as_counts(counts: npt.ArrayLike, name: str = "counts") -> np.ndarray:
+    """The caller's counts as an integer ndarray, never copied when already one.
+
+    Refused, with a TypeError naming ``name``: booleans, floats, objects, timedelta/datetime
+    (numpy counts timedelta64 as an integer type, but a duration is not a number of users) and
+    masked arrays (their mask would be silently ignored, releasing the masked entries)."""
+    if isinstance(counts, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a numpy masked array: its mask would be ignored and masked entries released. "
+            f"Pass {name}.compressed() to drop them, or {name}.filled(0) to treat them as absent"
+        )
     arr = counts if isinstance(counts, np.ndarray) else np.asarray(counts)
     if arr.dtype == np.bool_:
-        raise TypeError("counts must be integers (numbers of distinct users), got dtype bool")
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
-        if arr.size == 0 and not isinstance(counts, np.ndarray):
+        raise TypeError(f"{name} must be integers (numbers of distinct users), got dtype bool")
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0 and not isinstance(counts, np.ndarray) and arr.dtype.kind == "f":
             return np.zeros(arr.shape, dtype=np.int64)  # [] means no partitions
         raise TypeError(
-            f"counts must be an integer array (numbers of distinct users), got dtype {arr.dtype}; "
-            "a fractional or object count is an input error, not something to round"
+            f"{name} must be an integer array (numbers of distinct users), got dtype {arr.dtype}; "
+            "a fractional, object or time value is an input error, not something to round"
         )
     if not arr.dtype.isnative:
         # The kernel reads native integers; a big-endian count read as little-endian would be
@@ -52,18 +62,22 @@ def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype, name: str) -
     return out
 
 
-def _rows(arrays: Sequence[np.ndarray]) -> tuple[list[tuple[np.ndarray, ...]], str]:
-    """1-D views covering every element, and the order ("C" or "F") in which they do."""
-    first = arrays[0]
-    if first.ndim == 1:
-        return [tuple(arrays)], "C"
-    if first.ndim == 0:
-        return [tuple(a.reshape(1) for a in arrays)], "C"
-    for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
-        if all(a.flags[flag] for a in arrays):
-            return [tuple(a.reshape(-1, order=order) for a in arrays)], order  # views, no copy
-    # Strided N-D: walk rows along the last axis; each row is a strided 1-D view.
-    return [tuple(a[idx] for a in arrays) for idx in np.ndindex(*first.shape[:-1])], "C"
+def _flat_view(a: np.ndarray) -> np.ndarray | None:
+    """A 1-D view of every element of ``a`` in C (row-major) order, or None when the memory
+    layout has no single stride for that order."""
+    if a.ndim <= 1:
+        return a.reshape(-1)
+    try:
+        return a.reshape(-1, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # numpy < 2.1 has no copy= on reshape
+        view = a.view()
+        try:
+            view.shape = (a.size,)
+        except AttributeError:
+            return None
+        return view
 
 
 def _forget_pool_after_fork() -> None:
@@ -92,35 +106,35 @@ def _threads_for(n: int, parallel: bool) -> int:
     return max(1, min(os.cpu_count() or 1, n // (PARALLEL_MIN // 2), 8))
 
 
-def _chunks(rows: list[tuple[np.ndarray, ...]], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
-    """(flat start, 1-D views) pieces of the work; big rows are split for several cores."""
-    pieces, base = [], 0
-    for row in rows:
-        n = row[0].shape[0]
-        threads = _threads_for(n, parallel)
-        bounds = [n * t // threads for t in range(threads + 1)]
-        pieces += [(base + a, tuple(x[a:b] for x in row)) for a, b in zip(bounds, bounds[1:])]
-        base += n
-    return pieces
+def _chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
+    """(flat start, 1-D views) pieces of the work; a big batch is split for several cores."""
+    n = views[0].shape[0]
+    threads = _threads_for(n, parallel)
+    bounds = [n * t // threads for t in range(threads + 1)]
+    return [(a, tuple(x[a:b] for x in views)) for a, b in zip(bounds, bounds[1:])]
 
 
 def _run_all(
     work: Callable[..., object], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
 ) -> list[object]:
-    """work(*views) on every piece: in order on this thread, or (parallel) the first here and the
-    rest on the pool. Every piece finishes before an error is raised (the first piece's wins)."""
-    if not parallel:
-        return [work(*views) for _, views in pieces]
-    futures = [_pool().submit(work, *views) for _, views in pieces[1:]]
+    """work(*views) on every piece, in piece order: on this thread, or (parallel) the first
+    here and the rest on the pool. Every piece finishes before an error is raised (the first
+    piece's wins). When the pool cannot take work (interpreter shutdown: an ``atexit`` handler
+    calling dpselect), the pieces simply run here."""
+    futures: list[Future[object] | None] = []
+    if parallel and len(pieces) > 1:
+        try:
+            pool = _pool()
+            for _, views in pieces[1:]:
+                futures.append(pool.submit(work, *views))
+        except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+            pass
+    futures += [None] * (len(pieces) - 1 - len(futures))
     results: list[object] = []
     errors: list[BaseException] = []
-    try:
-        results.append(work(*pieces[0][1]))
-    except BaseException as exc:
-        errors.append(exc)
-    for future in futures:
+    for (_, views), future in zip(pieces, [None, *futures]):
         try:
-            results.append(future.result())
+            results.append(work(*views) if future is None else future.result())
         except BaseException as exc:
             errors.append(exc)
     if errors:
@@ -128,8 +142,8 @@ def _run_all(
     return results
 
 
-def _negative_error(counts: np.ndarray, flat: int, order: str) -> ValueError:
-    where = np.unravel_index(flat, counts.shape, order=order) if counts.ndim > 1 else (flat,)
+def _negative_error(counts: np.ndarray, flat: int) -> ValueError:
+    where = np.unravel_index(flat, counts.shape) if counts.ndim > 1 else (flat,)
     position = ", ".join(str(int(i)) for i in where)
     value = counts[tuple(int(i) for i in where)] if counts.ndim else counts[()]
     return ValueError(
@@ -144,24 +158,33 @@ def run_batched(
     outs: Sequence[np.ndarray],
     parallel: bool,
 ) -> None:
-    """Run kernel(counts_1d, *outs_1d) over every element.
+    """Run kernel(counts_1d, *outs_1d) over every element, in C (row-major) order.
 
-    Signed counts are first scanned for a negative value, before any randomness is drawn or any
-    output written (spec rng-and-exactness.md §3.1); the error names its index. With
-    ``parallel`` (the secure CSPRNG only: each thread draws from its own state), large batches
-    are split into contiguous chunks run on several cores."""
-    rows, order = _rows([counts, *outs])
-    pieces = _chunks(rows, parallel)
-    if not pieces or pieces[0][1][0].size == 0 and len(pieces) == 1:
+    Any shape and stride is one strided batch: a layout that has no single stride in C order
+    (an F-ordered or sliced N-D array) is copied first, so the same logical counts give the
+    same decisions from the same stream whatever their layout. Signed counts are first
+    scanned for a negative value, before any randomness is drawn or any output written; the
+    error names its index. With ``parallel`` (the secure CSPRNG only: each thread draws from
+    its own state), large batches are split into contiguous chunks run on several cores."""
+    flat_counts = _flat_view(counts)
+    if flat_counts is None:
+        flat_counts = np.ascontiguousarray(counts).reshape(-1)
+    targets = [_flat_view(out) for out in outs]
+    scratch = [np.empty(out.size, out.dtype) if t is None else t for out, t in zip(outs, targets)]
+    if flat_counts.size == 0:
         return
+    pieces = _chunks((flat_counts, *scratch), parallel)
     if np.issubdtype(counts.dtype, np.signedinteger):
         found = _run_all(lambda c, *_: first_negative(c), pieces, parallel)
         for (start, _), index in zip(pieces, found):
             if index >= 0:
-                raise _negative_error(counts, start + int(index), order)
+                raise _negative_error(counts, start + int(index))
     try:
         _run_all(kernel, pieces, parallel)
     except NegativeCountError as exc:  # defence in depth: the kernel checks again
         for out in outs:
             out[...] = 0
         raise ValueError(f"counts changed during the call: a negative count appeared ({exc})") from None
+    for out, target, buffer in zip(outs, targets, scratch):
+        if target is None:  # an out= array with no single-stride layout: fill it at the end
+            out[...] = buffer.reshape(out.shape)

@@ -41,6 +41,8 @@ cdef extern from "rng_thread.h" nogil:
 
 cdef extern from "bernoulli.h" nogil:
     int dps_bernoulli_lazy(const uint8_t *r, uint64_t q, uint32_t *used)
+    unsigned dps_limb_byte(const uint64_t *q, uint32_t j)
+    int dps_bernoulli_rest_wide(const uint8_t *r, const uint64_t *q, uint32_t limbs, uint32_t *used)
 
 cdef extern from "tsgd.h" nogil:
     ctypedef struct dps_weight_table:
@@ -62,10 +64,12 @@ cdef extern from "select.h" nogil:
     enum: DPS_U16
     enum: DPS_U32
     enum: DPS_U64
+    enum: DPS_KEEP_MAX_LIMBS
     ctypedef struct dps_keep_table:
         uint64_t n_entries
+        uint32_t limbs
     int dps_find_negative(int dtype, const void *counts, Py_ssize_t count_stride, size_t n, size_t *index)
-    int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint16_t *top)
+    int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs, uint8_t *top)
     int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                    Py_ssize_t count_stride, size_t n, uint8_t *keep, Py_ssize_t keep_stride,
                    size_t *bad_index)

@@ -8,7 +8,9 @@ class NegativeCountError(ValueError):
     def __init__(self, index: int) -> None: ...
 
 class KeepTableHandle:
+    """Private copy of an (N,) or (N, limbs) uint64 keep table, checked on load."""
     length: int
+    limbs: int
     def __init__(self, q: npt.NDArray[np.uint64]) -> None: ...
 
 class WeightTableHandle:

@@ -8,6 +8,8 @@ import numpy as np
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_STRIDES, PyBUF_FORMAT, PyBUF_WRITABLE
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
 
 from dpselect._csrc cimport *
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
@@ -69,23 +71,45 @@ cdef int _check_out(Py_buffer *view, Py_ssize_t n, Py_ssize_t itemsize, str form
 
 
 cdef class KeepTableHandle:
-    """A certified keep table loaded into the kernel (re-checked: q[0] == 0, non-decreasing)."""
+    """A certified keep table loaded into the kernel: q is an (N, limbs) uint64 array (a 1-D
+    array is one limb), most significant limb first; pi(n) = q[n] / 2^(64 limbs).
+
+    The handle keeps a private copy of q (and of its top bytes) in memory nobody else can reach,
+    so no later change to the caller's array can alter what the kernel samples from. The
+    kernel re-checks q[0] == 0 and monotonicity when loading."""
     cdef dps_keep_table table
-    cdef object q
-    cdef object top
+    cdef uint64_t *words
+    cdef uint8_t *top
 
     def __cinit__(self, q):
-        self.q = np.ascontiguousarray(q, dtype=np.uint64)
-        if self.q.ndim != 1 or self.q.shape[0] == 0:
-            raise ValueError("keep table must be a non-empty 1-D array")
-        self.top = np.empty(self.q.shape[0] + 1, dtype=np.uint16)
-        cdef const uint64_t[::1] qv = self.q
-        cdef uint16_t[::1] tv = self.top
-        check_status(dps_keep_table_init(&self.table, &qv[0], qv.shape[0], &tv[0]))
+        arr = np.asarray(q)
+        if arr.dtype != np.uint64:
+            raise TypeError(f"keep table must have dtype uint64, got {arr.dtype}")
+        if arr.ndim == 1:
+            arr = arr.reshape(-1, 1)
+        if arr.ndim != 2 or arr.shape[0] == 0 or not 1 <= arr.shape[1] <= DPS_KEEP_MAX_LIMBS:
+            raise ValueError("keep table must be a non-empty (N,) or (N, limbs) array, 1 <= limbs <= 4")
+        arr = np.ascontiguousarray(arr)
+        cdef const uint64_t[:, ::1] qv = arr
+        cdef Py_ssize_t n = qv.shape[0], limbs = qv.shape[1]
+        self.words = <uint64_t *>malloc(n * limbs * sizeof(uint64_t))
+        self.top = <uint8_t *>malloc(n * sizeof(uint8_t))
+        if self.words == NULL or self.top == NULL:
+            raise MemoryError("could not allocate the keep table")
+        memcpy(self.words, &qv[0, 0], n * limbs * sizeof(uint64_t))
+        check_status(dps_keep_table_init(&self.table, self.words, <uint64_t>n, <uint32_t>limbs, self.top))
+
+    def __dealloc__(self):
+        free(self.words)
+        free(self.top)
 
     @property
     def length(self):
         return self.table.n_entries
+
+    @property
+    def limbs(self):
+        return self.table.limbs
 
 
 cdef class WeightTableHandle:
@@ -97,7 +121,9 @@ cdef class WeightTableHandle:
     cdef object direct
 
     def __cinit__(self, cumulative):
-        self.cum = np.ascontiguousarray(cumulative, dtype=np.uint64)
+        # A private copy: the caller's array may change later; what the kernel samples may not.
+        self.cum = np.array(cumulative, dtype=np.uint64, order="C", copy=True)
+        self.cum.setflags(write=False)
         cdef Py_ssize_t m = self.cum.shape[0]
         if self.cum.ndim != 1 or m == 0 or m >= 2 ** 31:
             raise ValueError("weight table must be 1-D with between 1 and 2**31 - 1 entries")

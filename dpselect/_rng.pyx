@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Bindings to the C CSPRNG (spec rng-and-exactness.md §2). Thin: checks arguments, releases
+"""Bindings to the C CSPRNG (docs/privacy/randomness.md). Thin: checks arguments, releases
 the GIL around bulk work, maps status codes to exceptions. Use :mod:`dpselect.rng`, not this."""
 import os
 
@@ -15,7 +15,7 @@ def _note_fork() -> None:
     dps_rng_note_fork()
 
 
-# Belt and braces with the C pthread_atfork handler (spec §2.5).
+# Belt and braces with the C pthread_atfork handler (fork detection: docs/privacy/randomness.md).
 os.register_at_fork(after_in_child=_note_fork)
 
 
@@ -43,6 +43,11 @@ cdef class TestState:
     """A deterministic ChaCha20 state for tests only; see dpselect.testing."""
 
     def __cinit__(self, bytes seed, unsigned long long stream, unsigned long long ack):
+        # The same gate as dpselect.testing: reaching for this private class directly must not
+        # be a way around it.
+        if os.environ.get(ALLOW_ENV) != "1":
+            raise RuntimeError(f"the deterministic test RNG is for tests only; set {ALLOW_ENV}=1 "
+                               "to allow it. Results computed with it are NOT differentially private.")
         if len(seed) != 32:
             raise ValueError("seed must be 32 bytes")
         self.state = dps_rng_alloc()
@@ -59,6 +64,7 @@ cdef class TestState:
 
 
 ACK_INSECURE = DPS_ACK_INSECURE
+ALLOW_ENV = "DPSELECT_ALLOW_INSECURE_RNG"
 
 
 cdef dps_rng *begin_batch(object test_state) except NULL:
@@ -150,6 +156,42 @@ def bernoulli_fixed(const uint64_t[::1] q, TestState test_state=None):
             if rc != DPS_OK:
                 break
             o[i] = <uint8_t>dps_bernoulli_lazy(_buf_at(s), q[i], &used)
+            s.pos += used
+        dps_rng_end_batch(s)
+    finish_batch(test_state)
+    check_status(rc)
+    return out
+
+
+def bernoulli_wide(const uint64_t[:, ::1] q, TestState test_state=None):
+    """Exact Bernoulli(q[i] / 2**(64 limbs)) for an (n, limbs) array of big-endian limbs: the
+    first byte against q's top byte, then dps_bernoulli_rest_wide on a tie (tests)."""
+    cdef Py_ssize_t n = q.shape[0]
+    cdef uint32_t limbs = <uint32_t>q.shape[1]
+    if not 1 <= limbs <= 4:
+        raise ValueError("limbs must be between 1 and 4")
+    out = np.empty(n, dtype=np.bool_)
+    cdef uint8_t[::1] o = out.view(np.uint8)
+    cdef dps_rng *s = begin_batch(test_state)
+    cdef int rc = DPS_OK
+    cdef uint32_t used
+    cdef unsigned b0, t0
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(n):
+            rc = dps_rng_reserve(s, 1)
+            if rc != DPS_OK:
+                break
+            b0 = _buf_at(s)[0]
+            t0 = dps_limb_byte(&q[i, 0], 0)
+            s.pos += 1
+            if b0 != t0:
+                o[i] = b0 < t0
+                continue
+            rc = dps_rng_reserve(s, 8 * limbs - 1)
+            if rc != DPS_OK:
+                break
+            o[i] = <uint8_t>dps_bernoulli_rest_wide(_buf_at(s), &q[i, 0], limbs, &used)
             s.pos += used
         dps_rng_end_batch(s)
     finish_batch(test_state)

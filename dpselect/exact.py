@@ -1,8 +1,9 @@
 """Exact rational arithmetic for certificates: parameters as fractions, bounds on e^x.
 
 Floats enter the privacy path only through :func:`as_fraction`, which reads a float the way
-the user wrote it (``1e-5`` means 10^-5, spec rng-and-exactness.md §3.2); every certificate is
-then computed with integers and :class:`fractions.Fraction`.
+the user wrote it (``1e-5`` means 10^-5: docs/privacy/pi-opt.md); every certificate is then
+computed with integers and :class:`fractions.Fraction`. The table verifiers of
+:mod:`dpselect.verify` deliberately do not use the bounds here (they compute their own).
 """
 from __future__ import annotations
 

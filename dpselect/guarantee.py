@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from dpselect.exact import as_fraction
+
 __all__ = ["PrivacyGuarantee", "PAPER", "format_delta", "delta_upper_float"]
 
 # The paper every partition-selection guarantee rests on.
@@ -118,12 +120,13 @@ class PrivacyGuarantee:
                 "(bound contributions before counting; dpselect.select_partitions does)")
 
     def _delta_text(self) -> str:
-        certified = format_delta(self.delta_exact)
-        if self.requested_delta is None or Fraction(self.requested_delta) == self.delta_exact:
-            return f"delta = {certified}"
-        return (f"delta = {certified} (certified on the quantized table that runs; below the "
-                f"requested {self.requested_delta:g} because every rounding in the table, the noise "
-                "and the budget split is made toward privacy)")
+        if not self.certified:
+            return "dpselect has not checked this claim"
+        text = "delta is certified in exact rational arithmetic on the quantized table that runs"
+        if self.requested_delta is not None and as_fraction(self.requested_delta) != self.delta_exact:
+            text += (f" (shown rounded up); the requested delta was {self.requested_delta:g}: every rounding "
+                     "in the table, the noise and the budget split goes toward privacy")
+        return text
 
     def __str__(self) -> str:
         if not self.privacy_guaranteed:
@@ -138,11 +141,9 @@ class PrivacyGuarantee:
         text = (
             f"{head}({self.epsilon:g}, {format_delta(self.delta_exact)})-differentially private "
             f"(computational, ChaCha20 CSPRNG) for neighbouring datasets that {self.neighbours}; "
-            f"{self._kappa_text()}. {self._delta_text()[0].upper()}{self._delta_text()[1:]}."
+            f"{self._kappa_text()}. {self._delta_text()[0].upper()}{self._delta_text()[1:]}. "
+            f"See {self.reference}."
         )
-        if self.certified:
-            text += " Certified in exact rational arithmetic on the table that runs."
-        text += f" See {self.reference}."
         return f"{text} {self.notes}".strip()
 
     def __repr__(self) -> str:

@@ -1,19 +1,22 @@
-"""Validation of privacy parameters and the per-partition budget (spec core.md §2).
+"""Validation of privacy parameters and the per-partition budget.
 
 A user touches at most κ = ``max_partitions_contributed`` partitions. Each partition's
 mechanism runs at ε' = ε/κ and δ' chosen so that κ independent (ε', δ') mechanisms compose to
-(ε, δ):
+(ε, δ) (docs/privacy/contribution-bounding.md):
 
-* ``delta_split="composition"`` (default): δ' = 1 − (1 − δ)^{1/κ}, the largest δ' allowed by
-  the composition theorem for independent mechanisms (Kairouz–Oh–Viswanath 2015, Thm 3.3 with
-  i = 0), as Google's library does;
+* ``delta_split="composition"`` (default): δ' ≈ 1 − (1 − δ)^{1/κ}, the largest δ' allowed by
+  the composition theorem for independent mechanisms (Kairouz, Oh, Viswanath, ICML 2015,
+  Theorem 3.3 with i = 0), as Google's library does;
 * ``delta_split="conservative"``: δ' = δ/κ (basic composition).
 
-δ' is irrational in general; we use a rational δ' no larger than the true value and check the
-composition bound 1 − (1 − δ')^κ ≤ δ exactly.
+δ' is irrational in general: we use a rational δ' just below the true value and prove the
+composition bound 1 − (1 − δ')^κ ≤ δ with a certified lower bound on (1 − δ')^κ (binary
+powering with every product rounded down), in O(log κ) big-integer products. So validation
+takes microseconds for any κ, and validated parameters are cached.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -22,10 +25,12 @@ from typing import Literal
 
 from dpselect.exact import as_fraction
 
-__all__ = ["PrivacyParams", "validate_params", "DeltaSplit"]
+__all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper"]
 
 DeltaSplit = Literal["composition", "conservative"]
 _SPLITS = ("composition", "conservative")
+# Fractional bits of the certified power bound: its relative error is below 2^-(bits - 2 log κ).
+_POWER_BITS = 256
 
 
 @dataclass(frozen=True)
@@ -42,20 +47,60 @@ class PrivacyParams:
     partition_delta: Fraction
 
     def compose(self, partition_delta: Fraction) -> Fraction:
-        """Total δ of κ partitions that each use ``partition_delta`` (exact)."""
-        kappa = self.max_partitions_contributed
-        if self.delta_split == "conservative":
-            return kappa * partition_delta
-        return 1 - (1 - partition_delta) ** kappa
+        """A certified upper bound on the total δ of κ independent partitions that each use
+        ``partition_delta``: κ δ'' (conservative) or 1 − (1 − δ'')^κ, bounded from above."""
+        return composed_delta_upper(partition_delta, self.max_partitions_contributed, self.delta_split)
+
+    def __repr__(self) -> str:
+        return (f"PrivacyParams(epsilon={self.epsilon:g}, delta={self.delta:g}, "
+                f"max_partitions_contributed={self.max_partitions_contributed}, "
+                f"delta_split={self.delta_split!r}; per partition epsilon'={float(self.partition_epsilon):.6g}, "
+                f"delta'={float(self.partition_delta):.6g})")
 
 
-def _check_real(name: str, value: object) -> float:
+def power_lower(base: Fraction, exponent: int, bits: int = _POWER_BITS) -> Fraction:
+    """A rational L <= base^exponent for 0 <= base <= 1 and exponent >= 0: binary powering with
+    every product rounded down to ``bits`` fractional bits (all factors are non-negative, so
+    rounding down each one rounds the product down)."""
+    if not 0 <= base <= 1 or exponent < 0:
+        raise ValueError("power_lower needs 0 <= base <= 1 and exponent >= 0")
+    one = 1 << bits
+    b = base.numerator * one // base.denominator
+    result = one
+    while exponent:
+        if exponent & 1:
+            result = (result * b) >> bits
+        exponent >>= 1
+        if exponent:
+            b = (b * b) >> bits
+    return Fraction(result, one)
+
+
+def composed_delta_upper(partition_delta: Fraction, kappa: int, split: str) -> Fraction:
+    """Upper bound on the δ of κ composed (ε', partition_delta) mechanisms."""
+    basic = kappa * partition_delta  # 1 − (1 − x)^κ <= κx: also valid, and tighter in rounding
+    if split == "conservative" or partition_delta == 0 or kappa == 1:
+        return basic
+    return min(basic, 1 - power_lower(1 - partition_delta, kappa, _bits_for(partition_delta)))
+
+
+def _bits_for(delta: Fraction) -> int:
+    """Enough fractional bits that rounding is negligible next to δ itself."""
+    magnitude = delta.denominator.bit_length() - delta.numerator.bit_length()  # ≈ log2(1/δ)
+    return _POWER_BITS + max(0, magnitude)
+
+
+def _as_exact(name: str, value: object) -> tuple[float, Fraction]:
+    """(float, exact rational) of a real parameter; TypeError/ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    as_float = float(value)
+    try:
+        as_float = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} = {value!r} is too large to represent as a float") from None
     if not math.isfinite(as_float):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    return as_float
+    return as_float, as_fraction(value)  # type: ignore[arg-type]
 
 
 def validate_params(
@@ -68,11 +113,11 @@ def validate_params(
 
     Raises TypeError for a wrong type and ValueError for a value out of range, naming the
     parameter. ε = 0 and δ = 0 are valid here; mechanisms decide what they can do with them
-    (spec core.md §1, Theorem 2)."""
-    eps = _check_real("epsilon", epsilon)
+    (Desfontaines et al., PoPETs 2022, Theorem 2). Cached: repeated calls cost a dict lookup."""
+    eps, eps_exact = _as_exact("epsilon", epsilon)
     if eps < 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    dlt = _check_real("delta", delta)
+    dlt, delta_exact = _as_exact("delta", delta)
     if not 0 <= dlt < 1:
         raise ValueError(f"delta must be in [0, 1), got {delta!r}")
     if isinstance(max_partitions_contributed, bool) or not isinstance(max_partitions_contributed, Integral):
@@ -82,11 +127,14 @@ def validate_params(
     kappa = int(max_partitions_contributed)
     if kappa < 1:
         raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
-    if delta_split not in _SPLITS:
+    if not isinstance(delta_split, str) or delta_split not in _SPLITS:
         raise ValueError(f"delta_split must be one of {_SPLITS}, got {delta_split!r}")
+    return _validated(eps, dlt, eps_exact, delta_exact, kappa, delta_split)
 
-    eps_exact = as_fraction(eps)
-    delta_exact = as_fraction(dlt)
+
+@functools.lru_cache(maxsize=256)
+def _validated(eps: float, dlt: float, eps_exact: Fraction, delta_exact: Fraction, kappa: int,
+               delta_split: str) -> PrivacyParams:
     partition_epsilon = eps_exact / kappa
     if delta_split == "conservative":
         partition_delta = delta_exact / kappa
@@ -104,13 +152,24 @@ def validate_params(
     )
 
 
+def _round_down(value: float, significant_bits: int = 64) -> Fraction:
+    """A short dyadic rational <= value (> 0): value's leading ``significant_bits`` bits."""
+    shift = significant_bits - math.frexp(value)[1]  # >= significant_bits, as 0 < value < 1
+    return Fraction(math.floor(Fraction(value) * 2**shift), 2**shift)
+
+
 def _composition_delta(delta: Fraction, kappa: int) -> Fraction:
-    """Largest convenient rational δ' with 1 − (1 − δ')^κ ≤ δ, checked exactly."""
+    """A rational δ' just below 1 − (1 − δ)^{1/κ} with 1 − (1 − δ')^κ <= δ, proven with
+    :func:`power_lower`. Never rounds a positive δ' to 0 (κ = 10^30 gives δ' ≈ δ/κ, not 0)."""
     if kappa == 1 or delta == 0:
         return delta
     estimate = -math.expm1(math.log1p(-float(delta)) / kappa)
-    candidate = Fraction(estimate).limit_denominator(2**80)
-    # Step down until the exact composition bound holds; one step is almost always enough.
-    while 1 - (1 - candidate) ** kappa > delta:
+    if not estimate > 0:  # float underflow: fall back to basic composition, which always holds
+        return delta / kappa
+    candidate = _round_down(estimate)
+    # Step down until the bound is proven; one step is almost always enough.
+    for _ in range(64):
+        if 1 - power_lower(1 - candidate, kappa, _bits_for(delta)) <= delta:
+            return candidate
         candidate = candidate * (1 - Fraction(1, 2**40))
-    return candidate
+    return delta / kappa  # basic composition: κ δ' = δ, always valid

@@ -1,4 +1,4 @@
-"""The package's random number generators (spec rng-and-exactness.md §2).
+"""The package's random number generators (docs/privacy/randomness.md).
 
 Every random decision dpselect makes, in C or in Python, comes from a ChaCha20
 fast-key-erasure generator keyed from the operating system, with one state per thread and
@@ -8,7 +8,7 @@ no ``random_state=`` parameter: the only deterministic generator is
 every use, and marks results as not private.
 
 Guarantee: computational DP. Probabilities of outputs differ from those of ideal randomness by
-at most the advantage of an attacker distinguishing ChaCha20 from random (spec §3.4 item 4).
+at most the advantage of an attacker distinguishing ChaCha20 from random.
 """
 from __future__ import annotations
 
@@ -134,10 +134,15 @@ def _check_int(name: str, value: object) -> int:
     return int(value)
 
 
+# Larger requests cannot be served in memory anyway; refuse them with a message, not an
+# OverflowError from the binding or a MemoryError after a long wait.
+MAX_DRAWS = 2**40
+
+
 def _check_count(name: str, value: object) -> int:
     value = _check_int(name, value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+    if not 0 <= value <= MAX_DRAWS:
+        raise ValueError(f"{name} must be between 0 and 2**40, got {value}")
     return value
 
 

@@ -17,8 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from dpselect._arrays import as_counts, check_out
 from dpselect.strategies import PiOptSelection, TSGDRelease, make_strategy
-from dpselect.theory import pi_opt_crossovers
+from dpselect.theory import exact_crossovers
 
 __all__ = ["select", "release", "keep_probability", "crossovers", "Crossovers", "Release"]
 
@@ -40,11 +41,15 @@ class Release(NamedTuple):
 
 
 class Crossovers(NamedTuple):
-    """Per-partition crossover points (seed 003 Theorem 1, Definition 7), at ε' = ε/κ and δ'.
+    """Per-partition crossover points (Desfontaines et al., PoPETs 2022, Theorem 1 and
+    Definition 7), at ε' = ε/κ and δ', decided in exact arithmetic (docs/privacy/pi-opt.md).
 
-    n1: last count of pure geometric growth; n2: last count with keep probability < 1 in
-    exact arithmetic; k: TSGD threshold of the release (as certified); table_length: first
-    count the certified kernel keeps with certainty (>= n2 + 1)."""
+    n1: last count of pure geometric growth of pi_opt; n2: last count with pi_opt(n) < 1;
+    k: the release threshold of the TSGD release, as certified (Definition 7 gives n1; the
+    quantized noise may need one more; n1 when δ' is too small for the release to run); table_length: the first count the certified kernel
+    keeps with certainty. table_length = n2 + 1, except when pi_opt(n2) lies within the
+    table's rounding (~2^-100) of 1 − δ', where the table, rounded toward privacy, needs
+    n2 + 2 entries."""
 
     n1: int
     n2: int
@@ -65,17 +70,21 @@ def select(
 ) -> npt.NDArray[np.bool_]:
     """Boolean mask of the partitions to release, by the optimal rule pi_opt.
 
-    Guarantee (spec core.md §1–2; rng-and-exactness.md §3): (ε, δ)-DP for adding or removing
-    one user who contributes to at most ``max_partitions_contributed`` partitions; each
-    partition is kept independently with the certified probability that
-    :func:`keep_probability` reports. ``out``: a preallocated bool array of counts' shape.
-    δ = 0 releases nothing (Theorem 2) and raises unless ``allow_no_release=True``."""
+    Guarantee (Desfontaines et al., PoPETs 2022, Theorem 1; docs/privacy/pi-opt.md): (ε, δ)-DP
+    for adding or removing one user, *assuming* each user contributes to at most
+    ``max_partitions_contributed`` of the counts (bound contributions first:
+    :func:`dpselect.select_partitions` does); each partition is kept independently with the
+    certified probability that :func:`keep_probability` reports. ``out``: a preallocated bool
+    array of counts' shape. δ = 0 releases nothing (Theorem 2) and raises unless
+    ``allow_no_release=True``."""
     strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
     if not isinstance(strategy, PiOptSelection):  # δ = 0, explicitly allowed
-        keep = strategy.apply(counts, rng=rng).keep
-        if out is not None:
-            out[...] = keep
-            return out
+        arr = as_counts(counts)
+        target = None if out is None else check_out(out, arr.shape, np.dtype(np.bool_), "out")
+        keep = strategy.apply(arr, rng=rng).keep
+        if target is not None:
+            target[...] = keep
+            return target
         return keep
     return strategy.select(counts, out=out, rng=rng)
 
@@ -93,18 +102,26 @@ def release(
 ) -> Release:
     """Thresholded release with TSGD noise: which partitions to publish and their noisy counts.
 
-    Guarantee (spec core.md §3, Theorem 6; rng-and-exactness.md §4): the published keys and
-    counts together are (ε, δ)-DP, with the δ of the quantized noise certified exactly.
+    Guarantee (Desfontaines et al., PoPETs 2022, Theorem 6; docs/privacy/tsgd-release.md): the
+    published keys and counts together are (ε, δ)-DP for adding or removing one user who
+    contributes to at most ``max_partitions_contributed`` of the counts (assumed), with the δ
+    of the quantized noise certified exactly.
     Returns ``Release(keep, noisy_counts)`` (unpack as ``keep, noisy = release(...)``);
     ``out=(keep_out, noisy_out)`` writes into preallocated bool / int64 arrays. Needs ε > 0."""
     strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
     if not isinstance(strategy, TSGDRelease):  # δ = 0, explicitly allowed
-        result = strategy.apply(counts, rng=rng)
+        arr = as_counts(counts)
+        if out is not None:
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise TypeError("out must be a tuple (keep, noisy_counts) of preallocated arrays")
+            keep_out = check_out(out[0], arr.shape, np.dtype(np.bool_), "out[0] (keep)")
+            noisy_out = check_out(out[1], arr.shape, np.dtype(np.int64), "out[1] (noisy_counts)")
+        result = strategy.apply(arr, rng=rng)
         assert result.noisy_counts is not None
         if out is not None:
-            out[0][...] = result.keep
-            out[1][...] = result.noisy_counts
-            return Release(out[0], out[1])
+            keep_out[...] = result.keep
+            noisy_out[...] = result.noisy_counts
+            return Release(keep_out, noisy_out)
         return Release(result.keep, result.noisy_counts)
     keep, noisy = strategy.release(counts, out=out, rng=rng)
     return Release(keep, noisy)
@@ -123,12 +140,14 @@ def keep_probability(
     These are the certified fixed-point values q[n]/2^64 the kernel samples with (exactly,
     then rounded to float64 for display), not the floating-point closed form."""
     strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release=True)
-    arr = np.asarray(n)
+    arr = as_counts(n, "n")
+    if arr.size and arr.min() < 0:
+        raise ValueError("n must be non-negative (numbers of distinct users)")
     if isinstance(strategy, PiOptSelection):
         result = strategy.keep_probability(arr)
     else:  # δ = 0: nothing is ever kept (Theorem 2)
-        result = strategy.apply(arr).keep.astype(np.float64)
-    return float(result) if np.ndim(n) == 0 else result
+        result = np.zeros(arr.shape, np.float64)
+    return float(result) if arr.ndim == 0 else result
 
 
 def crossovers(
@@ -138,14 +157,21 @@ def crossovers(
     max_partitions_contributed: int = 1,
     delta_split: str = "composition",
 ) -> Crossovers:
-    """n1, n2, k and the certified table length for these parameters (needs ε > 0, δ > 0)."""
+    """n1, n2 (exact), the release threshold k and the certified table length for these
+    parameters (needs ε > 0, δ > 0)."""
     # The strategy validates the parameters once; its params carry the per-partition budget.
     select_strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split,
                                 allow_no_release=True)
     params = select_strategy.params
     if params.partition_epsilon == 0 or params.partition_delta == 0:
         raise ValueError("crossovers need epsilon > 0 and delta > 0 (Theorem 2 covers the rest)")
-    theory = pi_opt_crossovers(float(params.partition_epsilon), float(params.partition_delta))
-    release_strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split)
-    assert isinstance(select_strategy, PiOptSelection) and isinstance(release_strategy, TSGDRelease)
-    return Crossovers(theory.n1, theory.n2, release_strategy.k, select_strategy.table.length)
+    assert isinstance(select_strategy, PiOptSelection)
+    table = select_strategy.table  # built at min(ε', EPSILON_CAP): the same crossovers
+    n1, n2 = exact_crossovers(table.partition_epsilon, table.partition_delta)
+    try:
+        release_strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split)
+        assert isinstance(release_strategy, TSGDRelease)
+        k = release_strategy.k
+    except ValueError:  # δ' below what the release's 64-bit noise can certify
+        k = n1  # Definition 7's threshold
+    return Crossovers(n1, n2, k, table.length)

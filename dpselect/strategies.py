@@ -28,6 +28,7 @@ __all__ = [
     "SelectionResult",
     "PiOptSelection",
     "TSGDRelease",
+    "UserSuppliedStrategy",
     "make_strategy",
     "STRATEGIES",
 ]
@@ -36,7 +37,9 @@ __all__ = [
 @dataclass(frozen=True)
 class SelectionResult:
     """keep[i]: release partition i; noisy_counts[i]: its released count (0 where not kept),
-    or None for strategies that release no counts."""
+    or None for strategies that release no counts. ``guarantee`` is the statement for *this*
+    result: it says NOT DP when the deterministic test RNG made it, and "user-supplied, not
+    certified" for a strategy dpselect did not build."""
 
     keep: npt.NDArray[np.bool_]
     noisy_counts: npt.NDArray[np.int64] | None
@@ -45,7 +48,16 @@ class SelectionResult:
 
     def __repr__(self) -> str:
         tag = "" if self.privacy_guaranteed else " [NOT DP: deterministic test RNG]"
-        return f"SelectionResult(kept {int(self.keep.sum())} of {self.keep.size}){tag}"
+        if not self.guarantee.certified:
+            tag += " [user-supplied strategy, not certified by dpselect]"
+        counts = ", with noisy counts" if self.noisy_counts is not None else ""
+        return f"SelectionResult(kept {int(np.count_nonzero(self.keep))} of {self.keep.size}{counts}){tag}"
+
+
+def _result(keep: np.ndarray, noisy: np.ndarray | None, guarantee: PrivacyGuarantee, rng: object | None) -> SelectionResult:
+    """A result whose guarantee tells the truth about the generator that made it."""
+    private = resolve_rng(rng).privacy_guaranteed
+    return SelectionResult(keep, noisy, guarantee if private else guarantee.under_test_rng(), private)
 
 
 @runtime_checkable
@@ -105,27 +117,32 @@ class _NoRelease:
         if arr.size and arr.min() < 0:
             raise ValueError("counts must be non-negative")
         noisy = np.zeros(arr.shape, np.int64) if self.releases_counts else None
-        return SelectionResult(np.zeros(arr.shape, bool), noisy, self.guarantee, resolve_rng(rng).privacy_guaranteed)
+        return _result(np.zeros(arr.shape, bool), noisy, self.guarantee, rng)
+
+    def __repr__(self) -> str:
+        return f"NoRelease({self.name!r}, delta=0: releases nothing; {self.params!r})"
 
 
 def _zero_delta(params: PrivacyParams, allow_no_release: bool, what: str) -> None:
     if params.delta_exact == 0 and not allow_no_release:
         raise ValueError(
-            f"delta = 0: {what} can release no partition (Theorem 2 of Desfontaines et al.: "
-            "under pure DP the set of keys itself cannot depend on the data). Use delta > 0, "
+            f"delta = 0: {what} can release no partition (Theorem 2 of Desfontaines et al., PoPETs "
+            "2022: under pure DP the set of keys itself cannot depend on the data). Use delta > 0, "
             "or pass allow_no_release=True to get an empty selection on purpose."
         )
 
 
 class PiOptSelection:
-    """The optimal keep/drop rule pi_opt (seed 003 Theorem 1; spec core.md §1–2).
+    """The optimal keep/drop rule pi_opt (Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022,
+    Theorem 1 and Lemma 1; docs/privacy/pi-opt.md).
 
-    Guarantee: each partition is kept independently with probability q[n]/2^64 from the
-    certified keep table (spec rng-and-exactness.md §3), which satisfies the four (ε', δ')
-    inequalities between every count n and n + 1, checked exactly at construction; with at
-    most κ partitions per user and ε' = ε/κ, δ' from ``delta_split``, the released key set is
-    (ε, δ)-DP (computational: ChaCha20 CSPRNG). ε = 0 gives pi(n) = min(1, n δ') (Theorem 2).
-    The quantized table is never above pi_opt, within ~1e-7 relative of it."""
+    Guarantee: each partition is kept independently with probability q[n]/2^w from the
+    certified 128- or 192-bit keep table, which satisfies the four (ε', δ') inequalities between
+    every count n and n + 1, checked in exact rational arithmetic by an independent verifier at
+    construction; with at most κ partitions per user and ε' = ε/κ, δ' from ``delta_split``, the
+    released key set is (ε, δ)-DP (computational: ChaCha20 CSPRNG). ε = 0 gives
+    pi(n) = min(1, n δ') (Theorem 2). The table is never above pi_opt and within ~1e-13
+    relative of it."""
 
     name = "pi_opt"
     releases_counts = False
@@ -133,7 +150,7 @@ class PiOptSelection:
     def __init__(self, params: PrivacyParams) -> None:
         self.params = params
         self.table: KeepTable = keep_table(params)
-        self._handle = _kernel.KeepTableHandle(self.table.q)
+        self._handle = _kernel.KeepTableHandle(self.table.words)  # the kernel's private copy
 
     @property
     def max_partitions_contributed(self) -> int:
@@ -158,10 +175,14 @@ class PiOptSelection:
         )
 
     def keep_probability(self, counts: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        arr = as_counts(counts)
+        """The kernel's exact keep probability for each count, rounded to float64."""
+        arr = as_counts(counts, "n")
         if arr.size and arr.min() < 0:
-            raise ValueError("counts must be non-negative")
-        return self.table.probabilities(np.minimum(arr, self.table.length).astype(np.int64))
+            raise ValueError("n must be non-negative (numbers of distinct users)")
+        return self.table.probabilities(arr)
+
+    def __repr__(self) -> str:
+        return f"PiOptSelection({self.params!r}, table_length={self.table.length})"
 
     def select(self, counts: npt.ArrayLike, *, out: np.ndarray | None = None, rng: object | None = None) -> np.ndarray:
         arr = as_counts(counts)
@@ -180,15 +201,15 @@ class PiOptSelection:
 
     def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
         keep = self.select(counts, rng=rng)
-        return SelectionResult(keep, None, self.guarantee, resolve_rng(rng).privacy_guaranteed)
+        return _result(keep, None, self.guarantee, rng)
 
 
 class TSGDRelease:
-    """Thresholded release with k-truncated symmetric geometric noise (seed 003 Definitions
-    6–8, Theorems 4–6; spec core.md §3).
+    """Thresholded release with k-truncated symmetric geometric noise (Desfontaines et al.,
+    PoPETs 2022, Definitions 6–8, Theorems 4–6; docs/privacy/tsgd-release.md).
 
     For every partition present, X ~ TSGD(ε', k) is drawn from the certified integer table
-    (spec rng-and-exactness.md §4.2) and (partition, n + X) is published iff n + X > k. The exact
+    and (partition, n + X) is published iff n + X > k (k: the release threshold). The exact
     δ of this release for the quantized pmf, over every count n and both directions, is
     computed in rational arithmetic at construction and is at most δ' (so the total, composed
     over κ partitions, is at most δ): the released keys *and* noisy counts are (ε, δ)-DP
@@ -216,7 +237,8 @@ class TSGDRelease:
     def guarantee(self) -> PrivacyGuarantee:
         p = self.params
         return PrivacyGuarantee(
-            mechanism=f"TSGD thresholded release (k = {self.k})",
+            mechanism=f"TSGD thresholded release (release threshold {self.k}: a key is published when "
+                      f"its noisy user count exceeds {self.k})",
             epsilon=float(p.epsilon_exact),
             delta_exact=p.compose(self.table.certified_delta),
             max_partitions_contributed=p.max_partitions_contributed,
@@ -255,10 +277,70 @@ class TSGDRelease:
 
     def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
         keep, noisy = self.release(counts, rng=rng)
-        return SelectionResult(keep, noisy, self.guarantee, resolve_rng(rng).privacy_guaranteed)
+        return _result(keep, noisy, self.guarantee, rng)
+
+    def __repr__(self) -> str:
+        return f"TSGDRelease({self.params!r}, release_threshold={self.k})"
+
+
+class UserSuppliedStrategy:
+    """A strategy dpselect did not build, passed through ``make_strategy``. Its own privacy
+    claim is relayed, labelled "user-supplied, not certified by dpselect", and its results
+    are checked for shape and type (a wrong result must not be published as if it were right)."""
+
+    def __init__(self, inner: SelectionStrategy) -> None:
+        self.inner = inner
+        self.name = f"user-supplied {getattr(inner, 'name', type(inner).__name__)}"
+        self.params = inner.params
+
+    @property
+    def max_partitions_contributed(self) -> int:
+        return self.inner.max_partitions_contributed
+
+    @property
+    def count_cap(self) -> int | None:
+        return self.inner.count_cap
+
+    @property
+    def releases_counts(self) -> bool:
+        return self.inner.releases_counts
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        claim = self.inner.guarantee
+        if isinstance(claim, PrivacyGuarantee):
+            return claim.user_supplied()
+        p = self.params
+        return PrivacyGuarantee(
+            mechanism=self.name, epsilon=float(p.epsilon), delta_exact=p.delta_exact,
+            max_partitions_contributed=p.max_partitions_contributed,
+            reference="the strategy author's documentation", requested_delta=p.delta,
+            certified=False, notes=f"Its own statement: {claim}",
+        )
+
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
+        arr = as_counts(counts)
+        result = self.inner.apply(arr, rng=rng)
+        keep = np.asarray(result.keep)
+        if keep.dtype != np.bool_ or keep.shape != arr.shape:
+            raise TypeError(f"strategy {self.name!r} returned keep of dtype {keep.dtype} and shape {keep.shape}; "
+                            f"expected bool of shape {arr.shape}")
+        noisy = result.noisy_counts
+        if self.releases_counts:
+            noisy = np.asarray(noisy)
+            if noisy.shape != arr.shape or not np.issubdtype(noisy.dtype, np.integer):
+                raise TypeError(f"strategy {self.name!r} returned noisy counts that are not integers of shape {arr.shape}")
+            noisy = noisy.astype(np.int64, copy=False)
+        private = bool(result.privacy_guaranteed) and resolve_rng(rng).privacy_guaranteed
+        guarantee = self.guarantee if private else self.guarantee.under_test_rng()
+        return SelectionResult(keep, noisy if self.releases_counts else None, guarantee, private)
+
+    def __repr__(self) -> str:
+        return f"UserSuppliedStrategy({self.inner!r}) [not certified by dpselect]"
 
 
 STRATEGIES: dict[str, type] = {"pi_opt": PiOptSelection, "release": TSGDRelease}
+_BUILT_IN = (PiOptSelection, TSGDRelease, _NoRelease)
 
 
 def make_strategy(
@@ -271,7 +353,9 @@ def make_strategy(
     allow_no_release: bool = False,
 ) -> SelectionStrategy:
     """Build a strategy by name ("pi_opt", "release") from validated parameters, or pass an
-    already built strategy through (then the parameters must be omitted)."""
+    already built strategy through (then the parameters must be omitted). A strategy object
+    dpselect did not build is wrapped in :class:`UserSuppliedStrategy`: its guarantee is
+    relayed as user-supplied, never as certified."""
     if not isinstance(strategy, str):
         if not isinstance(strategy, SelectionStrategy):
             raise TypeError(
@@ -279,7 +363,9 @@ def make_strategy(
             )
         if epsilon is not None or delta is not None:
             raise ValueError("pass epsilon/delta either to the strategy or here, not both")
-        return strategy
+        if type(strategy) in _BUILT_IN or isinstance(strategy, UserSuppliedStrategy):
+            return strategy
+        return UserSuppliedStrategy(strategy)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
     if epsilon is None or delta is None:

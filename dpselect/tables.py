@@ -1,18 +1,22 @@
 """Certified tables: what the C kernel samples from, proven DP in exact arithmetic.
 
-Keep table (spec rng-and-exactness.md §3.2–3.3)
-    q[n] = 2^64 · pi(n) as integers for n < N, built by the pi_opt recurrence (seed 003,
-    Lemma 1) with one-sided rounding; counts >= N are kept surely. An independent verifier
-    checks the four (ε', δ') inequalities between every n and n + 1 in rational arithmetic with
-    a lower bound on e^{ε'}, for the exact comparison ``U < q[n]`` the kernel executes.
+Keep table (Desfontaines et al., PoPETs 2022, Theorem 1 and Lemma 1; docs/privacy/pi-opt.md)
+    q[n] = 2^w · pi(n) as integers of w = 128 or 192 bits (two or three 64-bit limbs) for
+    n < N, built by the pi_opt recurrence with one-sided rounding; counts >= N are kept surely.
+    The width is chosen so that δ' is represented to better than 2^-48 relative: keep
+    probabilities equal pi_opt to ~1e-13 relative for every per-partition δ' >= 2^-144.
 
-TSGD table (spec rng-and-exactness.md §4.2; seed 003 Definitions 6–8, Theorem 6)
+TSGD table (Definitions 6–8, Theorem 6; docs/privacy/tsgd-release.md)
     Integer weights W(|x|), |x| <= k, whose neighbour ratios never exceed e^{ε'}; cumulative
     sums are sampled exactly by the kernel. The δ of the thresholded release (publish n + X iff
     n + X > k) is computed exactly for the quantized pmf, for every count n, and must not exceed
     the per-partition δ'.
 
-Tables are cached by their exact parameters; arrays handed out are read-only.
+Every table is re-checked when built by :mod:`dpselect.verify`, which shares nothing with the
+builders here but the parameters (its own bound on e^ε, its own arithmetic). Tables are cached by
+their exact parameters and handed out as read-only views of immutable ``bytes``: nobody, not
+even with ``setflags(write=True)``, can change what a later call samples from (the kernel
+handles additionally keep private copies).
 """
 from __future__ import annotations
 
@@ -26,7 +30,14 @@ import numpy.typing as npt
 
 from dpselect.exact import ceil_div, exp_lower
 from dpselect.params import PrivacyParams
-from dpselect.theory import pi_opt_crossovers
+from dpselect.theory import exact_crossovers
+from dpselect.verify import (
+    CertificationError,
+    keep_numerators,
+    release_delta,
+    release_delta_bruteforce,
+    verify_keep_table,
+)
 
 __all__ = [
     "CertificationError",
@@ -37,126 +48,177 @@ __all__ = [
     "verify_keep_table",
     "release_delta",
     "release_delta_bruteforce",
+    "MAX_TABLE_ENTRIES",
+    "MIN_PARTITION_DELTA",
+    "EPSILON_CAP",
 ]
 
-M = 2**64
-# Longest table we build: ~(2/ε') ln(1/δ') entries. Past this, Python-side certification takes
-# too long and the table stops fitting in cache.
+# Longest table we build: ~(2/ε') ln(1/δ') entries. Past this, exact certification takes too
+# long and the table stops fitting in cache.
 MAX_TABLE_ENTRIES = 1 << 21
-# Tables are built and certified at min(ε', EPSILON_CAP): beyond ln(2^64) ≈ 44.4 a 64-bit table
-# cannot change any more, and a table certified at a smaller ε is DP at every larger one.
-EPSILON_CAP = Fraction(64)
-# Denominator bits for the builder's bound on e^{ε'}; the verifier uses more, independently.
-_BUILD_BITS = 128
-_VERIFY_BITS = 192
+# Smallest per-partition δ' a keep table represents to 2^-48 relative (three 64-bit limbs).
+MIN_PARTITION_DELTA = Fraction(1, 2**144)
+_MAX_LIMBS = 3
+# Tables are built and certified at min(ε', EPSILON_CAP): beyond it a 192-bit table cannot change
+# any more (e^200 > 2^288), and a table certified at a smaller ε is DP at every larger one.
+EPSILON_CAP = Fraction(200)
 
 
-class CertificationError(RuntimeError):
-    """A table failed its exact privacy check: never sample from it (a bug, not a user error)."""
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view of an immutable copy: numpy refuses to make a view of ``bytes`` writable."""
+    view = np.frombuffer(array.tobytes(), dtype=array.dtype).reshape(array.shape)
+    assert not view.flags.writeable
+    return view
+
+
+def _builder_exp_lower(eps: Fraction, bits: int) -> int:
+    """a with a / 2^bits <= e^{ε'}, deliberately 2^-(bits - 24) relative below the Taylor bound:
+    the independent verifier's own bound is far more accurate than that margin, so a table built
+    with it always passes verification (at a utility cost of ~N · 2^-(bits - 24), negligible)."""
+    a = math.floor(exp_lower(eps, bits + 32) * 2**bits)
+    return max(1 << bits, a - (a >> (bits - 24)) - 1)  # A >= 1 is always valid: e^ε' >= 1
 
 
 # --------------------------------------------------------------------------- keep table
 
 @dataclass(frozen=True)
 class KeepTable:
-    """q[n] / 2^64 is the keep probability of a partition with n users, for n < len(q);
-    larger counts are kept with probability 1."""
+    """pi(n) = q[n] / 2^(64 limbs) is the keep probability of a partition with n users, for
+    n < N = ``length``; larger counts are kept with probability 1. ``words`` is the (N, limbs)
+    uint64 array of big-endian limbs the kernel samples from (read-only)."""
 
-    q: npt.NDArray[np.uint64]
+    words: npt.NDArray[np.uint64]
     partition_epsilon: Fraction
     partition_delta: Fraction
 
     @property
     def length(self) -> int:
         """N: the first count that is kept with certainty."""
-        return len(self.q)
+        return int(self.words.shape[0])
 
-    def probabilities(self, counts: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
-        """The kernel's keep probability for each count, rounded to float64 for display."""
-        idx = np.minimum(counts, self.length)
-        extended = np.append(self.q.astype(np.float64) / float(M), 1.0)
-        return extended[idx]
+    @property
+    def limbs(self) -> int:
+        return int(self.words.shape[1])
+
+    @property
+    def scale(self) -> int:
+        """2^w: q[n] / scale is the keep probability."""
+        return 1 << (64 * self.limbs)
+
+    def numerator(self, n: int) -> int:
+        """q[n] as an exact integer (scale for n >= N)."""
+        if n < 0:
+            raise ValueError("counts are non-negative")
+        if n >= self.length:
+            return self.scale
+        value = 0
+        for limb in self.words[n].tolist():
+            value = (value << 64) | int(limb)
+        return value
 
     def exact_probability(self, n: int) -> Fraction:
-        return Fraction(int(self.q[n]), M) if n < self.length else Fraction(1)
+        """The kernel's keep probability for a partition of n users, exactly."""
+        return Fraction(self.numerator(n), self.scale)
+
+    @functools.cached_property
+    def _float_probabilities(self) -> npt.NDArray[np.float64]:
+        """Each entry correctly rounded to float64 (int / int division rounds correctly), then 1."""
+        scale = self.scale
+        values = [q / scale for q in keep_numerators(self.words)] + [1.0]
+        out = np.array(values, dtype=np.float64)
+        out.setflags(write=False)
+        return out
+
+    def probabilities(self, counts: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+        """The kernel's keep probability for each (non-negative) count, as float64."""
+        idx = np.minimum(np.asarray(counts).astype(np.uint64, copy=False), np.uint64(self.length))
+        return self._float_probabilities[idx.astype(np.intp)]
+
+    def __repr__(self) -> str:
+        return (f"KeepTable(N={self.length}, bits={64 * self.limbs}, "
+                f"epsilon'={float(self.partition_epsilon):.6g}, delta'={float(self.partition_delta):.6g})")
 
 
-def _build_keep_q(eps: Fraction, delta: Fraction) -> list[int]:
-    """The fixed-point recurrence of spec §3.2 (pi_opt's greedy recursion, Lemma 1):
-    Q(n+1) = min(floor(A Q) + D, M − ceil(B (M − Q − D)), M), A <= e^ε', B >= e^−ε'."""
-    a_num = math.floor(exp_lower(eps, _BUILD_BITS) * 2**_BUILD_BITS)  # A = a_num / 2^128
-    # B = ceil(2^256 / a_num) / 2^128 >= 1/A >= e^{-ε'}, and B <= 1 because A >= 1.
-    b_num = ceil_div(2 ** (2 * _BUILD_BITS), a_num)
-    d = math.floor(delta * M)
-    if d == 0:
-        raise ValueError(
-            f"per-partition delta {float(delta):.3g} is below 2^-64: no 64-bit keep table can "
-            "release anything; raise delta or lower max_partitions_contributed"
-        )
+def limbs_for(delta: Fraction) -> int:
+    """The number of 64-bit limbs that represents δ' to 2^-48 relative (so π(1) = δ' exactly up
+    to that): two for δ' >= 2^-80, three down to 2^-144."""
+    for limbs in range(2, _MAX_LIMBS + 1):
+        if delta * 2 ** (64 * limbs) >= 2**48:
+            return limbs
+    raise ValueError(
+        f"per-partition delta {float(delta):.3g} is below {float(MIN_PARTITION_DELTA):.3g}, the smallest "
+        "a keep table represents exactly enough; raise delta or lower max_partitions_contributed"
+    )
+
+
+def _build_keep_q(eps: Fraction, delta: Fraction, limbs: int) -> list[int]:
+    """The fixed-point recurrence (pi_opt's greedy recursion, Lemma 1) with one-sided rounding:
+    Q(n+1) = min(floor(A Q) + D, M − ceil(B (M − Q − D)), M), A <= e^ε', B >= e^−ε',
+    D = floor(δ' M), M = 2^(64 limbs). Each step satisfies the four DP inequalities by
+    construction; :func:`dpselect.verify.verify_keep_table` re-checks them independently."""
+    m = 1 << (64 * limbs)
+    bits = 64 * limbs + 64
+    a_num = _builder_exp_lower(eps, bits)  # A = a_num / 2^bits
+    # B = ceil(2^(2 bits) / a_num) / 2^bits >= 1/A >= e^{-ε'}, and B <= 1 because A >= 1.
+    b_num = ceil_div(1 << (2 * bits), a_num)
+    d = math.floor(delta * m)
     q = [0]
     while True:
         cur = q[-1]
-        grow = (a_num * cur >> _BUILD_BITS) + d
-        rest = M - cur - d
-        close = M - ceil_div(b_num * rest, 2**_BUILD_BITS) if rest > 0 else M
-        nxt = min(grow, close, M)
-        if nxt >= M:
+        grow = (a_num * cur >> bits) + d
+        rest = m - cur - d
+        close = m - ceil_div(b_num * rest, 1 << bits) if rest > 0 else m
+        nxt = min(grow, close, m)
+        if nxt >= m:
             return q
         q.append(nxt)
         if len(q) > MAX_TABLE_ENTRIES:
-            raise ValueError(
-                f"the keep table would exceed {MAX_TABLE_ENTRIES} entries "
-                f"(epsilon per partition {float(eps):.3g} is too small for delta {float(delta):.3g})"
-            )
+            raise ValueError(table_too_long_message(eps, delta))
 
 
-def verify_keep_table(q: npt.ArrayLike, partition_epsilon: Fraction, partition_delta: Fraction) -> Fraction:
-    """Check inequalities (1)–(4) of spec §3.3 between n and n+1 for every n, exactly.
+def table_too_long_message(eps: Fraction, delta: Fraction) -> str:
+    return (
+        f"epsilon per partition {float(eps):.3g} is too small for delta per partition {float(delta):.3g}: "
+        f"the keep table would exceed {MAX_TABLE_ENTRIES} entries (partitions would need millions of "
+        "users to be released). Raise epsilon, or lower max_partitions_contributed"
+    )
 
-    pi(n) = q[n]/2^64 for n < N and pi(N) = 1; E <= e^{ε'} is this function's own Taylor bound.
-    Returns the smallest slack (a Fraction >= 0); raises CertificationError on any violation."""
-    values = [int(v) for v in np.asarray(q, dtype=np.uint64)]
-    if not values or values[0] != 0:
-        raise CertificationError("keep table must start with q[0] = 0 (an absent partition is never kept)")
-    if any(v < 0 or v >= M for v in values):
-        raise CertificationError("keep table entries must lie in [0, 2^64)")
-    e = exp_lower(partition_epsilon, _VERIFY_BITS)
-    e_num, e_den = e.numerator, e.denominator
-    d_num, d_den = partition_delta.numerator, partition_delta.denominator
-    # Work in units of 1/(M · e_den · d_den): every term below is an integer in those units.
-    scale_q = e_den * d_den  # a probability q/M becomes q * scale_q
-    unit_delta = d_num * M * e_den  # δ' in the same units
-    extended = values + [M]
-    min_slack: int | None = None
-    for n in range(len(values)):
-        lo, hi = extended[n], extended[n + 1]
-        checks = (
-            (e_num * lo * d_den + unit_delta) - hi * scale_q,  # (1) pi(n+1) <= E pi(n) + δ'
-            (e_num * hi * d_den + unit_delta) - lo * scale_q,  # (2) pi(n) <= E pi(n+1) + δ'
-            (e_num * (M - lo) * d_den + unit_delta) - (M - hi) * scale_q,  # (3)
-            (e_num * (M - hi) * d_den + unit_delta) - (M - lo) * scale_q,  # (4)
-        )
-        worst = min(checks)
-        if worst < 0:
-            which = checks.index(worst) + 1
-            raise CertificationError(f"keep table violates inequality ({which}) at n={n}")
-        min_slack = worst if min_slack is None else min(min_slack, worst)
-    return Fraction(min_slack or 0, M * e_den * d_den)
+
+def _words(values: list[int], limbs: int) -> np.ndarray:
+    rows = [[(v >> (64 * (limbs - 1 - w))) & (2**64 - 1) for w in range(limbs)] for v in values]
+    return np.array(rows, dtype=np.uint64).reshape(len(values), limbs)
 
 
 @functools.lru_cache(maxsize=64)
 def _keep_table_cached(eps: Fraction, delta: Fraction) -> KeepTable:
-    q = np.array(_build_keep_q(eps, delta), dtype=np.uint64)
-    verify_keep_table(q, eps, delta)
-    q.setflags(write=False)
-    return KeepTable(q=q, partition_epsilon=eps, partition_delta=delta)
+    limbs = limbs_for(delta)
+    words = _words(_build_keep_q(eps, delta, limbs), limbs)
+    verify_keep_table(words, eps, delta)
+    return KeepTable(words=_read_only(words), partition_epsilon=eps, partition_delta=delta)
+
+
+def check_table_length(eps: Fraction, delta: Fraction) -> None:
+    """Refuse, in microseconds and before any building, parameters whose keep table would be
+    longer than MAX_TABLE_ENTRIES (its length is n2 + 1, decided exactly; n2 + 2 at most)."""
+    if eps == 0:
+        length = math.ceil(1 / delta)  # pi(n) = min(1, n δ') (Theorem 2)
+    else:
+        try:
+            length = exact_crossovers(eps, delta, limit=MAX_TABLE_ENTRIES)[1] + 1
+        except ValueError:
+            length = MAX_TABLE_ENTRIES + 1
+    if length > MAX_TABLE_ENTRIES:
+        raise ValueError(table_too_long_message(eps, delta))
 
 
 def keep_table(params: PrivacyParams) -> KeepTable:
     """The certified pi_opt keep table for these parameters (built, verified, cached)."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: pi_opt keeps nothing (Theorem 2)")
-    return _keep_table_cached(min(params.partition_epsilon, EPSILON_CAP), params.partition_delta)
+    eps = min(params.partition_epsilon, EPSILON_CAP)
+    limbs_for(params.partition_delta)  # a clear error for a δ' too small to represent
+    check_table_length(eps, params.partition_delta)
+    return _keep_table_cached(eps, params.partition_delta)
 
 
 # --------------------------------------------------------------------------- TSGD table
@@ -168,7 +230,7 @@ class TSGDTable:
     k: int
     weights: tuple[int, ...]  # W(0), ..., W(k)
     total: int
-    cumulative: npt.NDArray[np.uint64]  # over x = -k .. k
+    cumulative: npt.NDArray[np.uint64]  # over x = -k .. k, read-only
     partition_epsilon: Fraction
     certified_delta: Fraction  # exact δ of the thresholded release at ε' (per partition)
 
@@ -176,106 +238,77 @@ class TSGDTable:
         """Exact probabilities of x = -k .. k."""
         return [Fraction(self.weights[abs(x)], self.total) for x in range(-self.k, self.k + 1)]
 
+    def __repr__(self) -> str:
+        return (f"TSGDTable(k={self.k}, epsilon'={float(self.partition_epsilon):.6g}, "
+                f"certified delta'={float(self.certified_delta):.6g})")
+
+
+_TSGD_BITS = 128
+
 
 def _tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
     """W(0) = w0, W(m) = ceil(B W(m−1)) with B >= e^{−ε'}, w0 as large as keeps
-    S = W(0) + 2 Σ W(m) <= 2^64 − 1 (spec §4.2)."""
-    a_num = math.floor(exp_lower(eps, _BUILD_BITS) * 2**_BUILD_BITS)
-    b_num = ceil_div(2 ** (2 * _BUILD_BITS), a_num)  # B = b_num / 2^128
+    S = W(0) + 2 Σ W(m) <= 2^64 − 1."""
+    a_num = _builder_exp_lower(eps, _TSGD_BITS)
+    b_num = ceil_div(1 << (2 * _TSGD_BITS), a_num)  # B = b_num / 2^128
 
     def weights_for(w0: int) -> tuple[list[int], int]:
         w = [w0]
         for _ in range(k):
-            w.append(ceil_div(b_num * w[-1], 2**_BUILD_BITS))
+            w.append(ceil_div(b_num * w[-1], 1 << _TSGD_BITS))
         return w, w[0] + 2 * sum(w[1:])
 
-    lo, hi = 1, M  # weights_for(lo) fits; find the largest w0 that does
-    if weights_for(1)[1] > M - 1:
+    limit = 2**64 - 1
+    lo, hi = 1, 2**64  # weights_for(lo) fits; find the largest w0 that does
+    if weights_for(1)[1] > limit:
         raise ValueError(f"TSGD with k={k} does not fit 64-bit weights")
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if weights_for(mid)[1] <= M - 1:
+        if weights_for(mid)[1] <= limit:
             lo = mid
         else:
             hi = mid
     return weights_for(lo)
 
 
-def release_delta(weights: list[int], total: int, k: int, e: Fraction) -> Fraction:
-    """Exact δ (at e^ε' >= e) of the release "publish n + X iff n + X > k", sup over n >= 0,
-    both directions n -> n+1 and n+1 -> n.
-
-    Step 1 checks exactly that neighbouring weights satisfy W(m−1) <= e·W(m); then every output
-    value that both n and n+1 can produce contributes nothing, and the hockey-stick sum reduces
-    to the suppression event ⊥ plus the support edges (one value each way). Tests compare this
-    with :func:`release_delta_bruteforce` on small tables."""
-    for m in range(1, k + 1):
-        if weights[m - 1] > e * weights[m] or weights[m] > weights[m - 1]:
-            raise CertificationError(f"TSGD weights break the e^eps ratio at |x|={m}")
-    # cdf[t + k] = S · P(X <= t) for t in [-k, k]
-    cdf = []
-    running = 0
-    for x in range(-k, k + 1):
-        running += weights[abs(x)]
-        cdf.append(running)
-
-    def below(t: int) -> int:  # S · P(X <= t)
-        if t < -k:
-            return 0
-        return cdf[min(t, k) + k]
-
-    edge = Fraction(weights[k], total)  # the value only one side can produce
-    worst = edge  # n+1 -> n always has it; n -> n+1 has it once n > 2k
-    for n in range(0, 2 * k + 2):
-        suppressed = Fraction(below(k - n), total) - e * Fraction(below(k - n - 1), total)
-        forward = max(Fraction(0), suppressed) + (edge if n > 2 * k else 0)
-        worst = max(worst, forward)
-    return worst
-
-
-def release_delta_bruteforce(weights: list[int], total: int, k: int, e: Fraction, n_max: int) -> Fraction:
-    """Reference: the full hockey-stick sum over every output, for n in [0, n_max]."""
-
-    def dist(n: int) -> dict[object, Fraction]:
-        out: dict[object, Fraction] = {}
-        for x in range(-k, k + 1):
-            p = Fraction(weights[abs(x)], total)
-            key: object = n + x if n + x > k else None
-            out[key] = out.get(key, Fraction(0)) + p
-        return out
-
-    worst = Fraction(0)
-    for n in range(n_max + 1):
-        p, q = dist(n), dist(n + 1)
-        for a, b in ((p, q), (q, p)):
-            total_gap = sum(max(Fraction(0), a.get(o, Fraction(0)) - e * b.get(o, Fraction(0))) for o in set(a) | set(b))
-            worst = max(worst, total_gap)
-    return worst
-
-
 @functools.lru_cache(maxsize=64)
 def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
     if eps == 0:
         raise ValueError("the TSGD release needs epsilon > 0 (with epsilon = 0 use select: Theorem 2)")
-    k = pi_opt_crossovers(float(eps), float(delta)).k
+    if delta * (2**64 - 1) < 2:
+        # The tail weight W(k) >= 1 of a 64-bit table alone costs 1/S >= 2^-64 of δ'.
+        raise ValueError(
+            f"delta per partition {float(delta):.3g} is below what the release's 64-bit noise table can "
+            f"certify (about {2 / 2**64:.2g}): raise delta, lower max_partitions_contributed, or use "
+            "strategy='pi_opt' (keys only; certified down to a per-partition delta of 2^-144)"
+        )
+    try:  # k of Definition 7 is n1 exactly (docs/privacy/tsgd-release.md)
+        k = exact_crossovers(eps, delta, limit=MAX_TABLE_ENTRIES)[0]
+    except ValueError:
+        k = MAX_TABLE_ENTRIES
     if 2 * k + 1 > MAX_TABLE_ENTRIES:
-        raise ValueError(f"the TSGD table would need {2 * k + 1} entries; epsilon per partition is too small")
-    e = exp_lower(eps, _VERIFY_BITS)
+        raise ValueError(
+            f"epsilon per partition {float(eps):.3g} is too small for delta per partition {float(delta):.3g}: "
+            f"the release's noise table would need {2 * k + 1} entries or more. Raise epsilon, or lower "
+            "max_partitions_contributed"
+        )
     # k from floating point may be one short of what the quantized table needs: grow it until
     # the exact δ is within budget (a larger k only lowers the δ of the release).
     for _ in range(64):
         weights, total = _tsgd_weights(eps, k)
-        certified = release_delta(weights, total, k, e)
+        certified = release_delta(weights, total, k, eps)
         if certified <= delta:
             break
         k += 1
     else:
-        raise CertificationError("could not certify a TSGD table within the delta budget")
+        raise ValueError(
+            f"no 64-bit TSGD table certifies delta per partition {float(delta):.3g} at epsilon per partition "
+            f"{float(eps):.3g}: raise delta, or use strategy='pi_opt' (keys only)"
+        )
     cumulative = np.cumsum(np.array([weights[abs(x)] for x in range(-k, k + 1)], dtype=np.uint64))
     if int(cumulative[-1]) != total:
         raise CertificationError("cumulative weights overflowed")
-    cumulative.setflags(write=False)
-    return TSGDTable(k, tuple(weights), total, cumulative, eps, certified)
+    return TSGDTable(k, tuple(weights), total, _read_only(cumulative), eps, certified)
 
 
 def tsgd_table(params: PrivacyParams) -> TSGDTable:

@@ -1,12 +1,14 @@
 """Test-only tools. Nothing here is private; everything here says so loudly.
 
 :class:`InsecureDeterministicRNG` reproduces a ChaCha20 stream from a seed so that tests can
-check exact outputs (spec rng-and-exactness.md §2.7):
+check exact outputs (docs/privacy/randomness.md, "The test generator"):
 
 * it cannot be created unless the environment variable ``DPSELECT_ALLOW_INSECURE_RNG=1`` is set
   (the test suite's conftest sets it), so it cannot be switched on silently;
-* every use emits :class:`InsecureRNGWarning`, not just the first;
-* it reports ``privacy_guaranteed = False`` and results computed with it carry that flag;
+* every use emits :class:`InsecureRNGWarning`, not just the first (each warning's text carries
+  a use counter, so Python's default once-per-location filter cannot swallow the later ones);
+* it reports ``privacy_guaranteed = False``; results computed with it carry that flag, and their
+  guarantee (and its printed text, in frame metadata too) says "NOT DP";
 * using it after ``fork()`` raises instead of repeating its stream in two processes.
 It runs the same C generator as production, with the seed as key and the stream as nonce.
 """
@@ -51,11 +53,14 @@ class InsecureDeterministicRNG(SecureRNG):
             raise ValueError(f"stream must be an int in [0, 2**64), got {stream!r}")
         self._seed = seed
         self._stream = stream
+        self._uses = 0
         self._test_state = _rng.TestState(key, stream, _rng.ACK_INSECURE)
 
     def _announce(self) -> None:
+        self._uses += 1
         warnings.warn(
-            "dpselect is using InsecureDeterministicRNG: NOT DP, deterministic test RNG",
+            f"dpselect is using InsecureDeterministicRNG (use {self._uses} of this generator): "
+            "NOT DP, deterministic test RNG",
             InsecureRNGWarning,
             stacklevel=3,
         )

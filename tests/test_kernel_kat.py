@@ -1,5 +1,5 @@
 """Known-answer tests of the C kernels against a pure-Python model, byte for byte
-(spec rng-and-exactness.md §2.2, §2.7, §3.1, §4.1–4.2, §6 item 3).
+(docs/privacy/randomness.md: the generator, the exact Bernoulli, the TSGD sampler).
 
 How the model sees the kernel's randomness: a deterministic test RNG and a *twin* with the same
 seed and stream run the same ChaCha20 generator. A fresh state starts with an empty buffer and
@@ -7,10 +7,11 @@ every refill serves 4064 bytes, so the twin's successive ``random_bytes(4064)`` 
 the generator's successive refill buffers. The model below consumes them the way csrc/ does:
 
 * ``reserve(n)``: fewer than n unread bytes left -> the rest is discarded, the next buffer starts;
-* select (pi_opt): blocks of 64, ``reserve(len)``, one byte per element, keep iff byte < top byte
-  of q[min(n, N)] (top(q[N]) = 256: always keep); ties are then finished in index order:
-  ``reserve(7)``, fresh bytes against bytes 1..7 of q[min(n, N-1)], stopping at the first
-  difference (all equal: drop), consuming only the bytes compared;
+* select (pi_opt): blocks of 64, ``reserve(len)``, one byte per element, compared with the top
+  byte of q[min(n, N-1)] (a count >= N takes N - 1's path whatever its value); ties are then
+  finished in index order: ``reserve(w - 1)`` for a w-byte table, fresh bytes against bytes
+  1..w-1 of q[min(n, N-1)], stopping at the first difference (all equal: drop), consuming only
+  the bytes compared; finally "n >= N" is OR-ed into the decision;
 * release (TSGD): blocks of 64, ``reserve(4 len)``, 4 bytes big-endian per element as u_hi,
   index = #{j : cum[j] >> 32 <= u_hi}, flagged on a tie with an entry's top half (or index >= m),
   flagged draws finished in index order as dps_weight_table_finish does;
@@ -115,15 +116,16 @@ class ModelStream:
                 return b < qb, j + 1
         return False, 8
 
-    def bernoulli_rest(self, q: int) -> tuple[bool, int]:
-        """reserve(7) then dps_bernoulli_rest: bytes 1..7 of q against fresh bytes."""
-        self.reserve(7)
-        for j in range(1, 8):
-            qb = (q >> (56 - 8 * j)) & 0xFF
+    def bernoulli_rest(self, q: int, width: int = 8) -> tuple[bool, int]:
+        """reserve(width - 1) then dps_bernoulli_rest_wide: bytes 1..width-1 of the width-byte q
+        against fresh bytes."""
+        self.reserve(width - 1)
+        for j in range(1, width):
+            qb = (q >> (8 * (width - 1 - j))) & 0xFF
             b = self.take(1)[0]
             if b != qb:
                 return b < qb, j
-        return False, 7
+        return False, width - 1
 
 
 @dataclass
@@ -176,12 +178,23 @@ def _as_u64_list(counts: np.ndarray) -> list[int]:
     return values
 
 
+class KeepQ(list):  # type: ignore[type-arg]
+    """A keep table as the model sees it: full-width integers and their width in bytes."""
+
+    def __init__(self, values: list[int], width: int) -> None:
+        super().__init__(values)
+        self.width = width
+
+
 def model_select(stream: ModelStream, q: list[int], counts: np.ndarray, log: list[int] | None = None) -> np.ndarray:
-    """The blocked lazy-Bernoulli select of csrc/select.c (log: bytes used by each tie)."""
+    """The blocked lazy-Bernoulli select of csrc/select.c (log: bytes used by each tie). ``q`` is
+    a list of 64-bit entries, or a :class:`KeepQ` of wider ones."""
+    width = getattr(q, "width", 8)
     n_entries = len(q)
-    top = np.array([v >> 56 for v in q] + [256], dtype=np.int64)
+    top = np.array([v >> (8 * width - 8) for v in q], dtype=np.int64)
     values = _as_u64_list(counts)
-    idx_top = np.array([min(v, n_entries) for v in values], dtype=np.int64)
+    idx_top = np.array([min(v, n_entries - 1) for v in values], dtype=np.int64)
+    certain = np.array([v >= n_entries for v in values], dtype=bool)
     keep = np.zeros(len(values), dtype=bool)
     for start in range(0, len(values), BLOCK):
         length = min(BLOCK, len(values) - start)
@@ -190,11 +203,11 @@ def model_select(stream: ModelStream, q: list[int], counts: np.ndarray, log: lis
         tops = top[idx_top[start : start + length]]
         keep[start : start + length] = r < tops
         for j in np.nonzero(r == tops)[0]:
-            decided, used = stream.bernoulli_rest(q[min(values[start + j], n_entries - 1)])
+            decided, used = stream.bernoulli_rest(q[idx_top[start + j]], width)
             keep[start + j] = decided
             if log is not None:
                 log.append(used)
-    return keep
+    return keep | certain
 
 
 def _emit(count: int, idx: int, k: int) -> tuple[bool, int]:
@@ -239,8 +252,9 @@ def _params(kappa: int = 1):  # type: ignore[no-untyped-def]
     return validate_params(1.0, 1e-5, kappa)
 
 
-def _keep_q(kappa: int = 1) -> list[int]:
-    return [int(v) for v in keep_table(_params(kappa)).q]
+def _keep_q(kappa: int = 1) -> KeepQ:
+    table = keep_table(_params(kappa))
+    return KeepQ([table.numerator(n) for n in range(table.length)], 8 * table.limbs)
 
 
 def _tsgd(kappa: int = 1) -> tuple[WeightModel, int]:
@@ -313,34 +327,51 @@ def test_select_strided_counts_and_outputs(step: int) -> None:
 
 
 def test_select_two_dimensional_layouts() -> None:
-    """Counts and outputs contiguous in the same order (C, or F with an F-order ``out``) are one
-    call in memory order; otherwise the kernel runs once per row along the last axis (e.g. an
-    F-order input with the default C-order output, or a sliced input). The stream continues from
-    call to call, and each call starts its own blocks of 64."""
+    """Every layout is one batch in C (row-major) order: a C-order grid, the same grid in F order
+    (with a C- or F-order ``out``) and a sliced grid give the model's decisions for their
+    row-major counts. The stream continues from call to call, each call starting its blocks of 64."""
     q = _keep_q()
     rng, model = _twins(12)
     grid = _counts(12, 120 * 70, np.int64, 30).reshape(120, 70)
     f_grid = np.asfortranarray(grid)
     sliced = grid[:, ::2]
-    expected_c = model_select(model, q, grid.reshape(-1)).reshape(grid.shape)
-    expected_f = model_select(model, q, f_grid.reshape(-1, order="F")).reshape(grid.shape, order="F")
-    expected_f_rows = np.stack([model_select(model, q, row) for row in f_grid])
-    expected_s = np.stack([model_select(model, q, row) for row in sliced])
-    np.testing.assert_array_equal(dpselect.select(grid, 1.0, 1e-5, rng=rng), expected_c)
+    expected = [model_select(model, q, grid.reshape(-1)).reshape(grid.shape) for _ in range(3)]
+    expected_s = model_select(model, q, sliced.reshape(-1)).reshape(sliced.shape)
+    np.testing.assert_array_equal(dpselect.select(grid, 1.0, 1e-5, rng=rng), expected[0])
     f_out = np.empty(grid.shape, dtype=np.bool_, order="F")
-    np.testing.assert_array_equal(dpselect.select(f_grid, 1.0, 1e-5, out=f_out, rng=rng), expected_f)
-    np.testing.assert_array_equal(dpselect.select(f_grid, 1.0, 1e-5, rng=rng), expected_f_rows)
+    np.testing.assert_array_equal(dpselect.select(f_grid, 1.0, 1e-5, out=f_out, rng=rng), expected[1])
+    np.testing.assert_array_equal(dpselect.select(f_grid, 1.0, 1e-5, rng=rng), expected[2])
     np.testing.assert_array_equal(dpselect.select(sliced, 1.0, 1e-5, rng=rng), expected_s)
 
 
-def test_select_always_keep_entries_still_consume_a_byte() -> None:
-    """Counts >= N draw their byte too (spec §3.5): 777 certain keeps use exactly 777 bytes."""
+def test_c_and_f_order_give_the_same_decisions_for_one_seed() -> None:
+    grid = _counts(13, 64 * 50, np.int64, 30).reshape(64, 50)
+    for layout in (np.asfortranarray(grid), grid[:, :], np.repeat(grid, 2, axis=1)[:, ::2]):
+        np.testing.assert_array_equal(dpselect.select(layout, 1.0, 1e-5, rng=InsecureDeterministicRNG(13)),
+                                      dpselect.select(grid, 1.0, 1e-5, rng=InsecureDeterministicRNG(13)))
+        for got, want in zip(dpselect.release(layout, 1.0, 1e-5, rng=InsecureDeterministicRNG(13)),
+                             dpselect.release(grid, 1.0, 1e-5, rng=InsecureDeterministicRNG(13))):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_counts_at_and_above_the_table_consume_the_same_bytes_as_n_minus_one() -> None:
+    """A count >= N is looked up at N - 1 with "n >= N" OR-ed in afterwards, so batches of counts
+    N - 1, N and 10^18 draw exactly the same bytes (the tie path, probability 1/256, included):
+    what follows in the stream is identical, and the work done does not reveal certain keeps."""
+    n_entries = keep_table(_params()).length
+    follow = []
+    for value in (n_entries - 1, n_entries, 10**18):
+        rng = InsecureDeterministicRNG(4)
+        keep = dpselect.select(np.full(5000, value, dtype=np.int64), 1.0, 1e-5, rng=rng)
+        if value >= n_entries:
+            assert keep.all()
+        follow.append(rng.random_bytes(64))
+    assert follow[0] == follow[1] == follow[2]
+    # ... and the model, with its ties, agrees with the kernel on the shared stream
     rng, model = _twins(4)
-    assert dpselect.select(np.full(777, 10**6), 1.0, 1e-5, rng=rng).all()
-    model_select(model, _keep_q(), np.full(777, 10**6))
-    assert model.pos == 777  # one byte per decision, and no tie is possible at top byte 256
-    assert rng.random_bytes(SERVED - 777) == model.fill(SERVED - 777)  # the kernel agrees
-    assert rng.random_bytes(32) == model.fill(32)  # next buffer
+    np.testing.assert_array_equal(dpselect.select(np.full(777, 10**6), 1.0, 1e-5, rng=rng),
+                                  model_select(model, _keep_q(), np.full(777, 10**6)))
+    assert rng.random_bytes(SERVED) == model.fill(SERVED)
 
 
 @dataclass(frozen=True)
@@ -401,8 +432,8 @@ def _planned_select(seed: int, size: int, layout: KeepLayout) -> tuple[list[int]
                 counts[start + j] = int(gen.integers(0, layout.entries))
         # ties are resolved in index order, exactly like the kernel
         for j in range(length):
-            n = int(counts[start + j])
-            if not forced[j] and (n >= layout.entries or (layout.prefix(n) >> 56) != r[j]):
+            n = min(int(counts[start + j]), layout.entries - 1)  # counts >= N take N - 1's path
+            if not forced[j] and (layout.prefix(n) >> 56) != r[j]:
                 continue
             if SERVED - preview.pos < 7:
                 stats["edge"] += 1
@@ -858,7 +889,7 @@ def test_kernel_negative_count_zeroes_its_outputs(dtype: type) -> None:
     counts = np.array([100] * 130 + [-1] + [100] * 70 + [-5], dtype=dtype)  # 100 > N: always kept
     rng = InsecureDeterministicRNG(94)
     out = np.ones(counts.size, dtype=np.bool_)
-    handle = _kernel.KeepTableHandle(keep_table(_params()).q)
+    handle = _kernel.KeepTableHandle(keep_table(_params()).words)
     with pytest.raises(_kernel.NegativeCountError) as info:
         _kernel.select_into(counts, handle, out, rng._test_state)
     assert info.value.index == 130 and not out.any()

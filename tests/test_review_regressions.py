@@ -30,7 +30,7 @@ def test_kernel_refuses_foreign_byte_order_directly():
     from dpselect.params import validate_params
     from dpselect.tables import keep_table
 
-    handle = _kernel.KeepTableHandle(keep_table(validate_params(1.0, 1e-5)).q)
+    handle = _kernel.KeepTableHandle(keep_table(validate_params(1.0, 1e-5)).words)
     with pytest.raises(TypeError, match="byte order"):
         _kernel.select_into(np.ones(8, dtype=">i8"), handle, np.empty(8, bool))
 

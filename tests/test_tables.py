@@ -9,7 +9,6 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpselect.exact import exp_lower
 from dpselect.params import validate_params
 from dpselect.tables import (
     CertificationError,
@@ -20,10 +19,12 @@ from dpselect.tables import (
     verify_keep_table,
 )
 from dpselect.theory import pi_opt_closed_form, pi_opt_crossovers
+from dpselect.verify import exp_lower_by_squaring
 
 mpmath.mp.dps = 60
 
-# spec core.md §1 test vectors: ε, δ, n1, n2, k, first n with pi = 1, pi(n1)
+# Test vectors of the paper's Theorem 1 (Desfontaines et al., PoPETs 2022), recomputed with the
+# 60-digit recurrence `pi_reference` below: ε, δ, n1, n2, k, first n with pi = 1, pi(n1)
 VECTORS = [
     (1, 1e-5, 11, 22, 11, 23, 0.348448),
     (0.1, 1e-10, 201, 401, 201, 402, 0.509828),
@@ -74,7 +75,7 @@ def test_float_recurrence_matches_reference(eps, delta):
     for _ in range(n2 + 2):
         p = min(math.exp(eps) * p + delta, 1 - math.exp(-eps) * (1 - p - delta), 1.0)
         out.append(p)
-    # the float recurrence drifts (spec pitfall); it must stay within 1e-13 here
+    # the float recurrence drifts at small ε; it must stay within 1e-13 here
     assert max(abs(a - float(b)) for a, b in zip(out, ref)) < 1e-13
 
 
@@ -85,7 +86,7 @@ def test_quantized_table_is_below_and_close_to_pi_opt(eps, delta):
     for n in range(table.length):
         exact = table.exact_probability(n)
         assert exact <= Fraction(str(ref[n])) + Fraction(1, 10**40)  # never above pi_opt
-        assert float(ref[n]) - float(exact) <= 1e-7 * float(ref[n]) + 2.0**-60
+        assert float(ref[n]) - float(exact) <= 1e-12 * float(ref[n])
 
 
 GRID = [
@@ -101,30 +102,40 @@ GRID = [
 def test_verifier_passes_on_grid(eps, delta, kappa, split):
     params = validate_params(eps, delta, kappa, split)
     table = keep_table(params)  # construction already verifies; verify again explicitly
-    slack = verify_keep_table(table.q, params.partition_epsilon, params.partition_delta)
+    slack = verify_keep_table(table.words, params.partition_epsilon, params.partition_delta)
     assert slack >= 0
     # the composition of κ partitions stays within the requested budget, exactly
     assert params.compose(params.partition_delta) <= params.delta_exact
     assert params.partition_epsilon * kappa <= params.epsilon_exact
 
 
+def _bumped(table, n: int, units: int) -> np.ndarray:
+    """The table's words with q[n] raised by ``units`` units of 2^-w (carrying across limbs)."""
+    values = [table.numerator(i) for i in range(table.length)]
+    values[n] += units
+    return np.array([[(v >> (64 * (table.limbs - 1 - w))) & (2**64 - 1) for w in range(table.limbs)]
+                     for v in values], dtype=np.uint64)
+
+
 def test_verifier_rejects_raised_entry():
     params = validate_params(1.0, 1e-5)
-    q = keep_table(params).q.copy()
-    q[1] += 2  # two units of 2^-64 above the tight first step: (1) breaks
+    table = keep_table(params)
     with pytest.raises(CertificationError, match="n=0"):
-        verify_keep_table(q, params.partition_epsilon, params.partition_delta)
+        # two units of 2^-w above the tight first step: (1) breaks
+        verify_keep_table(_bumped(table, 1, 2), params.partition_epsilon, params.partition_delta)
 
 
-def test_verifier_rejects_nonzero_start_and_bad_epsilon():
+def test_verifier_rejects_nonzero_start_bad_order_and_bad_epsilon():
     params = validate_params(1.0, 1e-5)
-    q = keep_table(params).q.copy()
-    q[0] = 1
+    table = keep_table(params)
     with pytest.raises(CertificationError, match="q\\[0\\] = 0"):
-        verify_keep_table(q, params.partition_epsilon, params.partition_delta)
+        verify_keep_table(_bumped(table, 0, 1), params.partition_epsilon, params.partition_delta)
+    with pytest.raises(CertificationError, match="non-decreasing"):
+        verify_keep_table(_bumped(table, 5, -table.numerator(5) + table.numerator(3)), params.partition_epsilon,
+                          params.partition_delta)
     # the same table is not DP at a smaller epsilon
     with pytest.raises(CertificationError):
-        verify_keep_table(keep_table(params).q, params.partition_epsilon / 2, params.partition_delta)
+        verify_keep_table(table.words, params.partition_epsilon / 2, params.partition_delta)
 
 
 def test_epsilon_zero_is_linear_in_delta():
@@ -134,17 +145,20 @@ def test_epsilon_zero_is_linear_in_delta():
     assert np.allclose(table.probabilities(ns), ns * 1e-3, rtol=1e-12)
 
 
-def test_delta_below_two_to_minus_64_is_refused():
-    with pytest.raises(ValueError, match="below 2\\^-64"):
-        keep_table(validate_params(1.0, 1e-20))
+def test_small_deltas_are_exact_down_to_two_to_minus_144_and_refused_below():
+    table = keep_table(validate_params(1.0, 1e-20))  # refused by 64-bit tables before
+    assert table.exact_probability(1) == Fraction(math.floor(Fraction(1, 10**20) * table.scale), table.scale)
+    assert table.limbs == 2 and keep_table(validate_params(1.0, 1e-30)).limbs == 3
+    with pytest.raises(ValueError, match="raise delta or lower max_partitions_contributed"):
+        keep_table(validate_params(1.0, 1e-45))
 
 
 @pytest.mark.parametrize("eps,delta", [(1.0, 1e-5), (2.0, 1e-3), (0.5, 0.02), (5.0, 1e-10), (1.0, 0.2)])
 def test_release_delta_matches_bruteforce(eps, delta):
     params = validate_params(eps, delta)
     table = tsgd_table(params)
-    e = exp_lower(params.partition_epsilon, 192)
-    smart = release_delta(list(table.weights), table.total, table.k, e)
+    smart = release_delta(list(table.weights), table.total, table.k, params.partition_epsilon)
+    e = exp_lower_by_squaring(params.partition_epsilon)  # the bound release_delta uses
     brute = release_delta_bruteforce(list(table.weights), table.total, table.k, e, 2 * table.k + 3)
     assert smart == brute
     assert smart == table.certified_delta <= params.partition_delta
@@ -176,14 +190,13 @@ def test_release_delta_detects_broken_weights():
     weights[3] = weights[2]  # a flat step: fine for the ratio, but then W(4) vs W(3) breaks e^eps
     weights[4] = weights[3] // 4
     with pytest.raises(CertificationError):
-        release_delta(weights, sum(weights) * 2 - weights[0], table.k, exp_lower(params.partition_epsilon))
+        release_delta(weights, sum(weights) * 2 - weights[0], table.k, params.partition_epsilon)
 
 
 def test_release_delta_grows_when_tail_is_inflated():
     params = validate_params(1.0, 1e-5)
     table = tsgd_table(params)
     weights = list(table.weights)
-    e = exp_lower(params.partition_epsilon, 192)
     bigger_tail = weights[:-1] + [weights[-2] // 2]  # much more mass on the edge x = ±k
     total = bigger_tail[0] + 2 * sum(bigger_tail[1:])
-    assert release_delta(bigger_tail, total, table.k, e) > table.certified_delta
+    assert release_delta(bigger_tail, total, table.k, params.partition_epsilon) > table.certified_delta
