@@ -1,6 +1,6 @@
 """Raw rows → released partitions: dpselect end to end against DuckDB and Polars distinct counts.
 
-Data (issue 3): N rows (default 1e7), string partition keys Zipf-distributed over ~1e6 keys,
+Data: N rows (default 1e7), string partition keys Zipf-distributed over ~1e6 keys,
 ~1e6 int64 users. Every engine gets the same pyarrow table, in its own fresh process (so peak
 RSS is its own), in the same run:
 

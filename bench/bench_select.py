@@ -1,5 +1,5 @@
 """select / release on Zipf-like counts, beside the plain numpy pass ``counts > k`` over the
-same array in the same run (issue targets: select <= 2x, release <= 5x, flat 1e6 -> 1e7).
+same array in the same run (targets: select <= 2x, release <= 5x, flat 1e6 -> 1e7).
 
 Run: python -m pytest bench/bench_select.py --benchmark-only
 """

@@ -1,6 +1,6 @@
-"""ChaCha20 block function and engines (spec rng-and-exactness.md §2.1, §2.8, §6 item 1).
+"""ChaCha20 block function and engines (RFC 8439).
 
-The RFC 8439 vectors are quoted in spec §2.8. Every engine the build offers (0 scalar, 1 portable
+The RFC 8439 test vectors are quoted from the RFC. Every engine the build offers (0 scalar, 1 portable
 vector, 2 AVX2, 3 AVX-512) must reproduce the scalar keystream, and the scalar keystream must
 equal an independent implementation (OpenSSL, through the `cryptography` package).
 """
@@ -37,7 +37,7 @@ def _openssl_keystream(key: bytes, counter: int, nonce: bytes, nbytes: int) -> b
     return encryptor.update(bytes(nbytes)) + encryptor.finalize()
 
 
-# ------------------------------------------------------------------ RFC 8439 vectors (spec §2.8)
+# ------------------------------------------------------------------ RFC 8439 vectors
 
 def test_quarter_round_rfc8439_2_1_1() -> None:
     out = _rng.quarter_round(0x11111111, 0x01020304, 0x9B8D6F43, 0x01234567)

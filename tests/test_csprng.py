@@ -1,4 +1,4 @@
-"""The package CSPRNG (spec rng-and-exactness.md §2.2–2.3, §6 item 1; RNG contract in notes).
+"""The package CSPRNG (docs/privacy/randomness.md).
 
 * the fast-key-erasure construction, byte for byte against OpenSSL's ChaCha20 (through the
   deterministic test state, which runs the same refill code as production);
@@ -20,7 +20,7 @@ from dpselect import _rng
 from dpselect.rng import RNG, SecureRNG, resolve_rng
 from dpselect.testing import InsecureDeterministicRNG
 
-SERVED = 4064  # bytes served per refill: 64 blocks minus the 32-byte next key (spec §2.2)
+SERVED = 4064  # bytes served per refill: 64 blocks minus the 32-byte next key (fast key erasure)
 P_MIN = 1e-6  # chi-square acceptance threshold
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -44,7 +44,7 @@ def _within_sigmas(successes: int, trials: int, p: float, sigmas: float = 5.0) -
 # ------------------------------------------------------------------ fast key erasure, byte for byte
 
 def _openssl_refills(key: bytes, nonce: bytes, count: int) -> list[bytes]:
-    """What spec §2.2 prescribes: 64 blocks (counter 0..63) under the key; bytes [0, 32) become the
+    """The fast-key-erasure construction: 64 blocks (counter 0..63) under the key; bytes [0, 32) become the
     next key, bytes [32, 4096) are served."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 

@@ -1,4 +1,4 @@
-"""Fork safety and per-thread states (spec rng-and-exactness.md §2.4–2.7, §6 item 2).
+"""Fork safety and per-thread states (docs/privacy/randomness.md).
 
 A forked child must never replay its parent's stream: neither through os.fork(), nor through
 multiprocessing's "fork" start method, nor through the selection kernel. A deterministic test
@@ -84,7 +84,7 @@ def test_forked_child_does_not_repeat_parent_bytes() -> None:
 
 def test_forked_child_bumps_the_fork_generation() -> None:
     """The atfork handlers (pthread_atfork and os.register_at_fork) run in the child, so a state
-    keyed before the fork is re-keyed from the OS (spec §2.5 check 2)."""
+    keyed before the fork is re-keyed from the OS (the pthread_atfork generation check)."""
     SecureRNG().random_bytes(8)
     before = _rng.fork_generation()
     child = _run_in_child(lambda: str(_rng.fork_generation()).encode())

@@ -749,7 +749,7 @@ def _exhaustive_plan(seed: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray,
 @pytest.mark.parametrize("a,b", [(0x12, 0x34), (0x00, 0x00), (0xFF, 0xFF), (0x80, 0x01)])
 def test_bernoulli_fixed_exhaustive_16_bit(a: int, b: int) -> None:
     """Q = (a·256 + b)·2^48: over all 65536 two-byte prefixes of U the C decisions keep exactly
-    a·256 + b of them, so P(keep) = Q / 2^64 exactly (spec §6 item 3, exhaustive small width).
+    a·256 + b of them, so P(keep) = Q / 2^64 exactly (exhaustive at a small width).
     A first byte x != a decides alone (it stands for its 256 prefixes); x = a is enumerated over
     every second byte y."""
     seed = 1000 + a * 256 + b
@@ -852,7 +852,7 @@ def test_uniform_below_big_bound_model() -> None:
 # =============================================================================== input validation
 
 def test_negative_count_draws_no_randomness() -> None:
-    """Spec §3.1 / §6 item 4: a negative count is rejected *before* any randomness is drawn, so a
+    """A negative count is rejected *before* any randomness is drawn, so a
     failed call leaves the stream where it was."""
     rng, model = _twins(92)
     with pytest.raises(ValueError, match="negative"):

@@ -1,5 +1,5 @@
-"""Statistical tests of the production kernels with the secure CSPRNG (spec rng-and-exactness.md
-§3.1, §4.2, §6 item 3; core.md §1–3).
+"""Statistical tests of the production kernels with the secure CSPRNG (docs/privacy/randomness.md,
+pi-opt.md and tsgd-release.md).
 
 Sampled frequencies must match the *certified* probabilities the kernel is supposed to realise:
 keep rates of select around the crossovers (within 5 standard deviations, 10^6 draws per count),
@@ -77,7 +77,7 @@ def test_select_keep_rates_match_certified_probabilities(kappa: int, counts: lis
 
 
 def test_select_mixed_counts_total_matches_sum_of_probabilities() -> None:
-    """Spec §3.1: the kept count over many mixed decisions matches sum pi(n_i)."""
+    """Exactness of the lazy Bernoulli: the kept count over many mixed decisions matches sum pi(n_i)."""
     gen = np.random.Generator(np.random.PCG64(2024))  # input data only
     counts = gen.integers(0, 30, DRAWS).astype(np.uint8)
     probs = dpselect.keep_probability(counts, 1.0, 1e-5)

@@ -102,7 +102,7 @@ def test_bad_counts(counts, exc, match):
 
 
 def test_negative_count_leaves_outputs_untouched_even_in_parallel_batches():
-    """The scan for negatives runs before anything is drawn or written (spec §3.1)."""
+    """The scan for negatives runs before anything is drawn or written (docs/privacy/randomness.md)."""
     counts = np.full(1 << 20, 100, dtype=np.int64)  # big enough to be split across threads
     counts[-3] = -1
     out = np.ones(counts.shape, bool)

@@ -1,4 +1,4 @@
-"""dpselect.testing.InsecureDeterministicRNG (spec rng-and-exactness.md §2.7).
+"""dpselect.testing.InsecureDeterministicRNG (docs/privacy/randomness.md, "The test generator").
 
 Explicit, per object, loud and impossible by default: refused without the environment variable,
 warns on every use, reproducible per (seed, stream), and tags every result as NOT DP. The C
