@@ -210,3 +210,22 @@ def test_sampling_never_returns_zero_probability_answers_and_keeps_shape() -> No
         mechanism.sample([6], rng=rng)
     with pytest.raises(TypeError, match="datasets"):
         mechanism.sample([0.5], rng=rng)
+
+
+@pytest.mark.parametrize(
+    ("row_pairs", "row_of_node", "error", "message"),
+    [
+        # a float index used to be truncated (1.7 -> row 1): the mechanism was certified on the wrong edge
+        ([[0, 1.7], [1, 2], [2, 3]], None, TypeError, "row_pairs must hold integer"),
+        ([[0, 1], [1, 2], [2, 3]], [0.5, 1, 2, 3], TypeError, "row_of_node must hold integer"),
+        ([[0, 1], [1, 2], [2, 3]], [True, False, True, False], TypeError, "row_of_node"),
+        ([[0, 2**64]], None, ValueError, "row_pairs must index rows"),
+        (np.array([[0, 2**64 - 1]], dtype=np.uint64), None, ValueError, "row_pairs must index rows"),
+        ([[0, 1]], np.array([0, 1, 2, 2**63], dtype=np.uint64), ValueError, "row_of_node must index rows"),
+        ([0, 1, 1, 2], None, ValueError, r"shape \(E, 2\)"),
+    ],
+)
+def test_from_table_refuses_indices_it_would_have_to_truncate_or_wrap(row_pairs, row_of_node, error, message) -> None:
+    table = line_probabilities([0.3, 0.7], 1.0, 3)
+    with pytest.raises(error, match=message):
+        RainbowMechanism.from_table(table, row_pairs, 1.0, row_of_node=row_of_node)

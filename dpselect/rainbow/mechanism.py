@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_delta, check_distribution_rows, check_epsilon
+from ._validate import check_delta, check_distribution_rows, check_epsilon, check_index_array
 from .check import dp_violation, exact_dp_violation
 
 __all__ = ["TOTAL", "RainbowMechanism", "SampledAnswers", "quantize_rows"]
@@ -167,12 +167,17 @@ class RainbowMechanism:
         delta = check_delta(delta)
         table = check_distribution_rows(rows, "rows")
         n_rows = table.shape[0]
-        nodes = np.arange(n_rows, dtype=np.int64) if row_of_node is None else np.array(row_of_node, dtype=np.int64)
-        if nodes.ndim != 1 or (nodes.size and (nodes.min() < 0 or nodes.max() >= n_rows)):
-            raise ValueError(f"row_of_node must be a 1-D array of row indices in [0, {n_rows})")
-        pairs = np.array(row_pairs, dtype=np.int64).reshape(-1, 2) if np.size(row_pairs) else np.zeros((0, 2), np.int64)
-        if pairs.size and (pairs.min() < 0 or pairs.max() >= n_rows):
-            raise ValueError(f"row_pairs must index rows in [0, {n_rows})")
+        if row_of_node is None:
+            nodes = np.arange(n_rows, dtype=np.int64)
+        else:
+            nodes = check_index_array(row_of_node, "row_of_node", n_rows, "one row per dataset")
+            if nodes.ndim != 1:
+                raise ValueError(f"row_of_node must be 1-D (one row index per dataset), got shape {nodes.shape}")
+        pairs = check_index_array(row_pairs, "row_pairs", n_rows, "shape (E, 2)")
+        if pairs.size == 0:
+            pairs = np.zeros((0, 2), dtype=np.int64)
+        if pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError(f"row_pairs must have shape (E, 2) (pairs of neighbouring rows), got {pairs.shape}")
         pairs = pairs[pairs[:, 0] != pairs[:, 1]]
         float_violation = dp_violation(table, pairs, epsilon, delta) if pairs.size else 0.0
         if float_violation > _REFUSE_VIOLATION:
