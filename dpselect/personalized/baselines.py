@@ -14,6 +14,7 @@ rounded *down* to 64-bit fixed point (``noise.keep_thresholds``): exact, and on 
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -139,10 +140,28 @@ def _sample(values: np.ndarray, phi: np.ndarray, threshold: Fraction, rng: Rando
     return sampled
 
 
+def _float_or_inf(value: Fraction) -> float:
+    """float(value), or inf beyond the float range (a keep probability against an infinite
+    threshold is 0: the user is dropped, which only lowers its privacy loss)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _sampling_threshold(phi: np.ndarray, threshold: float | None) -> Fraction:
-    value = float(np.mean(phi)) if threshold is None else float(threshold)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"threshold must be a positive finite float, got {threshold!r}")
+    """t_s as an exact level: the given float, or the mean of Φ (summed as Φ/N: no overflow)."""
+    if threshold is None:
+        value = float(np.sum(phi / phi.size))
+    else:
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+            raise TypeError(f"threshold must be a float privacy level or None, got {threshold!r}")
+        value = float(threshold)
+    if not (math.isfinite(value) and value >= sys.float_info.min):
+        raise ValueError(
+            f"threshold must be a finite float >= {sys.float_info.min!r} (a privacy level), got {threshold!r}; "
+            "None uses the mean of phi"
+        )
     return exact_value(value)
 
 
@@ -218,7 +237,7 @@ def pdp_count_with_sampling(
         above = ones_phi >= smallest_float_above(k)  # exactly Φ(u) > k_i: counted in full
         full = int(np.count_nonzero(above))
         at_stake = ones_phi[~above]  # Φ(u) ≤ k_i: the float π rounds down, so Φ = k_i is safe too
-        probability, condition = sampling_keep_probability(at_stake / divisor, float(k) / divisor)
+        probability, condition = sampling_keep_probability(at_stake / divisor, _float_or_inf(k / divisor))
         kept = keep_mask(keep_thresholds(probability, condition), rng)
         candidates.append(full + int(np.count_nonzero(kept)))
     selection = shifted_max(candidates, scales, divisor, data.beta, rng)

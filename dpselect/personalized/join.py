@@ -38,6 +38,7 @@ from .params import (
     validate_beta,
     validate_bound,
     validate_phi,
+    validate_values,
 )
 from .result import PersonalizedResult, PrivacyStatement
 from .selection import shifted_max
@@ -71,17 +72,8 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
     lie in {0..B} and every user's total contribution must be ≤ B.
     """
     sparse = _scipy_sparse()
-    values = np.asarray(record_values)
-    if values.ndim != 1:
-        raise ValueError(f"record_values must be 1-D, got shape {values.shape}")
-    if values.dtype.kind == "f":
-        if not np.all(np.isfinite(values)) or not np.all(values == np.floor(values)):
-            raise ValueError("record_values must be integers")
-    elif values.dtype.kind not in "iub":
-        raise TypeError(f"record_values must be an integer array, got dtype {values.dtype}")
-    values = values.astype(np.int64)
-    if values.size and (values.min() < 0 or values.max() > bound):
-        raise ValueError(f"record_values must lie in [0, bound={bound}]")
+    # Checked before any cast to int64: values >= 2**63 (uint64, Python ints) cannot wrap into range.
+    values = np.array(validate_values(record_values, bound, "record_values"))
     n_records = int(values.size)
     if sparse.issparse(record_users):
         matrix = sparse.csr_matrix(record_users, dtype=np.float64, copy=True)
@@ -89,6 +81,7 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
             raise ValueError(
                 f"record_users must have shape (n_records, n_users) = {(n_records, n_users)}, got {matrix.shape}"
             )
+        matrix.eliminate_zeros()  # an explicitly stored 0 is not ownership
         matrix.data[:] = 1.0
     else:
         try:
@@ -114,9 +107,18 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
     if n_records and owners.min() == 0:
         raise ValueError("every record must be owned by at least one user")
     contributions = np.asarray(matrix.T @ values.astype(np.float64)).ravel()
-    if contributions.size and contributions.max() > bound:
+    # Float sums of non-negative integers are exact while they stay <= 2**53; a total of 2**53 + 1
+    # could round down to a bound of 2**53. Totals that large are re-added exactly in Python ints.
+    worst = int(contributions.max()) if contributions.size else 0
+    large = np.flatnonzero(contributions >= 2.0**52)
+    if large.size:
+        by_user = matrix.tocsc()
+        for user in large.tolist():
+            records = by_user.indices[by_user.indptr[user] : by_user.indptr[user + 1]]
+            worst = max(worst, sum(values[records].tolist()))
+    if worst > bound:
         raise ValueError(
-            f"bound={bound} must bound every user's total contribution (max is {int(contributions.max())})"
+            f"bound={bound} must bound every user's total contribution (max is {worst}); raise bound or drop records"
         )
     return JoinIncidence(values, matrix, np.rint(contributions).astype(np.int64))
 

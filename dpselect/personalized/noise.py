@@ -127,8 +127,9 @@ def sampling_keep_probability(phi: np.ndarray, target: float) -> tuple[np.ndarra
     """
     a = np.asarray(phi, dtype=np.float64)
     b = float(target)
-    p = np.exp(a - b) * (-np.expm1(-a)) / (-math.expm1(-b))
-    return p, 1.0 + np.abs(a) + abs(b)
+    with np.errstate(over="ignore"):  # levels near the float maximum: κ = inf, keep probability 0
+        p = np.exp(a - b) * (-np.expm1(-a)) / (-math.expm1(-b))
+        return p, 1.0 + np.abs(a) + abs(b)
 
 
 def keep_mask(thresholds: np.ndarray, rng: RandomSource) -> np.ndarray:

@@ -24,9 +24,17 @@ from .noise import RandomSource, discrete_laplace
 __all__ = ["ShiftedMax", "shift_for", "shifted_max"]
 
 
+#: Noise scales below this are multiplied in float; larger ones (possible with privacy levels
+#: spanning the whole float range) in exact rationals, where float(scale) would overflow.
+_FLOAT_SCALE_LIMIT = Fraction(2**1000)
+
+
 def shift_for(scale: Fraction, multiplier_log_argument: float) -> int:
     """The public integer shift ⌈scale · ln(L/β)⌉ (``multiplier_log_argument`` = L/β)."""
-    return math.ceil(float(scale) * math.log(multiplier_log_argument))
+    logarithm = math.log(multiplier_log_argument)
+    if scale < _FLOAT_SCALE_LIMIT:
+        return math.ceil(float(scale) * logarithm)
+    return math.ceil(Fraction(scale) * Fraction(logarithm))
 
 
 @dataclass(frozen=True)

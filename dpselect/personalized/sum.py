@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from .params import PersonalizedInput, doubling_steps, exact_floor_scaled, validate_bound, validate_input
+from .params import (
+    PersonalizedInput,
+    doubling_steps,
+    exact_floor_scaled,
+    validate_beta,
+    validate_bound,
+    validate_input,
+    validate_integers,
+)
 from .result import PersonalizedResult, PrivacyStatement
 from .selection import shifted_max
 
@@ -151,21 +159,16 @@ def pdp_sum_signed(
     """
     from dpselect.rng import resolve_rng
 
-    rng = resolve_rng(rng)
-    array = np.asarray(values)
-    if array.dtype.kind not in "iub" and not (array.dtype.kind == "f"):
-        raise TypeError(f"values must be an integer array, got dtype {array.dtype}")
-    if array.dtype.kind == "f" and (not np.all(np.isfinite(array)) or not np.all(array == np.floor(array))):
-        raise ValueError("values must be integers")
-    signed = array.astype(np.int64)
     limit = validate_bound(bound)
-    if signed.size and int(np.abs(signed).max()) > limit:
-        raise ValueError(f"values must lie in [-bound, bound] = [-{limit}, {limit}]")
+    beta = validate_beta(beta)
+    # Checked on the caller's values before any cast: |values| >= 2**63 cannot wrap into range.
+    signed = validate_integers(values, -limit, limit, "values", f"[-bound, bound] = [-{limit}, {limit}]")
     positive = np.maximum(signed, 0)
-    negative = np.maximum(-signed, 0)
+    negative = np.maximum(-signed, 0)  # |values| <= bound <= 2**53: no overflow
+    rng = resolve_rng(rng)
     half = Fraction(1, 2)
-    plus = _run(validate_input(positive, phi, bound, beta / 2), rng, half, "pdp_sum_signed[+]")
-    minus = _run(validate_input(negative, phi, bound, beta / 2), rng, half, "pdp_sum_signed[-]")
+    plus = _run(validate_input(positive, phi, limit, beta / 2), rng, half, "pdp_sum_signed[+]")
+    minus = _run(validate_input(negative, phi, limit, beta / 2), rng, half, "pdp_sum_signed[-]")
     loss_plus, loss_minus = plus.privacy.loss_of, minus.privacy.loss_of
     privacy = PrivacyStatement(
         phi=plus.privacy.phi,
