@@ -1,5 +1,5 @@
-"""The certified, quantised mechanism and the exact DP check (spec rainbow.md §1.1; quantisation
-as documented in dpselect/rainbow/mechanism.py)."""
+"""The certified, quantised mechanism and the exact DP check (docs/privacy/rainbow.md, "What is certified at
+run time"; quantisation as documented in dpselect/rainbow/mechanism.py)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,8 @@ def test_graph_mechanism_certifies_every_edge() -> None:
     per_node = mechanism.weights[mechanism.row_of_node]
     assert exact_dp_violation(per_node, TOTAL, edges, 0.4) <= 0
     assert mechanism.probabilities.shape == (36, 3)
-    assert "spec rainbow.md" in mechanism.guarantee
+    assert "docs/privacy/rainbow.md" in mechanism.guarantee and "Rainbow DP" in mechanism.guarantee
+    assert "spec" not in mechanism.guarantee
 
 
 def test_exact_probability_and_repr() -> None:

@@ -1,6 +1,6 @@
 """Validation of personalized-DP inputs and the exact reading of float privacy levels.
 
-Spec: ``personalized.md`` §1 (model). Every privacy decision in this package is taken on the
+Model: docs/privacy/personalized.md, "Model". Every privacy decision in this package is taken on the
 *exact* value of a user's privacy level, never on a rounded float:
 
 * A float Φ(u) is read as the shortest decimal that round-trips to it, ``Fraction(repr(x))``
@@ -258,7 +258,7 @@ class PersonalizedInput:
 def validate_input(
     values: Any, phi: Any, bound: Any, beta: Any, values_name: str = "values"
 ) -> PersonalizedInput:
-    """Validate one call's inputs (spec personalized.md §1): shapes agree, ranges hold."""
+    """Validate one call's inputs (docs/privacy/personalized.md, "Model"): shapes agree, ranges hold."""
     bound_int = validate_bound(bound)
     phi_array = validate_phi(phi)
     value_array = validate_values(values, bound_int, values_name)

@@ -1,15 +1,16 @@
-"""Closed forms of the optimal rainbow-DP mechanism on a line graph (spec rainbow.md §3–§6.1).
+"""Closed forms of the optimal rainbow-DP mechanism on a line graph ([ZGD+22] Theorems 4-5,
+Corollary 1; [DMS21]; proofs in docs/privacy/rainbow.md).
 
 The line of rainbow ``c = (c_1, ..., c_m)`` has datasets ``0, 1, 2, ...``; index 0 is the one
 boundary dataset, whose distribution ``p`` (given in rainbow order: ``p[0]`` is the probability
 of the most preferred colour) is fixed. Index ``i`` stands for "graph distance ``i`` from the
-boundary" (spec §1.2). The optimum does not depend on the line's length, so every function here
+boundary" ([ZGD+22] Definition 8). The optimum does not depend on the line's length, so every function here
 takes the distances to evaluate, as an int ``n`` (meaning ``0..n``) or an array of integers, and
 evaluates them all at once with numpy.
 
 Numerical stability: exponentials are only evaluated with arguments clipped to the regime they
 belong to, and growth terms in log space, so that no intermediate overflows even for distances
-of 1e9 or boundary probabilities of 1e-300 (spec §5, "Overflow"). Decaying terms underflow
+of 1e9 or boundary probabilities of 1e-300. Decaying terms underflow
 gracefully to 0.
 
 Everything here is floating point. What runs in a mechanism is the quantised, exactly certified
@@ -37,7 +38,7 @@ __all__ = [
 
 def switch_value(epsilon: float, delta: float = 0.0) -> float:
     """Return x* = (1 - delta) / (1 + e^epsilon), where the binary optimum stops growing
-    geometrically (spec rainbow.md §2 for delta = 0, §5 for delta > 0)."""
+    geometrically ([ZGD+22] for delta = 0; docs/privacy/rainbow.md, "The line with δ > 0")."""
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     # 1/(1+e^eps) = e^{-eps}/(1+e^{-eps}) without overflow for large eps.
@@ -50,7 +51,7 @@ def _log_switch_value(epsilon: float) -> float:
 
 
 def _thresholds_pure(x: NDArray[np.float64], epsilon: float) -> NDArray[np.float64]:
-    """eta(x) of spec §3 for epsilon > 0: +inf at x = 0, 0 above x*, else 1 + floor(ln(x*/x)/eps)."""
+    """eta(x) ([ZGD+22] eqs. (2), (3)) for epsilon > 0: +inf at x = 0, 0 above x*, else 1 + floor(ln(x*/x)/eps)."""
     eta = np.zeros_like(x)
     zero = x <= 0.0
     growing = (~zero) & (x <= switch_value(epsilon))
@@ -115,7 +116,7 @@ def _thresholds_delta(x: NDArray[np.float64], epsilon: float, delta: float) -> N
 
 
 def index_threshold(x: ArrayLike, epsilon: float, delta: float = 0.0) -> NDArray[np.float64]:
-    """Index threshold eta(x) of spec rainbow.md §3 (eqs. (2), (3)), elementwise.
+    """Index threshold eta(x) of [ZGD+22] (eqs. (2), (3)), elementwise.
 
     The number of steps along the line during which a prefix probability that starts at ``x``
     grows geometrically (by e^epsilon, plus delta when delta > 0). ``+inf`` for ``x = 0`` with
@@ -139,7 +140,7 @@ def index_threshold(x: ArrayLike, epsilon: float, delta: float = 0.0) -> NDArray
 
 def prefix_thresholds(boundary: ArrayLike, epsilon: float, delta: float = 0.0) -> list[float]:
     """The thresholds eta_k = eta(F_k(0)) of the prefix sums F_k(0) = p_1 + ... + p_k, k = 1..m-1
-    (spec §6.1; for m = 3 these are eta_B and eta_R of eqs. (2), (3)). ``math.inf`` means never."""
+    (for m = 3 these are eta_B and eta_R of [ZGD+22] eqs. (2), (3)). ``math.inf`` means never."""
     p = check_distribution(boundary, "boundary")
     prefixes = np.cumsum(p)[:-1]
     return [float(v) for v in index_threshold(np.clip(prefixes, 0.0, 1.0), epsilon, delta)]
@@ -162,7 +163,8 @@ def _exp_nonpositive(exponent: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _pure_line(p: NDArray[np.float64], epsilon: float, i: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Prefix recursion of spec §6.1 for delta = 0 and epsilon > 0 (see _pure_line_grouped).
+    """Prefix recursion (docs/privacy/rainbow.md, "The line optimum") for delta = 0 and epsilon > 0
+    (see _pure_line_grouped).
 
     The evaluation needs the distances grouped by regime (all i <= eta_k before any i > eta_k).
     Sorted input (e.g. ``0..n``, or a graph's unique distances) already is; other input is
@@ -338,14 +340,14 @@ def line_probabilities(
 ) -> NDArray[np.float64]:
     """Optimal boundary-homogeneous mechanism on the line, any number of colours m >= 2.
 
-    Algorithm A1 of spec rainbow.md §7 (prefix-sum recursion of §6.1): every prefix sum
+    Prefix-sum recursion (docs/privacy/rainbow.md, "The line optimum"): every prefix sum
     F_k(i) = P(c_1) + ... + P(c_k) follows the binary optimum F_k(i) = phi^i(F_k(0)) independently,
     and colour k gets F_k(i) - F_{k-1}(i).
 
     Guarantee (delta = 0): epsilon-DP between consecutive indices, and the unique optimal
     (first-order stochastically dominant in rainbow order, hence lexicographically optimal)
-    boundary-homogeneous mechanism (spec §6.1, proof sketch; Theorem 2 of [ZGD+22]).
-    With delta > 0 the same recursion with phi_delta (spec §5) is used: proven for m = 2, only
+    boundary-homogeneous mechanism (proof in docs/privacy/rainbow.md; uniqueness: [ZGD+22] Theorem 2).
+    With delta > 0 the same recursion with phi_delta ([DMS21]; docs/privacy/rainbow.md) is used: proven for m = 2, only
     *numerically verified* (against the lexicographic LP) for m = 3, and refused for m >= 4
     (use :func:`dpselect.rainbow.lexicographic_lp` there). Every small entry is computed by its
     own formula (never as 1 minus a number close to 1), so the float table satisfies the
@@ -386,7 +388,7 @@ def line_probabilities(
 
 
 def binary_line(p: float, epsilon: float, distances: ArrayLike | int, delta: float = 0.0) -> NDArray[np.float64]:
-    """Binary optimum of [DMS21] (spec rainbow.md §5): P_B(i) = phi^i(p) by eq. (12), with the
+    """Binary optimum of [DMS21]: P_B(i) = phi^i(p) ([ZGD+22] eq. (12) with two colours), with the
     (epsilon, delta) version phi_delta when delta > 0. ``p`` is the boundary probability of the
     preferred answer. Returns (len(distances), 2): columns (preferred, other)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
@@ -397,7 +399,7 @@ def binary_line(p: float, epsilon: float, distances: ArrayLike | int, delta: flo
 
 
 def ternary_line(boundary: ArrayLike, epsilon: float, distances: ArrayLike | int) -> NDArray[np.float64]:
-    """Three-colour closed form of [ZGD+22], implemented literally (algorithm A2, spec §4):
+    """Three-colour closed form of [ZGD+22] (Theorems 4-5, Corollary 1), implemented literally:
     first colour eq. (12), second colour eqs. (21)-(22) with its three regimes split at eta_R and
     eta_B (eqs. (2), (3)), third colour eq. (29). Pure epsilon only.
 

@@ -100,7 +100,7 @@ def _initial_mixing_weight(float_violation: float, epsilon: float, delta: float,
 class RainbowMechanism:
     """A finite-output mechanism over the datasets (nodes) of a graph, ready to sample.
 
-    Guarantee (spec rainbow.md §1.1; quantisation: this module's docstring): for every edge
+    Guarantee (docs/privacy/rainbow.md, "What is certified at run time"): for every edge
     d ~ d' of the graph given at construction and every set S of answers,
     P_d(S) <= e^epsilon P_d'(S) + delta, for the exact integer table that :meth:`sample` draws
     from. This is proven at construction by an exact rational check (``certificate`` holds the
@@ -108,7 +108,7 @@ class RainbowMechanism:
     generator is indistinguishable from random); with the insecure test RNG there is none
     (``SampledAnswers.privacy_guaranteed`` is False).
 
-    Optimality: the table is the float optimum (closed form §6.1, pull-back §1.2 or LP §6.2)
+    Optimality: the table is the float optimum (line closed form, graph pull-back or LP)
     mixed with weight ``mixing_weight`` with a uniform distribution and rounded to multiples of
     2**-63; so it is within ``mixing_weight + m * 2**-62`` of the optimum in total variation.
 
@@ -255,9 +255,10 @@ class RainbowMechanism:
         """The privacy statement of this mechanism, in words."""
         return (
             f"({self.epsilon}, {self.delta})-DP for every pair of neighbouring datasets of the graph given at "
-            f"construction (spec rainbow.md §1.1), proven by an exact rational check of the quantised table that is "
+            f"construction, proven by an exact rational check of the quantised table that is "
             f"sampled (worst violation {float(self.certificate):.3g} <= 0); computational DP with the package CSPRNG. "
-            f"Optimal up to {self.mixing_weight:.3g} + 2^-62 per answer in total variation ({self.description})."
+            f"Optimal up to {self.mixing_weight:.3g} + 2^-62 per answer in total variation ({self.description}). "
+            "Statement, proof and caveats: docs/privacy/rainbow.md."
         )
 
     def __repr__(self) -> str:
