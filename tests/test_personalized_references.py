@@ -85,3 +85,18 @@ def test_every_result_names_its_source_and_the_privacy_page() -> None:
         assert privacy.verify()
         seen += 1
     assert seen >= 9
+
+
+def test_readable_reprs() -> None:
+    phi = np.array([0.5, 1.0, 2.0])
+    result = pdp_sum([10, 3, 7], phi, 16, rng=_rng())
+    text = repr(result)
+    assert text.startswith("PersonalizedResult(estimate=") and "method='pdp_sum'" in text
+    assert "chosen=" in text and "privacy_guaranteed=False" in text
+    assert "Fraction(" not in text and "array(" not in text and len(text) < 250
+    statement = repr(result.privacy)
+    assert statement.startswith("PrivacyStatement(") and "3 users" in statement and "SIGMOD 2025" in statement
+    signed = repr(pdp_sum_signed([3, -1, 2], phi, 4, rng=_rng()))
+    assert "method='pdp_sum_signed'" in signed and "details" not in signed
+    huge = repr(naive_sum([1, 2], [1e-300, 1.0], 4, rng=_rng()))  # an estimate of ~1e300: abbreviated
+    assert len(huge) < 250

@@ -230,3 +230,24 @@ def test_from_table_refuses_indices_it_would_have_to_truncate_or_wrap(row_pairs,
     table = line_probabilities([0.3, 0.7], 1.0, 3)
     with pytest.raises(error, match=message):
         RainbowMechanism.from_table(table, row_pairs, 1.0, row_of_node=row_of_node)
+
+
+@pytest.mark.filterwarnings("ignore::Warning")
+def test_readable_reprs() -> None:
+    pytest.importorskip("scipy")
+    from dpselect.rainbow import graph_mechanism, pullback
+
+    mechanism = line_mechanism([0.3, 0.7], 1.0, 3)
+    text = repr(mechanism)
+    assert "certified=True" in text and "datasets=4" in text and "line optimum" in text
+    drawn = mechanism.sample(np.zeros(1000, dtype=np.int64), rng=deterministic_rng())
+    shown = repr(drawn)
+    assert shown.startswith("SampledAnswers(answers=[") and "shape=(1000,)" in shown
+    assert "privacy_guaranteed=False" in shown and len(shown) < 200
+    result = pullback([[0, 1], [1, 2], [2, 3]], [0, 0, 0, 1], [[0, 1], [1, 0]], [[0.45, 0.55], [0.45, 0.55]], 0.5)
+    assert repr(result) == (
+        "PullBack(datasets=4, answers=2, regions=2, distinct_rows=4, boundary_datasets=2, max_distance=2, "
+        "epsilon=0.5, delta=0.0)"
+    )
+    graph = graph_mechanism([[0, 1], [1, 2]], [0, 0, 1], [[0, 1], [1, 0]], [[0.45, 0.55], [0.45, 0.55]], 0.5)
+    assert "pull-back" in repr(graph)

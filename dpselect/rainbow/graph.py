@@ -274,6 +274,16 @@ class PullBack:
         """(N, m) distribution of every dataset, by answer."""
         return self.rows[self.row_of_node]
 
+    def __repr__(self) -> str:
+        finite = self.distances[np.isfinite(self.distances)]
+        farthest = int(finite.max()) if finite.size else None
+        regions = int(np.unique(self.region).size)
+        return (
+            f"PullBack(datasets={self.row_of_node.size}, answers={self.rows.shape[1]}, regions={regions}, "
+            f"distinct_rows={self.rows.shape[0]}, boundary_datasets={int(self.is_boundary.sum())}, "
+            f"max_distance={farthest}, epsilon={self.epsilon}, delta={self.delta})"
+        )
+
 
 def pullback(
     graph: Any,

@@ -63,6 +63,13 @@ class SampledAnswers:
     answers: NDArray[np.int64]
     privacy_guaranteed: bool
 
+    def __repr__(self) -> str:
+        shown = np.array2string(np.asarray(self.answers), threshold=12, edgeitems=4, separator=", ")
+        return (
+            f"SampledAnswers(answers={shown}, shape={np.shape(self.answers)}, "
+            f"privacy_guaranteed={self.privacy_guaranteed})"
+        )
+
 
 def quantize_rows(rows: NDArray[np.float64], mixing_weight: float, support: NDArray[np.bool_]) -> NDArray[np.uint64]:
     """Integer weights summing to TOTAL for P' = (1 - lam) P + lam u (u uniform on ``support``).
@@ -264,7 +271,8 @@ class RainbowMechanism:
     def __repr__(self) -> str:
         return (
             f"RainbowMechanism(datasets={self.n_datasets}, answers={self.n_answers}, epsilon={self.epsilon}, "
-            f"delta={self.delta}, mixing_weight={self.mixing_weight:.3g})"
+            f"delta={self.delta}, certified={self.certificate <= 0}, mixing_weight={self.mixing_weight:.3g}, "
+            f"description={self.description!r})"
         )
 
     # ----------------------------------------------------------------------------- sampling
