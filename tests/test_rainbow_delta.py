@@ -43,7 +43,9 @@ def test_audit_example_keeps_the_small_entry() -> None:
 @pytest.mark.parametrize("epsilon", [20.0, 36.0, 100.0, 700.0, 709.9, 710.0, 745.5, 800.0, 1e5, 1e308])
 @pytest.mark.parametrize("delta", [5e-324, 1e-300, 1e-9, 0.3, 0.5, 1.0 - 2.0**-53])
 def test_large_epsilon_grid(epsilon: float, delta: float) -> None:
-    for boundary in ([0.5, 0.5], [0.0, 1.0], [1e-300, 1.0 - 1e-300], [0.2, 0.3, 0.5], [0.0, 0.0, 1.0], [1e-20, 1e-200, 1.0]):
+    boundaries = ([0.5, 0.5], [0.0, 1.0], [1e-300, 1.0 - 1e-300])
+    boundaries += ([0.2, 0.3, 0.5], [0.0, 0.0, 1.0], [1e-20, 1e-200, 1.0])
+    for boundary in boundaries:
         assert_dp_table(line_probabilities(boundary, epsilon, 8, delta), epsilon, delta)
     assert np.all(np.isfinite(index_threshold([0.0, 1e-310, 0.5, 1.0], epsilon, delta)))
 

@@ -217,12 +217,13 @@ def lp_truncated_sum(incidence: JoinIncidence, tau: np.ndarray) -> int:
 def pdp_join_sum(
     record_values: Any, record_users: Any, phi: Any, bound: int, *, beta: float = 0.1, rng: Any = None
 ) -> PersonalizedResult:
-    """User-level Φ-PDP sum over a join result by LP truncation (Algorithm C of Sun, Dong, Qiu, Yi, SIGMOD 2025).
+    """User-level Φ-PDP sum over a join result by LP truncation (Algorithm C of Sun, Dong, Qiu,
+    Yi, SIGMOD 2025).
 
     Guarantee: Φ-PDP under "remove all of user u's records" — release i has sensitivity
     min(τ_i(u), B) ≤ s_i·Φ(u) and noise scale (t+1)·s_i, so each user's total loss is ≤ Φ(u)
-    (exact per-user losses in ``result.privacy``; proof: docs/privacy/personalized.md). Error (derived): with probability
-    ≥ 1 − β, 0 ≤ Sum − estimate ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
+    (exact per-user losses in ``result.privacy``; proof: docs/privacy/personalized.md). Error
+    (derived): with probability ≥ 1 − β, 0 ≤ Sum − estimate ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
 
     Parameters
     ----------

@@ -201,7 +201,8 @@ def validate_integers(values: Any, low: int, high: int, name: str = "values", li
         for position, item in enumerate(integers):
             if not low <= item <= high:
                 raise ValueError(
-                    f"{name} must lie in {limits}, got {item} at index {position}; clip the data to the public bound first"
+                    f"{name} must lie in {limits}, got {item} at index {position}; "
+                    "clip the data to the public bound first"
                 )
         array = np.array(integers, dtype=np.int64)
     elif kind == "f":

@@ -1,9 +1,10 @@
 """Result objects: the estimate, what the private search chose, and the per-user privacy statement.
 
 Φ-PDP and composition: docs/privacy/personalized.md, "Model" and "Tools". A
-:class:`PrivacyStatement` records, as an exact function of a user's exact privacy level Φ(u), the privacy loss the mechanism accounted
-for that user (sum over the composed releases of sensitivity / noise scale). The guarantee is
-Φ-PDP: ``accounted_loss(u) <= Φ(u)`` for every user, checked exactly by :meth:`verify`.
+:class:`PrivacyStatement` records, as an exact function of a user's exact privacy level Φ(u),
+the privacy loss the mechanism accounted for that user (sum over the composed releases of
+sensitivity / noise scale). The guarantee is Φ-PDP: ``accounted_loss(u) <= Φ(u)`` for every
+user, checked exactly by :meth:`verify`.
 """
 from __future__ import annotations
 

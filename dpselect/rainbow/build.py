@@ -25,7 +25,10 @@ def line_mechanism(boundary: ArrayLike, epsilon: float, n: int, delta: float = 0
     distances = check_distances(n, "n")
     table = line_probabilities(boundary, epsilon, distances, delta)
     pairs = np.stack([np.arange(distances.size - 1), np.arange(1, distances.size)], axis=1)
-    return RainbowMechanism.from_table(table, pairs, epsilon, delta, description="line optimum of Zhou et al. (Rainbow DP, Thms 4-5) / D'Oliveira et al. (ISIT 2021); docs/privacy/rainbow.md")
+    description = (
+        "line optimum of Zhou et al. (Rainbow DP, Thms 4-5) / D'Oliveira et al. (ISIT 2021); docs/privacy/rainbow.md"
+    )
+    return RainbowMechanism.from_table(table, pairs, epsilon, delta, description=description)
 
 
 def graph_mechanism(

@@ -73,7 +73,9 @@ _DELTA_EPSILON_CAP = 700.0
 _LARGE_STEPS = 2.0**54
 
 
-def _delta_growth(x: NDArray[np.float64] | float, epsilon: float, delta: float, j: NDArray[np.float64] | float) -> NDArray[np.float64]:
+def _delta_growth(
+    x: NDArray[np.float64] | float, epsilon: float, delta: float, j: NDArray[np.float64] | float
+) -> NDArray[np.float64]:
     """b_j = e^{j eps} x + delta (e^{j eps} - 1)/(e^eps - 1): a prefix after j growth steps from x.
 
     Each term is evaluated as one exponential of a non-positive argument times a ratio in [1, j]
@@ -316,7 +318,9 @@ def _delta_line(p: NDArray[np.float64], epsilon: float, delta: float, i: NDArray
             eta_2 = min(eta_2, eta_1)
             log_p2 = math.log(p[1]) if p[1] > 0.0 else -math.inf
 
-            def middle_at(index: NDArray[np.float64], g_first: NDArray[np.float64], g_second: NDArray[np.float64]) -> NDArray[np.float64]:
+            def middle_at(
+                index: NDArray[np.float64], g_first: NDArray[np.float64], g_second: NDArray[np.float64]
+            ) -> NDArray[np.float64]:
                 with np.errstate(invalid="ignore"):
                     both_grow = np.exp(np.minimum(index * epsilon + log_p2, 0.0))
                 return np.where(index <= eta_2, both_grow, np.maximum(g_first - g_second, 0.0))
