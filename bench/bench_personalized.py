@@ -1,7 +1,7 @@
 """Timings of PDP sum / PDP count on the Table-1 setting (|U| = 1e6), as ratios to a numpy pass.
 
 Run: ``python -m pytest bench/bench_personalized.py --benchmark-only -q -s``
-Targets (issue): PDP sum < 1 s, PDP count < 0.5 s. The baseline is one plain numpy pass over
+Targets: PDP sum < 1 s, PDP count < 0.5 s. The baseline is one plain numpy pass over
 the same arrays (``np.minimum(values, cap).sum()`` plus ``phi.min()``), measured in the same run;
 the reported ratio is median(mechanism) / median(baseline). Uses the package CSPRNG.
 """

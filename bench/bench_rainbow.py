@@ -1,4 +1,4 @@
-"""Benchmarks of rainbow DP (issue targets: closed forms for 1e6 distances < 50 ms; pull-back on a
+"""Benchmarks of rainbow DP (targets: closed forms for 1e6 distances < 50 ms; pull-back on a
 1e6-node graph in seconds). Each benchmark also times a baseline on the same data in the same run
 and records the ratio in ``extra_info`` (and prints it with ``-s``).
 

@@ -1,4 +1,5 @@
-"""Reproduce the Table 1 setting of Sun, Dong, Qiu, Yi (spec personalized.md §6).
+"""Reproduce the Table 1 setting of Sun, Dong, Qiu, Yi, Personalized Truncation for Personalized
+Privacy (SIGMOD 2025). Privacy statements and proofs: docs/privacy/personalized.md.
 
 |U| users (default 1e6); Φ(u) ~ N(1, 0.3²) floored at 1/(10·√|U|); 10% of users non-zero;
 count: bit 1 for them; synthetic sum: int(N(1000, 200²)) (≤ 0 → 1), B = 1e7, β = 0.1.
@@ -92,9 +93,9 @@ def main() -> None:
             times.append(time.perf_counter() - start)
             errors.append(abs(float(result.estimate) - truth) / truth * 100)  # type: ignore[attr-defined]
         print(f"{name:34s} {np.median(errors):9.2f} {np.mean(errors):9.2f} {PAPER[name]:8.1f} {np.median(times):9.3f}")
-    print("\nMeans are unstable for PDP Count / PDP Sum (a β-probability overshoot; spec §3 "
-          "'Heavy tail'): compare medians. Sampling sum ≈ 21% (not 16%) comes from D5's radius "
-          "2^{i-1} as in the authors' code (spec §6).")
+    print("\nMeans are unstable for PDP Count / PDP Sum (a β-probability overshoot, the heavy tail of "
+          "docs/privacy/personalized.md): compare medians. Sampling sum ≈ 21% (not 16%) comes from D5's "
+          "radius 2^{i-1} as in the authors' code.")
 
 
 if __name__ == "__main__":

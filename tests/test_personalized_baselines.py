@@ -1,4 +1,4 @@
-"""Baselines (spec personalized.md §5, §2 variant): naive, [JYC15] sampling, PDP EM, D4, D5."""
+"""Baselines (docs/privacy/personalized.md, "Baselines"): naive, [JYC15] sampling, PDP EM, D4, D5."""
 from __future__ import annotations
 
 import math
@@ -136,7 +136,7 @@ def test_em_with_a_long_staircase_and_tail() -> None:
     assert all(0 <= e <= phi.size for e in estimates)
 
 
-# ---------------------------------------------------------------- Table 1 count row (spec §6, §7.4)
+# ---------------------------------------------------------------- Table 1 count row (Sun et al., SIGMOD 2025)
 
 def test_table1_count_methods() -> None:
     phi, bits, _ = _gaussian_setting(10**6, seed=7)
@@ -150,7 +150,7 @@ def test_table1_count_methods() -> None:
     pdp = median_error(lambda s: pdp_count(bits, phi, rng=_rng(s)).estimate, 9)
     em = median_error(lambda s: pdp_exponential_count(bits, phi, rng=_rng(s)).estimate, 5)
     with_sampling = median_error(lambda s: pdp_count_with_sampling(bits, phi, rng=_rng(s)).estimate, 5)
-    assert abs(sampling - 0.16) < 0.01  # spec: ≈ 16% ± 1
+    assert abs(sampling - 0.16) < 0.01  # Table 1 of Sun et al.: 16.0%
     assert pdp < naive
     assert pdp < 0.015 and em < 0.01 and with_sampling < 0.015
 
@@ -162,4 +162,4 @@ def test_table1_sum_methods() -> None:
     sampling = [abs(float(sampling_sum(values, phi, 10**7, rng=_rng(s)).estimate) - truth) / truth for s in range(5)]
     assert abs(float(naive.estimate) - truth) / truth > 0.99  # D5 with Φ_min: ≈ 100%
     assert naive.details["radius"] == Fraction(1, 2)
-    assert 0.19 < np.median(sampling) < 0.24  # spec §6: 21% with the code's radius 2^{i−1}
+    assert 0.19 < np.median(sampling) < 0.24  # 21% with the authors' radius 2^{i−1} (Table 1: 16.0%)

@@ -1,4 +1,5 @@
-"""PDP count (Algorithm A) and PDP sum (Algorithm B): spec personalized.md §2, §3, §7."""
+"""PDP count (Algorithm A) and PDP sum (Algorithm B) of Sun, Dong, Qiu, Yi (SIGMOD 2025);
+statements and proofs in docs/privacy/personalized.md."""
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ def _rng(seed: int = 1) -> InsecureDeterministicRNG:
 
 
 def table1_data(n_users: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Spec §6 default: Φ ~ N(1, 0.3²) floored at 1/(10√N); 10% non-zero; sum values int(N(1000, 200²))."""
+    """Table 1 default setting: Φ ~ N(1, 0.3²) floored at 1/(10√N); 10% non-zero; sum values int(N(1000, 200²))."""
     gen = np.random.Generator(np.random.PCG64(seed))
     phi = gen.normal(1.0, 0.3, n_users)
     phi[phi < 1 / (10 * math.sqrt(n_users))] = 1 / (10 * math.sqrt(n_users))
@@ -37,9 +38,9 @@ def table1_data(n_users: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return phi, bits, values
 
 
-# ---------------------------------------------------------------- deterministic (spec §2, §3)
+# ---------------------------------------------------------------- deterministic (noise injected as 0)
 
-def test_count_candidates_match_the_spec_table() -> None:
+def test_count_candidates_match_the_hand_computed_table() -> None:
     phi = np.array([0.1, 0.2, 0.4, 0.8, 1.6])
     t, k = count_thresholds(exact_value(0.1), exact_value(1.6))
     assert t == 4
@@ -52,7 +53,7 @@ def test_count_candidates_match_the_spec_table() -> None:
     assert [shift_for(s, t / 0.1) for s in scales] == [math.ceil(x) for x in shifts]
 
 
-def test_sum_candidates_match_the_spec_table() -> None:
+def test_sum_candidates_match_the_hand_computed_table() -> None:
     phi = np.array([0.5, 1.0, 2.0])
     values = np.array([10, 3, 7])
     t, s = sum_scales(exact_value(0.5), exact_value(2.0), 16)
@@ -66,7 +67,7 @@ def test_sum_candidates_match_the_spec_table() -> None:
     ]
 
 
-# ---------------------------------------------------------------- exact privacy accounting (spec §7.2)
+# ---------------------------------------------------------------- exact privacy accounting
 
 def _count_loss_exact(phi_u: Fraction, thresholds: tuple[Fraction, ...], divisor: int) -> Fraction:
     return sum((k / divisor for k in thresholds if phi_u > k), Fraction(0))
@@ -91,7 +92,7 @@ def test_count_every_user_within_budget_exactly(phi: list[float], beta: float) -
         exact = exact_value(value)
         loss = _count_loss_exact(exact, result.parameters, t)
         assert result.privacy.accounted_loss(u) == loss
-        assert loss < exact  # Algorithm A with L = t passes (spec §7.2)
+        assert loss < exact  # Algorithm A with L = t passes (docs/privacy/personalized.md)
     assert result.privacy.verify()
 
 
@@ -113,7 +114,7 @@ def test_sum_every_user_within_budget_exactly(phi: list[float], bound: int) -> N
 
 
 def test_sum_with_L_equal_t_would_break_the_budget_when_all_phi_are_equal() -> None:
-    """Regression for choosing L = t + 1 (spec §3 table, §7.2): L = t overspends by 1.25×."""
+    """Regression for choosing L = t + 1: L = t overspends by 1.25× (docs/privacy/personalized.md, "pdp_sum")."""
     phi_u = Fraction(1)
     t, scales = sum_scales(phi_u, phi_u, 16)
     assert t == 4
@@ -146,7 +147,7 @@ def test_sum_candidates_are_under_estimates_and_reach_the_sum(pairs: list[tuple[
     assert candidates[-1] == int(values.sum())  # τ_t covers everyone: exact sum
 
 
-# ---------------------------------------------------------------- edge cases (spec §7.5)
+# ---------------------------------------------------------------- edge cases
 
 def test_all_phi_equal_gives_t_equal_one_for_count() -> None:
     result = pdp_count(np.ones(50, dtype=np.int64), np.full(50, 0.7), rng=_rng())
@@ -185,7 +186,8 @@ def test_result_fields_and_insecure_flag() -> None:
     else:
         assert result.estimate == result.noisy_candidates[result.chosen_index] == max(result.noisy_candidates)
         assert result.chosen_parameter == result.parameters[result.chosen_index]
-    assert "§3" in result.privacy.spec
+    assert "Algorithm B" in result.privacy.reference and "SIGMOD 2025" in result.privacy.reference
+    assert "docs/privacy/personalized.md" in result.privacy.reference
 
 
 def test_inputs_are_not_mutated() -> None:
@@ -219,7 +221,7 @@ def test_signed_sum_uses_half_budget_per_part() -> None:
     assert abs(np.median(estimates) - truth) / scale < 0.02
 
 
-# ---------------------------------------------------------------- statistical (spec §7.4): medians, coverage
+# ---------------------------------------------------------------- statistical: medians, coverage
 
 def _count_bound(bits: np.ndarray, phi: np.ndarray, result) -> int:
     ones = np.sort(phi[bits == 1])

@@ -1,4 +1,4 @@
-"""User-level PDP for join results with LP truncation (spec personalized.md §4, §7.3)."""
+"""User-level PDP for join results with LP truncation (Algorithm C; docs/privacy/personalized.md)."""
 from __future__ import annotations
 
 import math
@@ -39,7 +39,7 @@ def _reference_lp(values, rows, cols, n_users, tau) -> float:
 
 
 def test_star_example_is_truncated_to_tau() -> None:
-    """Spec §4: per-record clipping misses the star; the LP caps the centre at τ = 1."""
+    """Per-record clipping misses the star; the LP caps the centre at τ = 1."""
     n = 8
     rows = np.concatenate([np.arange(n - 1), np.arange(n - 1)])
     cols = np.concatenate([np.zeros(n - 1, dtype=int), np.arange(1, n)])
@@ -101,7 +101,7 @@ def test_join_privacy_accounting_is_exact() -> None:
 
 
 def test_join_estimate_is_within_the_derived_bound() -> None:
-    """Spec §3/§4: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i]."""
+    """Derived bound: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i]."""
     gen = np.random.Generator(np.random.PCG64(5))
     n_users, n_records = 2000, 4000
     rows = np.repeat(np.arange(n_records), 2)

@@ -1,4 +1,4 @@
-"""Exact samplers of dpselect.personalized.noise (spec rng-and-exactness.md §4.4)."""
+"""Exact samplers of dpselect.personalized.noise (Canonne, Kamath, Steinke, NeurIPS 2020, Algorithms 1-2)."""
 from __future__ import annotations
 
 import math

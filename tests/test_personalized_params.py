@@ -1,4 +1,4 @@
-"""Validation and exact arithmetic helpers of dpselect.personalized (spec personalized.md §1)."""
+"""Validation and exact arithmetic helpers of dpselect.personalized (docs/privacy/personalized.md, "Model")."""
 from __future__ import annotations
 
 import math

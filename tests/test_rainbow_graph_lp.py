@@ -1,4 +1,5 @@
-"""General graphs (pull-back, validity) and the lexicographic LP (spec rainbow.md §1.2, §6.2, §6.3)."""
+"""General graphs (pull-back, validity) and the lexicographic LP (docs/privacy/rainbow.md, "Graphs" and
+"The lexicographic LP")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from dpselect.rainbow import (  # noqa: E402
     pullback,
 )
 
-LP_TOLERANCE = 1e-7  # HiGHS tolerances are 1e-10 per row; observed gaps ~1e-8 (spec §8).
+LP_TOLERANCE = 1e-7  # HiGHS tolerances are 1e-10 per row; observed gaps ~1e-8.
 
 
 def path_edges(n_points: int) -> np.ndarray:
@@ -56,7 +57,7 @@ def test_closed_forms_equal_lp_on_random_lines() -> None:
     ("boundary", "epsilon"), [([0.05, 0.95], 0.5), ([0.02, 0.08, 0.9], 0.5), ([0.3, 0.3, 0.4], 1.0)]
 )
 def test_delta_recursion_equals_lp(boundary: list[float], epsilon: float) -> None:
-    # m = 2 derived, m = 3 numerically verified only (spec §6.1): this is that verification.
+    # m = 2 derived, m = 3 numerically verified only (docs/privacy/rainbow.md): this is that verification.
     lp = lp_on_line(boundary, epsilon, 12, delta=0.01)
     closed = line_probabilities(boundary, epsilon, 12, delta=0.01)
     assert np.max(np.abs(lp - closed)) < LP_TOLERANCE
@@ -72,7 +73,7 @@ def test_two_ends_same_distribution_is_pullback_to_nearer_end() -> None:
 
 
 def test_two_different_ends_lexicographic_in_sums() -> None:
-    # No pointwise optimum need exist (spec §6.3): the LP returns a DP mechanism that keeps the
+    # No pointwise optimum need exist (Gu et al., Generalized Rainbow DP): the LP returns a DP mechanism that keeps the
     # ends fixed and is no worse in the sum of first choices than the naive min-of-prefixes table.
     left, right, epsilon, n_points = [0.008, 0.384, 0.608], [0.318, 0.012, 0.670], 2.0, 3
     lp = lexicographic_lp(
@@ -80,7 +81,7 @@ def test_two_different_ends_lexicographic_in_sums() -> None:
     )
     assert np.allclose(lp[0], left) and np.allclose(lp[-1], right)
     assert dp_violation(lp, path_edges(n_points), epsilon) < 1e-8
-    # the tempting min of the two one-sided prefix recursions is not DP (spec §6.3).
+    # the tempting min of the two one-sided prefix recursions is not DP.
     i = np.arange(n_points)
     prefix = np.minimum(
         np.cumsum(line_probabilities(left, epsilon, i), axis=1),

@@ -1,4 +1,5 @@
-"""Closed forms on the line (spec rainbow.md §3-§6.1, §7.1 vectors and property tests)."""
+"""Closed forms on the line (Zhou et al., Rainbow DP, Theorems 4-5; docs/privacy/rainbow.md): reference
+vectors (tests/data) and property tests."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from dpselect.rainbow import (
     ternary_line,
 )
 
-VECTORS_PATH = Path(__file__).resolve().parents[2] / "shared" / "spec" / "rainbow_test_vectors.json"
-VECTORS = json.loads(VECTORS_PATH.read_text())
+# Reference lines shipped with the tests; provenance in tests/data/README.md.
+VECTORS_PATH = Path(__file__).resolve().parent / "data" / "rainbow_vectors.json"
+VECTORS = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))["cases"]
 
 
 def line_edges(n_points: int) -> np.ndarray:
@@ -31,7 +33,7 @@ def line_edges(n_points: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("case", VECTORS, ids=[case["name"] for case in VECTORS])
-def test_spec_vectors(case: dict) -> None:
+def test_reference_vectors(case: dict) -> None:
     expected = np.array(case["probabilities"])
     got = line_probabilities(case["boundary"], case["eps"], len(expected) - 1, case["delta"])
     # The vectors are printed with 12 decimals.
@@ -46,8 +48,8 @@ def test_vector_file_has_all_twelve_cases() -> None:
     assert len(VECTORS) == 12
 
 
-def test_substitute_example_2_rows_from_spec_table() -> None:
-    # spec §7.1, S2 table (six decimals).
+def test_substitute_example_2_rows() -> None:
+    # ternary_substitute_example2 of tests/data/rainbow_vectors.json, six decimals.
     rows = np.array(
         [
             [0.090000, 0.130000, 0.780000],

@@ -1,5 +1,5 @@
-"""The certified, quantised mechanism and the exact DP check (spec rainbow.md §1.1; quantisation
-as documented in dpselect/rainbow/mechanism.py)."""
+"""The certified, quantised mechanism and the exact DP check (docs/privacy/rainbow.md, "What is certified at
+run time"; quantisation as documented in dpselect/rainbow/mechanism.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from dpselect.rainbow import (
 )
 from dpselect.rainbow.mechanism import TOTAL
 
-VECTORS = json.loads(
-    (Path(__file__).resolve().parents[2] / "shared" / "spec" / "rainbow_test_vectors.json").read_text()
-)
+# Reference lines shipped with the tests; provenance in tests/data/README.md.
+VECTORS_PATH = Path(__file__).resolve().parent / "data" / "rainbow_vectors.json"
+VECTORS = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))["cases"]
 
 
 def line_pairs(n_points: int) -> np.ndarray:
@@ -165,7 +165,8 @@ def test_graph_mechanism_certifies_every_edge() -> None:
     per_node = mechanism.weights[mechanism.row_of_node]
     assert exact_dp_violation(per_node, TOTAL, edges, 0.4) <= 0
     assert mechanism.probabilities.shape == (36, 3)
-    assert "spec rainbow.md" in mechanism.guarantee
+    assert "docs/privacy/rainbow.md" in mechanism.guarantee and "Rainbow DP" in mechanism.guarantee
+    assert "spec" not in mechanism.guarantee
 
 
 def test_exact_probability_and_repr() -> None:
@@ -210,3 +211,43 @@ def test_sampling_never_returns_zero_probability_answers_and_keeps_shape() -> No
         mechanism.sample([6], rng=rng)
     with pytest.raises(TypeError, match="datasets"):
         mechanism.sample([0.5], rng=rng)
+
+
+@pytest.mark.parametrize(
+    ("row_pairs", "row_of_node", "error", "message"),
+    [
+        # a float index used to be truncated (1.7 -> row 1): the mechanism was certified on the wrong edge
+        ([[0, 1.7], [1, 2], [2, 3]], None, TypeError, "row_pairs must hold integer"),
+        ([[0, 1], [1, 2], [2, 3]], [0.5, 1, 2, 3], TypeError, "row_of_node must hold integer"),
+        ([[0, 1], [1, 2], [2, 3]], [True, False, True, False], TypeError, "row_of_node"),
+        ([[0, 2**64]], None, ValueError, "row_pairs must index rows"),
+        (np.array([[0, 2**64 - 1]], dtype=np.uint64), None, ValueError, "row_pairs must index rows"),
+        ([[0, 1]], np.array([0, 1, 2, 2**63], dtype=np.uint64), ValueError, "row_of_node must index rows"),
+        ([0, 1, 1, 2], None, ValueError, r"shape \(E, 2\)"),
+    ],
+)
+def test_from_table_refuses_indices_it_would_have_to_truncate_or_wrap(row_pairs, row_of_node, error, message) -> None:
+    table = line_probabilities([0.3, 0.7], 1.0, 3)
+    with pytest.raises(error, match=message):
+        RainbowMechanism.from_table(table, row_pairs, 1.0, row_of_node=row_of_node)
+
+
+@pytest.mark.filterwarnings("ignore::Warning")
+def test_readable_reprs() -> None:
+    pytest.importorskip("scipy")
+    from dpselect.rainbow import graph_mechanism, pullback
+
+    mechanism = line_mechanism([0.3, 0.7], 1.0, 3)
+    text = repr(mechanism)
+    assert "certified=True" in text and "datasets=4" in text and "line optimum" in text
+    drawn = mechanism.sample(np.zeros(1000, dtype=np.int64), rng=deterministic_rng())
+    shown = repr(drawn)
+    assert shown.startswith("SampledAnswers(answers=[") and "shape=(1000,)" in shown
+    assert "privacy_guaranteed=False" in shown and len(shown) < 200
+    result = pullback([[0, 1], [1, 2], [2, 3]], [0, 0, 0, 1], [[0, 1], [1, 0]], [[0.45, 0.55], [0.45, 0.55]], 0.5)
+    assert repr(result) == (
+        "PullBack(datasets=4, answers=2, regions=2, distinct_rows=4, boundary_datasets=2, max_distance=2, "
+        "epsilon=0.5, delta=0.0)"
+    )
+    graph = graph_mechanism([[0, 1], [1, 2]], [0, 0, 1], [[0, 1], [1, 0]], [[0.45, 0.55], [0.45, 0.55]], 0.5)
+    assert "pull-back" in repr(graph)

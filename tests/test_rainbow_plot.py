@@ -21,7 +21,7 @@ def test_plot_draws_every_colour_and_the_thresholds() -> None:
         assert len(curves) == 3
         assert np.allclose(np.array([c.get_ydata() for c in curves]).T, line_probabilities([0.02, 0.10, 0.88], 0.3, 20))
         thresholds = sorted(float(line.get_xdata()[0]) for line in lines if len(line.get_xdata()) == 2)
-        assert thresholds == [5.0, 11.0]  # eta_R, eta_B of substitute example S1 (spec §7.1)
+        assert thresholds == [5.0, 11.0]  # eta_R, eta_B of ternary_substitute_example1 (tests/data)
         texts = [t.get_text() for t in ax.texts]
         assert "η_R = 5" in texts and "η_B = 11" in texts
     finally:

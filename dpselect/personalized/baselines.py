@@ -1,9 +1,11 @@
-"""Baselines for personalized DP (spec personalized.md §5 and §2 "Variant"), all with exact noise.
+"""Baselines for personalized DP (the comparisons of [SDQY] Table 1), all with exact noise.
+
+Statements and proofs: docs/privacy/personalized.md, "Baselines".
 
 * D1 naive: the strictest level Φ_min for everyone (:func:`naive_count`, :func:`naive_sum`).
 * D2 [JYC15] sampling: keep user u with probability (e^{Φ(u)} − 1)/(e^{t_s} − 1) when
   Φ(u) < t_s, then run a t_s-DP mechanism (:func:`sampling_count`, :func:`sampling_sum`).
-* D4 PDP count with sampling, in the spec's safe form L = t + 1
+* D4 PDP count with sampling, in the safe form L = t + 1
   (:func:`pdp_count_with_sampling`).
 * D5 the standard-DP sum used inside D1 and D2 (:func:`universal_sum`).
 * D3 PDP exponential mechanism lives in :mod:`dpselect.personalized.exponential`.
@@ -14,6 +16,7 @@ rounded *down* to 64-bit fixed point (``noise.keep_thresholds``): exact, and on 
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -22,7 +25,8 @@ import numpy as np
 from .count import count_thresholds
 from .noise import RandomSource, discrete_laplace, keep_mask, keep_thresholds, sampling_keep_probability
 from .params import exact_value, smallest_float_above, validate_input
-from .result import PersonalizedResult, PrivacyStatement
+from .result import PRIVACY_DOC, PersonalizedResult, PrivacyStatement
+from .result import reference as _reference
 from .selection import shifted_max
 
 __all__ = [
@@ -35,12 +39,18 @@ __all__ = [
 ]
 
 
+_SAMPLING_REFERENCE = (
+    "Jorgensen, Yu, Cormode, Conservative or Liberal? Personalized Differential Privacy (ICDE 2015), "
+    f"Sample mechanism; {PRIVACY_DOC}"
+)
+
+
 def _simple_result(
     estimate: int | Fraction, method: str, data_phi: np.ndarray, loss_of: Any, description: str,
-    spec: str, guaranteed: bool, details: dict[str, object] | None = None, beta: float | None = None,
+    reference: str, guaranteed: bool, details: dict[str, object] | None = None, beta: float | None = None,
 ) -> PersonalizedResult:
     privacy = PrivacyStatement(
-        phi=data_phi, loss_of=loss_of, description=description, spec=spec, privacy_guaranteed=guaranteed
+        phi=data_phi, loss_of=loss_of, description=description, reference=reference, privacy_guaranteed=guaranteed
     )
     return PersonalizedResult(
         estimate=estimate, method=method, chosen_index=None, chosen_parameter=None, parameters=(),
@@ -52,7 +62,7 @@ def _simple_result(
 def universal_sum(
     values: np.ndarray, epsilon: Fraction, beta: float, bound: int, rng: RandomSource
 ) -> tuple[Fraction, dict[str, object]]:
-    """D5, the standard-DP sum of the authors' code (spec personalized.md §5, D5), ε-DP.
+    """D5, the standard-DP sum that [SDQY]'s experiments use inside D1 and D2, ε-DP.
 
     ε' = ε/2, β' = β/2; AboveThreshold (threshold noise scale 2/ε', query noise 4/ε') over
     #{x ≤ 2^i}, i = 0..⌊log2 B⌋−1, against |D| − (6/ε')ln(2/β'); radius r = 2^{i−1} (as the code;
@@ -82,7 +92,7 @@ def universal_sum(
 
 
 def naive_count(bits: Any, phi: Any, *, rng: Any = None) -> PersonalizedResult:
-    """D1 naive count (spec personalized.md §5): Count + Lap(1/Φ_min), exact discrete Laplace.
+    """D1 naive count: Count + Lap(1/Φ_min), exact discrete Laplace.
 
     Guarantee: Φ_min-DP, hence Φ-PDP (every user's loss is Φ_min ≤ Φ(u)).
     """
@@ -94,14 +104,14 @@ def naive_count(bits: Any, phi: Any, *, rng: Any = None) -> PersonalizedResult:
     phi_min = data.phi_min
     return _simple_result(
         estimate, "naive_count", data.phi, lambda _p: phi_min, "Φ_min-DP for everyone",
-        "personalized.md §5 D1", bool(rng.privacy_guaranteed),
+        _reference("naive baseline"), bool(rng.privacy_guaranteed),
     )
 
 
 def naive_sum(
     values: Any, phi: Any, bound: int, *, beta: float = 0.1, method: str = "universal", rng: Any = None
 ) -> PersonalizedResult:
-    """D1 naive sum (spec personalized.md §5): Φ_min for everyone.
+    """D1 naive sum: Φ_min for everyone.
 
     ``method="universal"`` (default) is what Table 1 ran: D5 with ε = Φ_min;
     ``method="laplace"`` is the slides' Sum + Lap(B/Φ_min). Guarantee: Φ_min-DP, hence Φ-PDP.
@@ -121,7 +131,7 @@ def naive_sum(
     phi_min = data.phi_min
     return _simple_result(
         estimate, f"naive_sum[{method}]", data.phi, lambda _p: phi_min, "Φ_min-DP for everyone",
-        "personalized.md §5 D1", bool(rng.privacy_guaranteed), details, data.beta,
+        _reference("naive baseline"), bool(rng.privacy_guaranteed), details, data.beta,
     )
 
 
@@ -139,10 +149,28 @@ def _sample(values: np.ndarray, phi: np.ndarray, threshold: Fraction, rng: Rando
     return sampled
 
 
+def _float_or_inf(value: Fraction) -> float:
+    """float(value), or inf beyond the float range (a keep probability against an infinite
+    threshold is 0: the user is dropped, which only lowers its privacy loss)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _sampling_threshold(phi: np.ndarray, threshold: float | None) -> Fraction:
-    value = float(np.mean(phi)) if threshold is None else float(threshold)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"threshold must be a positive finite float, got {threshold!r}")
+    """t_s as an exact level: the given float, or the mean of Φ (summed as Φ/N: no overflow)."""
+    if threshold is None:
+        value = float(np.sum(phi / phi.size))
+    else:
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+            raise TypeError(f"threshold must be a float privacy level or None, got {threshold!r}")
+        value = float(threshold)
+    if not (math.isfinite(value) and value >= sys.float_info.min):
+        raise ValueError(
+            f"threshold must be a finite float >= {sys.float_info.min!r} (a privacy level), got {threshold!r}; "
+            "None uses the mean of phi"
+        )
     return exact_value(value)
 
 
@@ -155,7 +183,7 @@ def _sampling_loss(threshold: Fraction) -> Any:
 def sampling_count(
     bits: Any, phi: Any, *, threshold: float | None = None, rng: Any = None
 ) -> PersonalizedResult:
-    """D2 [JYC15] sampling count (spec personalized.md §5): sample, then count + Lap(1/t_s).
+    """D2 [JYC15] sampling count: sample, then count + Lap(1/t_s).
 
     ``threshold`` t_s defaults to the mean of Φ over all users (as the authors' code). No
     reweighting (as the code). Guarantee: Φ-PDP ([JYC15] Sample mechanism).
@@ -169,7 +197,7 @@ def sampling_count(
     estimate = int(sampled.sum()) + discrete_laplace(1 / t_s, rng)
     return _simple_result(
         estimate, "sampling_count", data.phi, _sampling_loss(t_s), "Φ-PDP by [JYC15] sampling",
-        "personalized.md §5 D2", bool(rng.privacy_guaranteed), {"threshold": t_s},
+        _SAMPLING_REFERENCE, bool(rng.privacy_guaranteed), {"threshold": t_s},
     )
 
 
@@ -177,7 +205,7 @@ def sampling_sum(
     values: Any, phi: Any, bound: int, *, beta: float = 0.1, threshold: float | None = None,
     rng: Any = None,
 ) -> PersonalizedResult:
-    """D2 [JYC15] sampling sum (spec personalized.md §5): sample, then D5 with ε = t_s.
+    """D2 [JYC15] sampling sum: sample, then D5 with ε = t_s.
 
     Guarantee: Φ-PDP ([JYC15] Sample mechanism composed with the t_s-DP D5).
     """
@@ -191,14 +219,14 @@ def sampling_sum(
     details["threshold"] = t_s
     return _simple_result(
         estimate, "sampling_sum", data.phi, _sampling_loss(t_s), "Φ-PDP by [JYC15] sampling",
-        "personalized.md §5 D2", bool(rng.privacy_guaranteed), details, data.beta,
+        _SAMPLING_REFERENCE, bool(rng.privacy_guaranteed), details, data.beta,
     )
 
 
 def pdp_count_with_sampling(
     bits: Any, phi: Any, *, beta: float = 0.1, rng: Any = None
 ) -> PersonalizedResult:
-    """D4 PDP count with sampling, safe form (spec personalized.md §2 "Variant").
+    """D4 PDP count with sampling ([SDQY] Table 1, "PDP Count (with sampling)"), safe form.
 
     Algorithm A's thresholds k_i, but users with Φ(u) < k_i are kept with the tight probability
     π_i(u) = (e^{Φ(u)/L} − 1)/(e^{k_i/L} − 1) instead of deleted, L = t + 1 in the noise
@@ -218,7 +246,7 @@ def pdp_count_with_sampling(
         above = ones_phi >= smallest_float_above(k)  # exactly Φ(u) > k_i: counted in full
         full = int(np.count_nonzero(above))
         at_stake = ones_phi[~above]  # Φ(u) ≤ k_i: the float π rounds down, so Φ = k_i is safe too
-        probability, condition = sampling_keep_probability(at_stake / divisor, float(k) / divisor)
+        probability, condition = sampling_keep_probability(at_stake / divisor, _float_or_inf(k / divisor))
         kept = keep_mask(keep_thresholds(probability, condition), rng)
         candidates.append(full + int(np.count_nonzero(kept)))
     selection = shifted_max(candidates, scales, divisor, data.beta, rng)
@@ -227,7 +255,7 @@ def pdp_count_with_sampling(
         phi=data.phi,
         loss_of=lambda phi_u: sum((min(phi_u, k) / divisor for k in thresholds), Fraction(0)),
         description="Φ-PDP: each of the t+1 releases costs ≤ min(Φ(u), k_i)/(t+1)",
-        spec="personalized.md §2 (variant, safe form L = t + 1)",
+        reference=_reference("PDP count with sampling, safe form L = t + 1"),
         privacy_guaranteed=guaranteed,
     )
     chosen = selection.chosen_index

@@ -1,4 +1,4 @@
-"""PDP exponential mechanism for counts ("PDP EM", [JYC15]; spec personalized.md §5 D3), exact.
+"""PDP exponential mechanism for counts ("PDP EM", [JYC15]; docs/privacy/personalized.md, "Baselines"), exact.
 
 Output c ∈ {0..N} with P[c] ∝ exp(score(c)/2), score(c) = −(least total Φ of users whose bit
 must flip to make the count c). Writing c = n ∓ m, the weight is a product of per-user factors
@@ -194,7 +194,7 @@ def _sample_offset(sides: tuple[_Side, _Side], rng: RandomSource) -> int:
 
 
 def pdp_exponential_count(bits: Any, phi: Any, *, rng: Any = None) -> PersonalizedResult:
-    """PDP exponential mechanism for a count (spec personalized.md §5 D3; [JYC15]), exact.
+    """PDP exponential mechanism for a count (Jorgensen, Yu, Cormode, ICDE 2015), exact.
 
     Guarantee: Φ-PDP — the score's sensitivity in user u is ĉ(u) ≤ Φ(u) and the weights are
     exp(score/2), so every output probability moves by at most e^{Φ(u)} (see module docstring
@@ -214,7 +214,8 @@ def pdp_exponential_count(bits: Any, phi: Any, *, rng: Any = None) -> Personaliz
         phi=data.phi,
         loss_of=lambda phi_u: phi_u,
         description="Φ-PDP: exponential mechanism, score sensitivity ĉ(u) ≤ Φ(u), weights exp(score/2)",
-        spec="personalized.md §5 D3",
+        reference="Jorgensen, Yu, Cormode, Conservative or Liberal? Personalized Differential Privacy (ICDE 2015), "
+        "PDP exponential mechanism; docs/privacy/personalized.md",
         privacy_guaranteed=guaranteed,
     )
     return PersonalizedResult(

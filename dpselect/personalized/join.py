@@ -1,4 +1,4 @@
-"""User-level PDP sums over join results by LP truncation (Algorithm C, spec personalized.md §4).
+"""User-level PDP sums over join results by LP truncation (Algorithm C of [SDQY]; docs/privacy/personalized.md).
 
 Each record (join row) r has an integer value I(r) ∈ {0..B} and is owned by a set of users;
 removing user u removes all of u's records. The truncated value for a truncation vector τ is
@@ -17,8 +17,8 @@ Q − Q' ∈ [0, τ(u)] implies ⌊Q⌋ − ⌊Q'⌋ ∈ [0, τ(u)], so the sens
 with integer arithmetic: a repaired primal solution gives a rational P ≤ Q, a dual solution
 completed to feasibility gives a rational D ≥ Q (weak duality), and ⌊P⌋ = ⌊D⌋ pins ⌊Q⌋ down.
 When Q is an integer, rationalised roundings of the HiGHS solution (denominators 1..12)
-supply P = Q exactly. Every LP is solved to optimality (no early abort; spec §4 "Not
-recommended"). If no certificate is found, an ``ArithmeticError`` is raised rather than
+supply P = Q exactly. Every LP is solved to optimality (no early abort: a partial value would
+not be the analysed statistic). If no certificate is found, an ``ArithmeticError`` is raised rather than
 releasing an uncertified value (not observed in the tests).
 """
 from __future__ import annotations
@@ -38,8 +38,9 @@ from .params import (
     validate_beta,
     validate_bound,
     validate_phi,
+    validate_values,
 )
-from .result import PersonalizedResult, PrivacyStatement
+from .result import PersonalizedResult, PrivacyStatement, reference
 from .selection import shifted_max
 from .sum import truncation_loss
 
@@ -63,7 +64,7 @@ class JoinIncidence:
 
 
 def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: int) -> JoinIncidence:
-    """Validate a join result (spec personalized.md §4 "Model").
+    """Validate a join result (the model of docs/privacy/personalized.md, "pdp_join_sum").
 
     ``record_users`` is either a scipy sparse matrix of shape (n_records, n_users) whose
     non-zeros mark ownership, or a pair ``(record_index, user_index)`` of integer arrays (one
@@ -71,17 +72,8 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
     lie in {0..B} and every user's total contribution must be ≤ B.
     """
     sparse = _scipy_sparse()
-    values = np.asarray(record_values)
-    if values.ndim != 1:
-        raise ValueError(f"record_values must be 1-D, got shape {values.shape}")
-    if values.dtype.kind == "f":
-        if not np.all(np.isfinite(values)) or not np.all(values == np.floor(values)):
-            raise ValueError("record_values must be integers")
-    elif values.dtype.kind not in "iub":
-        raise TypeError(f"record_values must be an integer array, got dtype {values.dtype}")
-    values = values.astype(np.int64)
-    if values.size and (values.min() < 0 or values.max() > bound):
-        raise ValueError(f"record_values must lie in [0, bound={bound}]")
+    # Checked before any cast to int64: values >= 2**63 (uint64, Python ints) cannot wrap into range.
+    values = np.array(validate_values(record_values, bound, "record_values"))
     n_records = int(values.size)
     if sparse.issparse(record_users):
         matrix = sparse.csr_matrix(record_users, dtype=np.float64, copy=True)
@@ -89,6 +81,7 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
             raise ValueError(
                 f"record_users must have shape (n_records, n_users) = {(n_records, n_users)}, got {matrix.shape}"
             )
+        matrix.eliminate_zeros()  # an explicitly stored 0 is not ownership
         matrix.data[:] = 1.0
     else:
         try:
@@ -114,9 +107,18 @@ def make_incidence(record_values: Any, record_users: Any, n_users: int, bound: i
     if n_records and owners.min() == 0:
         raise ValueError("every record must be owned by at least one user")
     contributions = np.asarray(matrix.T @ values.astype(np.float64)).ravel()
-    if contributions.size and contributions.max() > bound:
+    # Float sums of non-negative integers are exact while they stay <= 2**53; a total of 2**53 + 1
+    # could round down to a bound of 2**53. Totals that large are re-added exactly in Python ints.
+    worst = int(contributions.max()) if contributions.size else 0
+    large = np.flatnonzero(contributions >= 2.0**52)
+    if large.size:
+        by_user = matrix.tocsc()
+        for user in large.tolist():
+            records = by_user.indices[by_user.indptr[user] : by_user.indptr[user + 1]]
+            worst = max(worst, sum(values[records].tolist()))
+    if worst > bound:
         raise ValueError(
-            f"bound={bound} must bound every user's total contribution (max is {int(contributions.max())})"
+            f"bound={bound} must bound every user's total contribution (max is {worst}); raise bound or drop records"
         )
     return JoinIncidence(values, matrix, np.rint(contributions).astype(np.int64))
 
@@ -178,7 +180,7 @@ def _certify_floor(values: np.ndarray, matrix: Any, tau: np.ndarray, x_hat: np.n
 
 
 def lp_truncated_sum(incidence: JoinIncidence, tau: np.ndarray) -> int:
-    """⌊Q(I, τ)⌋ for the truncation LP (spec personalized.md §4), solved by HiGHS and certified.
+    """⌊Q(I, τ)⌋ for the truncation LP ([R2T], [SDQY]), solved by HiGHS and certified.
 
     Users whose τ(u) covers their contribution impose no binding constraint and are dropped;
     records with an owner of τ(u) = 0 are fixed to 0; records whose owners are all unbound
@@ -215,12 +217,13 @@ def lp_truncated_sum(incidence: JoinIncidence, tau: np.ndarray) -> int:
 def pdp_join_sum(
     record_values: Any, record_users: Any, phi: Any, bound: int, *, beta: float = 0.1, rng: Any = None
 ) -> PersonalizedResult:
-    """User-level Φ-PDP sum over a join result by LP truncation (spec personalized.md §4).
+    """User-level Φ-PDP sum over a join result by LP truncation (Algorithm C of Sun, Dong, Qiu,
+    Yi, SIGMOD 2025).
 
     Guarantee: Φ-PDP under "remove all of user u's records" — release i has sensitivity
     min(τ_i(u), B) ≤ s_i·Φ(u) and noise scale (t+1)·s_i, so each user's total loss is ≤ Φ(u)
-    (exact per-user losses in ``result.privacy``). Error (derived, spec §3/§4): with probability
-    ≥ 1 − β, 0 ≤ Sum − estimate ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
+    (exact per-user losses in ``result.privacy``; proof: docs/privacy/personalized.md). Error
+    (derived): with probability ≥ 1 − β, 0 ≤ Sum − estimate ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
 
     Parameters
     ----------
@@ -260,7 +263,7 @@ def pdp_join_sum(
         phi=phi_array,
         loss_of=truncation_loss(scales, divisor, bound),
         description="user-level Φ-PDP: Σ_i min(⌊s_i·Φ(u)⌋, B)/((t+1)·s_i) ≤ Φ(u)",
-        spec="personalized.md §4",
+        reference=reference("user-level PDP query, Algorithm C"),
         privacy_guaranteed=guaranteed,
     )
     chosen = selection.chosen_index

@@ -1,9 +1,9 @@
 """Exact integer noise and exact per-user coin flips on the package CSPRNG.
 
-Spec: ``rng-and-exactness.md`` §4.4 (integer data → integer noise, no float Laplace) and
-``personalized.md`` §1 (personalized Laplace). The discrete Laplace with scale b has
+Integer data get integer noise; no floating-point Laplace is used (docs/privacy/personalized.md, "Tools"). The
+discrete Laplace with scale b has
 P[Z = z] ∝ exp(−|z|/b) on the integers; for an integer query of sensitivity Δ it gives exactly
-(Δ/b)-DP, the same loss as the continuous Laplace, so the spec's accounting carries over with
+(Δ/b)-DP, the same loss as the continuous Laplace, so the personalized Laplace accounting carries over with
 no slack.
 
 Sampler: Canonne–Kamath–Steinke 2020 ("The Discrete Gaussian for Differential Privacy"),
@@ -127,8 +127,9 @@ def sampling_keep_probability(phi: np.ndarray, target: float) -> tuple[np.ndarra
     """
     a = np.asarray(phi, dtype=np.float64)
     b = float(target)
-    p = np.exp(a - b) * (-np.expm1(-a)) / (-math.expm1(-b))
-    return p, 1.0 + np.abs(a) + abs(b)
+    with np.errstate(over="ignore"):  # levels near the float maximum: κ = inf, keep probability 0
+        p = np.exp(a - b) * (-np.expm1(-a)) / (-math.expm1(-b))
+        return p, 1.0 + np.abs(a) + abs(b)
 
 
 def keep_mask(thresholds: np.ndarray, rng: RandomSource) -> np.ndarray:

@@ -1,11 +1,11 @@
-"""PDP sum with personalized truncation (Algorithm B, spec personalized.md §3).
+"""PDP sum with personalized truncation (Algorithm B of [SDQY]; docs/privacy/personalized.md, "pdp_sum").
 
 For a noise-scale parameter s the best truncation vector is τ(u) = ⌊s·Φ(u)⌋, so the private
 search runs over s_i = 2^i/Φ_max, i = 0..t, t = max(1, ⌈log2(B·Φ_max/Φ_min)⌉) (exact):
 S_i = Σ_u min(I(u), τ_i(u)) is released with discrete Laplace of scale L·s_i and shift
-⌈L·s_i·ln(L/β)⌉, L = t + 1 (the spec's safe choice), and the output is max(0, max_i S̃_i).
+⌈L·s_i·ln(L/β)⌉, L = t + 1 (always within budget), and the output is max(0, max_i S̃_i).
 
-Privacy (spec §3, "Budget split"): release i has sensitivity min(τ_i(u), B) ≤ s_i·Φ(u) for
+Privacy (budget split): release i has sensitivity min(τ_i(u), B) ≤ s_i·Φ(u) for
 user u, so it costs ≤ Φ(u)/L; over the L releases the total is ≤ Φ(u). τ_i is computed exactly
 (``exact_floor_scaled``) and the scales are exact fractions, so this is exact, not approximate.
 """
@@ -17,8 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from .params import PersonalizedInput, doubling_steps, exact_floor_scaled, validate_bound, validate_input
-from .result import PersonalizedResult, PrivacyStatement
+from .params import (
+    PersonalizedInput,
+    doubling_steps,
+    exact_floor_scaled,
+    validate_beta,
+    validate_bound,
+    validate_input,
+    validate_integers,
+)
+from .result import PersonalizedResult, PrivacyStatement, reference
 from .selection import shifted_max
 
 __all__ = ["pdp_sum", "pdp_sum_signed", "sum_candidates", "sum_scales", "truncation_loss"]
@@ -27,7 +35,7 @@ __all__ = ["pdp_sum", "pdp_sum_signed", "sum_candidates", "sum_scales", "truncat
 def sum_scales(
     phi_min: Fraction, phi_max: Fraction, bound: int, budget_fraction: Fraction = Fraction(1)
 ) -> tuple[int, tuple[Fraction, ...]]:
-    """t and s_i = 2^i / (f·Φ_max), i = 0..t (spec §3 steps 1–2) for a budget fraction f."""
+    """t and s_i = 2^i / (f·Φ_max), i = 0..t, for a budget fraction f."""
     t = doubling_steps(bound * phi_max / phi_min)
     return t, tuple(Fraction(2**i) / (budget_fraction * phi_max) for i in range(t + 1))
 
@@ -36,7 +44,7 @@ def sum_candidates(
     values: np.ndarray, phi: np.ndarray, scales: tuple[Fraction, ...], bound: int,
     budget_fraction: Fraction = Fraction(1),
 ) -> list[int]:
-    """S_i = Σ_u min(I(u), ⌊s_i·f·Φ(u)⌋) for every scale (spec §3 step 3), exactly.
+    """S_i = Σ_u min(I(u), ⌊s_i·f·Φ(u)⌋) for every scale, exactly.
 
     Users with value 0 contribute nothing and are skipped. τ grows with s, so a user whose
     value is no longer truncated stays untruncated: such users leave the working set and
@@ -81,7 +89,7 @@ def _run(
     data: PersonalizedInput, rng: Any, budget_fraction: Fraction, method: str
 ) -> PersonalizedResult:
     t, scales = sum_scales(data.phi_min, data.phi_max, data.bound, budget_fraction)
-    divisor = t + 1  # L = t + 1: always within budget (spec §3)
+    divisor = t + 1  # L = t + 1: always within budget (L = t is not, for levels close together)
     noise_scales = tuple(divisor * s for s in scales)
     candidates = sum_candidates(data.values, data.phi, scales, data.bound, budget_fraction)
     selection = shifted_max(candidates, noise_scales, divisor, data.beta, rng)
@@ -90,7 +98,7 @@ def _run(
         phi=data.phi,
         loss_of=truncation_loss(scales, divisor, data.bound, budget_fraction),
         description="Φ-PDP: user u's loss is Σ_i min(⌊s_i·Φ(u)⌋, B)/((t+1)·s_i) ≤ Φ(u)",
-        spec="personalized.md §3",
+        reference=reference("PDP sum, Algorithm B"),
         privacy_guaranteed=guaranteed,
     )
     chosen = selection.chosen_index
@@ -114,12 +122,13 @@ def _run(
 def pdp_sum(
     values: Any, phi: Any, bound: int, *, beta: float = 0.1, rng: Any = None
 ) -> PersonalizedResult:
-    """Φ-PDP sum of integers in {0..B} by personalized truncation (spec personalized.md §3).
+    """Φ-PDP sum of integers in {0..B} by personalized truncation (Algorithm B of Sun, Dong, Qiu, Yi,
+    SIGMOD 2025).
 
-    Guarantee: Φ-PDP with L = t + 1 (spec §3 "Budget split"; exact per-user losses in
-    ``result.privacy``). Error (derived, spec §3): with probability ≥ 1 − β,
+    Guarantee: Φ-PDP with L = t + 1 (proof: docs/privacy/personalized.md, "pdp_sum"; exact per-user losses in
+    ``result.privacy``). Error (derived): with probability ≥ 1 − β,
     0 ≤ Sum − estimate ≤ min_i [Σ_u (I(u) − ⌊s_i Φ(u)⌋)_+ + 2·shift_i]. The error has a heavy
-    tail of probability ≤ β/2 (spec §3 "Heavy tail"): judge it by medians, not means.
+    tail of probability ≤ β/2: judge it by medians, not means.
 
     Parameters
     ----------
@@ -143,7 +152,7 @@ def pdp_sum(
 def pdp_sum_signed(
     values: Any, phi: Any, bound: int, *, beta: float = 0.1, rng: Any = None
 ) -> PersonalizedResult:
-    """Φ-PDP sum of signed integers in [−B, B] (spec personalized.md §3 "Signed data", safe form).
+    """Φ-PDP sum of signed integers in [−B, B] (safe form; docs/privacy/personalized.md, "pdp_sum").
 
     Runs Algorithm B on the positive and negative parts, each with half of every user's budget
     (a neighbour may flip the sign and so change both parts) and β/2, and outputs the
@@ -151,27 +160,22 @@ def pdp_sum_signed(
     """
     from dpselect.rng import resolve_rng
 
-    rng = resolve_rng(rng)
-    array = np.asarray(values)
-    if array.dtype.kind not in "iub" and not (array.dtype.kind == "f"):
-        raise TypeError(f"values must be an integer array, got dtype {array.dtype}")
-    if array.dtype.kind == "f" and (not np.all(np.isfinite(array)) or not np.all(array == np.floor(array))):
-        raise ValueError("values must be integers")
-    signed = array.astype(np.int64)
     limit = validate_bound(bound)
-    if signed.size and int(np.abs(signed).max()) > limit:
-        raise ValueError(f"values must lie in [-bound, bound] = [-{limit}, {limit}]")
+    beta = validate_beta(beta)
+    # Checked on the caller's values before any cast: |values| >= 2**63 cannot wrap into range.
+    signed = validate_integers(values, -limit, limit, "values", f"[-bound, bound] = [-{limit}, {limit}]")
     positive = np.maximum(signed, 0)
-    negative = np.maximum(-signed, 0)
+    negative = np.maximum(-signed, 0)  # |values| <= bound <= 2**53: no overflow
+    rng = resolve_rng(rng)
     half = Fraction(1, 2)
-    plus = _run(validate_input(positive, phi, bound, beta / 2), rng, half, "pdp_sum_signed[+]")
-    minus = _run(validate_input(negative, phi, bound, beta / 2), rng, half, "pdp_sum_signed[-]")
+    plus = _run(validate_input(positive, phi, limit, beta / 2), rng, half, "pdp_sum_signed[+]")
+    minus = _run(validate_input(negative, phi, limit, beta / 2), rng, half, "pdp_sum_signed[-]")
     loss_plus, loss_minus = plus.privacy.loss_of, minus.privacy.loss_of
     privacy = PrivacyStatement(
         phi=plus.privacy.phi,
         loss_of=lambda phi_u: loss_plus(phi_u) + loss_minus(phi_u),
         description="Φ-PDP: each sign part is (Φ/2)-PDP by Algorithm B",
-        spec="personalized.md §3 (signed data, safe form)",
+        reference=reference("PDP sum, Algorithm B on each sign with Φ/2"),
         privacy_guaranteed=plus.privacy_guaranteed,
     )
     return PersonalizedResult(

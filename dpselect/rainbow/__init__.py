@@ -1,8 +1,12 @@
 """Rainbow differential privacy: optimal mechanisms for multi-valued queries whose datasets each
 prefer an order of the answers (their *rainbow*), on line graphs and general dataset graphs.
 
-Spec: ``shared/spec/rainbow.md`` ([ZGD+22] Zhou et al., *Rainbow Differential Privacy*;
-[DMS21] D'Oliveira et al., ISIT 2021). Closed forms need only numpy; graphs and the LP need
+References: [ZGD+22] Z. Zhou, O. Günlü, R. G. L. D'Oliveira, M. Médard, P. Sadeghi,
+R. F. Schaefer, *Rainbow Differential Privacy*, arXiv:2202.03974 (2022); [DMS21] R. G. L.
+D'Oliveira, M. Médard, P. Sadeghi, *Differential privacy for binary functions via randomized graph
+colorings*, IEEE ISIT 2021; [GZG+24] Y. Gu et al., *Generalized Rainbow Differential Privacy*,
+J. Privacy and Confidentiality 14(2), 2024. Privacy statements, proofs and what is certified at
+run time: ``docs/privacy/rainbow.md``. Closed forms need only numpy; graphs and the LP need
 scipy (``pip install dpselect[graphs]`` / ``[lp]``); the plot needs matplotlib (``[plot]``).
 """
 

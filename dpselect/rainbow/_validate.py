@@ -8,6 +8,7 @@ Validators never mutate the caller's arrays: they return fresh (or read-only) co
 from __future__ import annotations
 
 import math
+import operator
 from numbers import Integral, Real
 
 import numpy as np
@@ -114,3 +115,26 @@ def check_distances(distances: ArrayLike, name: str = "distances") -> NDArray[np
         if np.any(array >= MAX_DISTANCE):
             raise ValueError(f"{name} must be < 2**53")
     return array
+
+
+def check_index_array(indices: ArrayLike, name: str, n_rows: int, shape: str) -> NDArray[np.int64]:
+    """Return integer row indices in [0, n_rows) as a fresh int64 array.
+
+    Floats and booleans are refused rather than truncated (an index 1.7 is a mistake, not row 1),
+    and the range is checked on the caller's values before any cast, so a uint64 or a Python
+    int >= 2**63 cannot wrap into range. ``shape`` names the expected shape in the error.
+    """
+    raw = np.asarray(indices)
+    if raw.size == 0:
+        return np.zeros(raw.shape, dtype=np.int64)
+    if raw.dtype == object:
+        try:
+            raw = np.array([operator.index(value) for value in raw.ravel().tolist()], dtype=object).reshape(raw.shape)
+        except TypeError:
+            raise TypeError(f"{name} must hold integer row indices ({shape}), got non-integer objects") from None
+    elif raw.dtype == bool or not np.issubdtype(raw.dtype, np.integer):
+        raise TypeError(f"{name} must hold integer row indices ({shape}), got dtype {raw.dtype}")
+    low, high = raw.min(), raw.max()
+    if low < 0 or high >= n_rows:
+        raise ValueError(f"{name} must index rows in [0, {n_rows}), got values in [{low}, {high}]")
+    return raw.astype(np.int64)

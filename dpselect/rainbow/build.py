@@ -20,12 +20,15 @@ def line_mechanism(boundary: ArrayLike, epsilon: float, n: int, delta: float = 0
     as a :class:`RainbowMechanism` whose answers are **rainbow ranks** (0 = most preferred).
 
     Guarantee: (epsilon, delta)-DP between consecutive indices of the line, certified exactly on
-    the sampled table; optimal up to the reported mixing weight (spec rainbow.md §6.1, §5).
+    the sampled table; optimal up to the reported mixing weight (docs/privacy/rainbow.md, "The line optimum").
     """
     distances = check_distances(n, "n")
     table = line_probabilities(boundary, epsilon, distances, delta)
     pairs = np.stack([np.arange(distances.size - 1), np.arange(1, distances.size)], axis=1)
-    return RainbowMechanism.from_table(table, pairs, epsilon, delta, description="line optimum, spec rainbow.md §6.1")
+    description = (
+        "line optimum of Zhou et al. (Rainbow DP, Thms 4-5) / D'Oliveira et al. (ISIT 2021); docs/privacy/rainbow.md"
+    )
+    return RainbowMechanism.from_table(table, pairs, epsilon, delta, description=description)
 
 
 def graph_mechanism(
@@ -36,8 +39,9 @@ def graph_mechanism(
     epsilon: float,
     delta: float = 0.0,
 ) -> RainbowMechanism:
-    """The optimal boundary-homogeneous mechanism on a dataset graph (pull-back, spec rainbow.md
-    §1.2), quantised and certified exactly on every pair of neighbouring datasets' rows.
+    """The optimal boundary-homogeneous mechanism on a dataset graph (pull-back of the line optimum,
+    [ZGD+22] Theorems 2-3; docs/privacy/rainbow.md, "Graphs"), quantised and certified exactly on
+    every pair of neighbouring datasets' rows.
     Answers are answer indices 0..m-1. Arguments as in :func:`dpselect.rainbow.pullback`
     (raises :class:`~dpselect.rainbow.InvalidBoundaryError` for an invalid boundary).
     """
@@ -48,5 +52,5 @@ def graph_mechanism(
         epsilon,
         delta,
         row_of_node=result.row_of_node,
-        description="pull-back of the line optimum, spec rainbow.md §1.2",
+        description="pull-back of the line optimum, Zhou et al. (Rainbow DP, Thms 2-3); docs/privacy/rainbow.md",
     )

@@ -4,7 +4,7 @@ The worst violation of (epsilon, delta)-DP over an edge d ~ d' and all subsets S
 
     max_S  P_d(S) - e^eps P_d'(S) - delta  =  sum_v (P_d(v) - e^eps P_d'(v))_+  -  delta,
 
-attained by S = {v : P_d(v) > e^eps P_d'(v)} (spec rainbow.md §1.1). Both functions below return
+attained by S = {v : P_d(v) > e^eps P_d'(v)} (docs/privacy/rainbow.md, "Setting"). Both functions below return
 the maximum of this quantity over every edge taken in both directions. A value <= 0 means the
 mechanism is (epsilon, delta)-DP on that graph; for delta = 0 it is 0 exactly when every singleton
 inequality holds (singletons suffice for pure DP).
@@ -56,7 +56,7 @@ def exp_lower_bound(epsilon: float) -> Fraction:
 
     E is a Taylor partial sum of e^x (all terms positive, so every partial sum is below e^x) at
     x = min(as_fraction_lower(epsilon), 64), floored to a multiple of 2**-128. It is within
-    ~2**-120 relative of e^x. Same construction as the keep tables (spec rng-and-exactness.md §3.2).
+    ~2**-120 relative of e^x (``dpselect.exact.exp_lower``).
     """
     epsilon = check_epsilon(epsilon)
     x = min(as_fraction_lower(epsilon), Fraction(_EPSILON_CAP))
@@ -113,7 +113,7 @@ def exact_dp_violation(
     Computed in exact integer/rational arithmetic with e^epsilon replaced by the certified lower
     bound :func:`exp_lower_bound` and delta by the smaller of its binary and decimal readings, so
     a result <= 0 *proves* that every edge of ``edges`` satisfies P_d(S) <= e^eps P_d'(S) + delta for
-    all subsets S, in both directions (spec rainbow.md §1.1).
+    all subsets S, in both directions (docs/privacy/rainbow.md, "What is certified at run time").
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)

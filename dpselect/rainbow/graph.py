@@ -1,11 +1,11 @@
 """Rainbow DP on general dataset graphs: regions, boundaries, distances and the pull-back of the
-line optimum (spec rainbow.md §1.2 and algorithm A4 of §7).
+line optimum ([ZGD+22] Definitions 5-8 and Theorem 3; docs/privacy/rainbow.md, "Graphs").
 
 A dataset graph has nodes 0..N-1. Each node belongs to a *region* (an int label in [0, R)); region
 r has rainbow ``rainbows[r]`` (a permutation of the answers 0..m-1, most preferred first) and a
 boundary distribution ``boundary[r]`` **indexed by answer** (``boundary[r][v]`` is the probability
 of answer v on r's boundary). Distinct regions must have distinct rainbows (a region is the set
-of datasets sharing one rainbow, spec §1.2).
+of datasets sharing one rainbow, [ZGD+22] Definition 5).
 
 The optimal boundary-homogeneous mechanism gives node d, at graph distance i from its region's
 boundary, the line optimum of its rainbow at index i. Nodes of a connected component that holds
@@ -45,7 +45,7 @@ _BOUNDARY_TOLERANCE = 1e-12
 
 class InvalidBoundaryError(ValueError):
     """The boundary distributions violate DP across an edge between two regions, so no DP
-    mechanism with that boundary exists (spec rainbow.md §1.2, validity precondition)."""
+    mechanism with that boundary exists (docs/privacy/rainbow.md, "Graphs": validity precondition)."""
 
 
 def _require_scipy_sparse() -> Any:
@@ -158,7 +158,7 @@ def _check_boundary_table(boundary: ArrayLike, shape: tuple[int, int]) -> NDArra
 
 
 def boundary_distances(graph: Any, region: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    """Distance of every dataset to its region's boundary, and the boundary mask (spec §1.2).
+    """Distance of every dataset to its region's boundary, and the boundary mask ([ZGD+22] Definition 8).
 
     A node is on the boundary if it has a neighbour in another region. Distances are measured
     inside the region (the same as in the whole graph, since a path leaving the region crosses its
@@ -234,7 +234,7 @@ def _check_cross_region(
 
 def check_boundary(graph: Any, region: ArrayLike, boundary: ArrayLike, epsilon: float, delta: float = 0.0) -> None:
     """Raise :class:`InvalidBoundaryError` unless the boundary distributions are (epsilon, delta)-DP
-    across every edge between two regions (spec rainbow.md §1.2, validity precondition).
+    across every edge between two regions (docs/privacy/rainbow.md, "Graphs": validity precondition).
 
     ``boundary`` is (R, m), one distribution per region **indexed by answer**. Checked in floats
     with a 1e-12 tolerance; what runs is certified exactly by the mechanism.
@@ -274,6 +274,16 @@ class PullBack:
         """(N, m) distribution of every dataset, by answer."""
         return self.rows[self.row_of_node]
 
+    def __repr__(self) -> str:
+        finite = self.distances[np.isfinite(self.distances)]
+        farthest = int(finite.max()) if finite.size else None
+        regions = int(np.unique(self.region).size)
+        return (
+            f"PullBack(datasets={self.row_of_node.size}, answers={self.rows.shape[1]}, regions={regions}, "
+            f"distinct_rows={self.rows.shape[0]}, boundary_datasets={int(self.is_boundary.sum())}, "
+            f"max_distance={farthest}, epsilon={self.epsilon}, delta={self.delta})"
+        )
+
 
 def pullback(
     graph: Any,
@@ -283,7 +293,7 @@ def pullback(
     epsilon: float,
     delta: float = 0.0,
 ) -> PullBack:
-    """Pull the line optimum back to a dataset graph (spec rainbow.md §1.2, Thm 3; algorithm A4).
+    """Pull the line optimum back to a dataset graph ([ZGD+22] Theorem 3; docs/privacy/rainbow.md, "Graphs").
 
     Parameters
     ----------
@@ -297,7 +307,7 @@ def pullback(
         (R, m) the boundary distribution of each region, **indexed by answer** (not rainbow order).
     epsilon, delta
         Privacy parameters. delta > 0 uses the (epsilon, delta) line recursion (m <= 3; m = 3 is
-        numerically verified only, spec §6.1).
+        numerically verified only, docs/privacy/rainbow.md, "The line with δ > 0").
 
     Guarantee: if the boundary is valid (checked; :class:`InvalidBoundaryError` otherwise), the
     result is (epsilon, delta)-DP on the graph and is the unique optimal boundary-homogeneous

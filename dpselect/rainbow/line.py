@@ -1,15 +1,16 @@
-"""Closed forms of the optimal rainbow-DP mechanism on a line graph (spec rainbow.md §3–§6.1).
+"""Closed forms of the optimal rainbow-DP mechanism on a line graph ([ZGD+22] Theorems 4-5,
+Corollary 1; [DMS21]; proofs in docs/privacy/rainbow.md).
 
 The line of rainbow ``c = (c_1, ..., c_m)`` has datasets ``0, 1, 2, ...``; index 0 is the one
 boundary dataset, whose distribution ``p`` (given in rainbow order: ``p[0]`` is the probability
 of the most preferred colour) is fixed. Index ``i`` stands for "graph distance ``i`` from the
-boundary" (spec §1.2). The optimum does not depend on the line's length, so every function here
+boundary" ([ZGD+22] Definition 8). The optimum does not depend on the line's length, so every function here
 takes the distances to evaluate, as an int ``n`` (meaning ``0..n``) or an array of integers, and
 evaluates them all at once with numpy.
 
 Numerical stability: exponentials are only evaluated with arguments clipped to the regime they
 belong to, and growth terms in log space, so that no intermediate overflows even for distances
-of 1e9 or boundary probabilities of 1e-300 (spec §5, "Overflow"). Decaying terms underflow
+of 1e9 or boundary probabilities of 1e-300. Decaying terms underflow
 gracefully to 0.
 
 Everything here is floating point. What runs in a mechanism is the quantised, exactly certified
@@ -37,7 +38,7 @@ __all__ = [
 
 def switch_value(epsilon: float, delta: float = 0.0) -> float:
     """Return x* = (1 - delta) / (1 + e^epsilon), where the binary optimum stops growing
-    geometrically (spec rainbow.md §2 for delta = 0, §5 for delta > 0)."""
+    geometrically ([ZGD+22] for delta = 0; docs/privacy/rainbow.md, "The line with δ > 0")."""
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     # 1/(1+e^eps) = e^{-eps}/(1+e^{-eps}) without overflow for large eps.
@@ -50,7 +51,7 @@ def _log_switch_value(epsilon: float) -> float:
 
 
 def _thresholds_pure(x: NDArray[np.float64], epsilon: float) -> NDArray[np.float64]:
-    """eta(x) of spec §3 for epsilon > 0: +inf at x = 0, 0 above x*, else 1 + floor(ln(x*/x)/eps)."""
+    """eta(x) ([ZGD+22] eqs. (2), (3)) for epsilon > 0: +inf at x = 0, 0 above x*, else 1 + floor(ln(x*/x)/eps)."""
     eta = np.zeros_like(x)
     zero = x <= 0.0
     growing = (~zero) & (x <= switch_value(epsilon))
@@ -61,19 +62,63 @@ def _thresholds_pure(x: NDArray[np.float64], epsilon: float) -> NDArray[np.float
     return eta
 
 
+#: The (epsilon, delta) line is evaluated at min(epsilon, 700). A table that is (700, delta)-DP is
+#: (epsilon, delta)-DP for every epsilon >= 700, and the optimum for a larger epsilon differs from
+#: it only in probabilities of order e^-700 (~1e-304), which float64 cannot carry through the DP
+#: inequalities: an entry e^-800 would round to 0 and break the inequality it is tight in. The
+#: package's float checker (``dp_violation``) uses the same cap.
+_DELTA_EPSILON_CAP = 700.0
+
+#: Growth-step counts above this are beyond every distance we evaluate (< 2**53): not refined.
+_LARGE_STEPS = 2.0**54
+
+
+def _delta_growth(
+    x: NDArray[np.float64] | float, epsilon: float, delta: float, j: NDArray[np.float64] | float
+) -> NDArray[np.float64]:
+    """b_j = e^{j eps} x + delta (e^{j eps} - 1)/(e^eps - 1): a prefix after j growth steps from x.
+
+    Each term is evaluated as one exponential of a non-positive argument times a ratio in [1, j]
+    (``delta e^{(j-1) eps} (1 - e^{-j eps})/(1 - e^{-eps})``), so nothing overflows and every term
+    keeps its relative precision (no subtraction). Exact ``x`` at j = 0. Meant for j <= eta,
+    where b_j <= 1; beyond, the exponents are clipped at 0 (the value then only has to exceed x*).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    j = np.asarray(j, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        first = np.where(x > 0.0, np.exp(np.minimum(j * epsilon + np.log(x), 0.0)), 0.0)
+        ratio = np.where(j > 0.0, np.expm1(-j * epsilon) / math.expm1(-epsilon), 0.0)
+        second = np.exp(np.minimum((j - 1.0) * epsilon + math.log(delta), 0.0)) * ratio
+    return np.where(j == 0.0, x, first + second)
+
+
 def _thresholds_delta(x: NDArray[np.float64], epsilon: float, delta: float) -> NDArray[np.float64]:
-    """Number of growth steps of the (eps, delta) binary map (spec §5): the largest i >= 1 with
-    b_{i-1} <= x*_delta, where b_k + c = e^{k eps} (x + c) and c = delta / (e^eps - 1); 0 above x*_delta."""
-    c = delta / math.expm1(epsilon)
+    """Number of growth steps of the (eps, delta) binary map from x: eta = min{j >= 0 : b_j > x*_delta}.
+
+    Growth (phi_delta(x) = e^eps x + delta) is the active branch while x <= x*_delta =
+    (1 - delta)/(1 + e^eps). With c = delta/(e^eps - 1), b_j + c = e^{j eps}(x + c), so
+    eta = 1 + floor(ln((x* + c)/(x + c))/eps) for x <= x*; this is evaluated in log space (no overflow
+    for any eps, no underflow of c) and then corrected against the same float b_j that the table
+    uses, so the table's regimes and its thresholds agree. ``epsilon`` is already capped.
+    """
     x_star = switch_value(epsilon, delta)
-    eta = np.zeros_like(x)
-    growing = x <= x_star
-    eta[growing] = 1.0 + np.floor((math.log(x_star + c) - np.log(x[growing] + c)) / epsilon)
+    log_c = math.log(delta) - math.log(math.expm1(epsilon))
+    log_top = float(np.logaddexp(math.log(x_star) if x_star > 0.0 else -math.inf, log_c))
+    with np.errstate(divide="ignore", over="ignore"):
+        steps = (log_top - np.logaddexp(np.log(x), log_c)) / epsilon
+    eta = np.where(x > x_star, 0.0, np.maximum(1.0 + np.floor(np.minimum(steps, _LARGE_STEPS)), 1.0))
+    refine = eta < _LARGE_STEPS
+    for _ in range(8):
+        down = refine & (eta > 0.0) & (_delta_growth(x, epsilon, delta, np.maximum(eta - 1.0, 0.0)) > x_star)
+        up = refine & ~down & (_delta_growth(x, epsilon, delta, eta) <= x_star)
+        if not (down.any() or up.any()):
+            break
+        eta = eta - down + up
     return eta
 
 
 def index_threshold(x: ArrayLike, epsilon: float, delta: float = 0.0) -> NDArray[np.float64]:
-    """Index threshold eta(x) of spec rainbow.md §3 (eqs. (2), (3)), elementwise.
+    """Index threshold eta(x) of [ZGD+22] (eqs. (2), (3)), elementwise.
 
     The number of steps along the line during which a prefix probability that starts at ``x``
     grows geometrically (by e^epsilon, plus delta when delta > 0). ``+inf`` for ``x = 0`` with
@@ -92,12 +137,12 @@ def index_threshold(x: ArrayLike, epsilon: float, delta: float = 0.0) -> NDArray
         return np.ceil((1.0 - values) / delta)
     if delta == 0.0:
         return _thresholds_pure(values, epsilon)
-    return _thresholds_delta(values, epsilon, delta)
+    return _thresholds_delta(values, min(epsilon, _DELTA_EPSILON_CAP), delta)
 
 
 def prefix_thresholds(boundary: ArrayLike, epsilon: float, delta: float = 0.0) -> list[float]:
     """The thresholds eta_k = eta(F_k(0)) of the prefix sums F_k(0) = p_1 + ... + p_k, k = 1..m-1
-    (spec §6.1; for m = 3 these are eta_B and eta_R of eqs. (2), (3)). ``math.inf`` means never."""
+    (for m = 3 these are eta_B and eta_R of [ZGD+22] eqs. (2), (3)). ``math.inf`` means never."""
     p = check_distribution(boundary, "boundary")
     prefixes = np.cumsum(p)[:-1]
     return [float(v) for v in index_threshold(np.clip(prefixes, 0.0, 1.0), epsilon, delta)]
@@ -120,7 +165,8 @@ def _exp_nonpositive(exponent: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _pure_line(p: NDArray[np.float64], epsilon: float, i: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Prefix recursion of spec §6.1 for delta = 0 and epsilon > 0 (see _pure_line_grouped).
+    """Prefix recursion (docs/privacy/rainbow.md, "The line optimum") for delta = 0 and epsilon > 0
+    (see _pure_line_grouped).
 
     The evaluation needs the distances grouped by regime (all i <= eta_k before any i > eta_k).
     Sorted input (e.g. ``0..n``, or a graph's unique distances) already is; other input is
@@ -200,28 +246,94 @@ def _pure_line_grouped(
     return out
 
 
-def _delta_prefix(x: float, epsilon: float, delta: float, i: NDArray[np.float64]) -> NDArray[np.float64]:
-    """phi_delta^i(x) of spec §5: growth b_i = x e^{i eps} + delta (e^{i eps}-1)/(e^eps-1) for
-    i <= eta, then 1 - b_i + c = e^{-(i-eta) eps}(1 - b_eta + c) with c = delta/(e^eps-1),
-    capped at 1. expm1 keeps the small-epsilon case free of cancellation."""
+def _delta_prefix(
+    x: float, y: float, epsilon: float, delta: float, i: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+    """One prefix sum of the (eps, delta) line: F(i) = phi_delta^i(x) and its complement G(i) = 1 - F(i),
+    each computed directly where it is small, and the number of growth steps eta.
+
+    ``x`` = F(0), ``y`` = G(0) (a suffix sum of the boundary, not 1 - x, so that a tiny last
+    colour keeps its digits). For epsilon > 0 (already capped at 700):
+
+    * i < eta (growth): F = b_i of :func:`_delta_growth`, G = 1 - F (F <= x* <= 1/2: no cancellation);
+    * i = eta (the switch): G = max(1 - b_eta, e^-eps (G(eta - 1) - delta)). The second term is the
+      saturation branch of phi_delta; the true G(eta) is at least it, and taking the max keeps the
+      constraint G(eta - 1) <= e^eps G(eta) + delta although 1 - b_eta loses all digits when
+      b_eta is close to 1. F = min(b_eta, 1 - that term);
+    * i > eta (saturation): G(eta + s) = e^{-s eps} G(eta) - delta (1 - e^{-s eps})/(e^eps - 1), floored
+      at 0, from the same G(eta): every step is exactly G' = e^-eps (G - delta) up to rounding
+      relative to e^{-s eps} G(eta), which is what the DP inequality multiplies by e^eps.
+    """
     if epsilon == 0.0:
-        return np.minimum(x + i * delta, 1.0)
+        return np.minimum(x + i * delta, 1.0), np.maximum(y - i * delta, 0.0), math.inf
     eta = float(_thresholds_delta(np.array([x]), epsilon, delta)[0])
-    c = delta / math.expm1(epsilon)
-    steps = np.minimum(i, eta)
-    growth = x * np.exp(steps * epsilon) + delta * (np.expm1(steps * epsilon) / math.expm1(epsilon))
-    at_switch = 1.0 - (x * math.exp(eta * epsilon) + delta * math.expm1(eta * epsilon) / math.expm1(epsilon))
-    decay_steps = np.maximum(i - eta, 0.0)
-    remaining = at_switch * np.exp(-decay_steps * epsilon) + c * np.expm1(-decay_steps * epsilon)
-    value = np.where(i <= eta, growth, 1.0 - np.maximum(remaining, 0.0))
-    return np.minimum(value, 1.0)
+    prefix = np.empty_like(i)
+    rest = np.empty_like(i)
+    growing = i < eta
+    prefix[growing] = _delta_growth(x, epsilon, delta, i[growing])
+    rest[growing] = 1.0 - prefix[growing]
+    if not growing.all():
+        if eta == 0.0:
+            at_prefix, at_rest = x, y
+        else:
+            before = y if eta == 1.0 else 1.0 - float(_delta_growth(x, epsilon, delta, eta - 1.0))
+            saturation = max(math.exp(-epsilon) * (before - delta), 0.0)
+            grown = float(_delta_growth(x, epsilon, delta, eta))
+            at_prefix, at_rest = min(grown, 1.0 - saturation), max(1.0 - grown, saturation)
+        steps = i[~growing] - eta
+        decayed = at_rest * np.exp(-steps * epsilon) - delta * (-np.expm1(-steps * epsilon) / math.expm1(epsilon))
+        rest[~growing] = np.maximum(decayed, 0.0)
+        prefix[~growing] = np.where(steps == 0.0, at_prefix, 1.0 - rest[~growing])
+    boundary = i == 0.0
+    prefix[boundary], rest[boundary] = x, y
+    return prefix, rest, eta
 
 
 def _delta_line(p: NDArray[np.float64], epsilon: float, delta: float, i: NDArray[np.float64]) -> NDArray[np.float64]:
-    m = p.size
-    prefix = np.clip(np.cumsum(p)[:-1], 0.0, 1.0)
-    cumulative = [np.zeros(i.size)] + [_delta_prefix(float(x), epsilon, delta, i) for x in prefix] + [np.ones(i.size)]
-    return np.stack([cumulative[k + 1] - cumulative[k] for k in range(m)], axis=1)
+    """The (eps, delta) line for m = 2 or 3 colours: prefix recursion F_k(i) = phi_delta^i(F_k(0)).
+
+    Colour 1 is F_1 and colour m is G_{m-1}, both from :func:`_delta_prefix`. The middle colour of
+    m = 3 (eta_2 <= eta_1) is computed without subtracting nearly equal numbers where it is small:
+    e^{i eps} p_2 while both prefixes grow (i <= eta_2; the delta terms cancel exactly);
+    G_1 - G_2 while F_1 grows and F_2 saturates (there it is large, or G_1 is protected at
+    eta_1); and for i > eta_1 it decays as e^{-(i - eta_1) eps} P_2(eta_1) until G_2 reaches 0, after
+    which it is G_1 (the min of the two is both cases at once).
+    """
+    epsilon = min(epsilon, _DELTA_EPSILON_CAP)
+    suffix = np.cumsum(p[::-1])[::-1]  # G_k(0) = p_{k+1} + ... + p_m, computed directly
+    prefix = np.clip(np.cumsum(p), 0.0, 1.0)
+    if p.size == 2:
+        first, second, _ = _delta_prefix(float(prefix[0]), float(suffix[1]), epsilon, delta, i)
+        table = np.stack([first, second], axis=1)
+    else:
+        eta_1 = float(_thresholds_delta(prefix[:1], epsilon, delta)[0]) if epsilon > 0.0 else math.inf
+        pivot = eta_1 if eta_1 < _LARGE_STEPS else None
+        points = i if pivot is None else np.append(i, pivot)
+        f_1_all, g_1_all, _ = _delta_prefix(float(prefix[0]), float(suffix[1]), epsilon, delta, points)
+        _, g_2_all, eta_2 = _delta_prefix(float(prefix[1]), float(suffix[2]), epsilon, delta, points)
+        f_1, g_1, g_2 = f_1_all[: i.size], g_1_all[: i.size], g_2_all[: i.size]
+        if epsilon == 0.0:
+            middle = np.maximum(g_1 - g_2, 0.0)
+        else:
+            eta_2 = min(eta_2, eta_1)
+            log_p2 = math.log(p[1]) if p[1] > 0.0 else -math.inf
+
+            def middle_at(
+                index: NDArray[np.float64], g_first: NDArray[np.float64], g_second: NDArray[np.float64]
+            ) -> NDArray[np.float64]:
+                with np.errstate(invalid="ignore"):
+                    both_grow = np.exp(np.minimum(index * epsilon + log_p2, 0.0))
+                return np.where(index <= eta_2, both_grow, np.maximum(g_first - g_second, 0.0))
+
+            middle = middle_at(i, g_1, g_2)
+            if pivot is not None:
+                at_pivot = float(middle_at(np.array([pivot]), g_1_all[-1:], g_2_all[-1:])[0])
+                after = i > pivot
+                middle[after] = np.minimum(at_pivot * np.exp(-(i[after] - pivot) * epsilon), g_1[after])
+        table = np.stack([f_1, middle, g_2], axis=1)
+    np.clip(table, 0.0, 1.0, out=table)
+    table /= table.sum(axis=1, keepdims=True)
+    return table
 
 
 def line_probabilities(
@@ -232,16 +344,20 @@ def line_probabilities(
 ) -> NDArray[np.float64]:
     """Optimal boundary-homogeneous mechanism on the line, any number of colours m >= 2.
 
-    Algorithm A1 of spec rainbow.md §7 (prefix-sum recursion of §6.1): every prefix sum
+    Prefix-sum recursion (docs/privacy/rainbow.md, "The line optimum"): every prefix sum
     F_k(i) = P(c_1) + ... + P(c_k) follows the binary optimum F_k(i) = phi^i(F_k(0)) independently,
     and colour k gets F_k(i) - F_{k-1}(i).
 
     Guarantee (delta = 0): epsilon-DP between consecutive indices, and the unique optimal
     (first-order stochastically dominant in rainbow order, hence lexicographically optimal)
-    boundary-homogeneous mechanism (spec §6.1, proof sketch; Theorem 2 of [ZGD+22]).
-    With delta > 0 the same recursion with phi_delta (spec §5) is used: proven for m = 2, only
+    boundary-homogeneous mechanism (proof in docs/privacy/rainbow.md; uniqueness: [ZGD+22] Theorem 2).
+    With delta > 0 the same recursion with phi_delta ([DMS21]; docs/privacy/rainbow.md) is used: proven for m = 2, only
     *numerically verified* (against the lexicographic LP) for m = 3, and refused for m >= 4
-    (use :func:`dpselect.rainbow.lexicographic_lp` there).
+    (use :func:`dpselect.rainbow.lexicographic_lp` there). Every small entry is computed by its
+    own formula (never as 1 minus a number close to 1), so the float table satisfies the
+    (epsilon, delta) inequalities up to rounding (~1e-15) for every epsilon; above epsilon = 700
+    the table for epsilon = 700 is returned (it is (epsilon, delta)-DP for every larger epsilon,
+    and the two optima differ only in probabilities of order e^-700).
 
     Parameters
     ----------
@@ -272,14 +388,11 @@ def line_probabilities(
         # Each entry is computed by its own regime formula (no cancellation), already in [0, 1];
         # rows sum to 1 within ~1e-15.
         return _pure_line(p, epsilon, i)
-    table = _delta_line(p, epsilon, delta, i)
-    np.clip(table, 0.0, 1.0, out=table)
-    table /= table.sum(axis=1, keepdims=True)
-    return table
+    return _delta_line(p, epsilon, delta, i)
 
 
 def binary_line(p: float, epsilon: float, distances: ArrayLike | int, delta: float = 0.0) -> NDArray[np.float64]:
-    """Binary optimum of [DMS21] (spec rainbow.md §5): P_B(i) = phi^i(p) by eq. (12), with the
+    """Binary optimum of [DMS21]: P_B(i) = phi^i(p) ([ZGD+22] eq. (12) with two colours), with the
     (epsilon, delta) version phi_delta when delta > 0. ``p`` is the boundary probability of the
     preferred answer. Returns (len(distances), 2): columns (preferred, other)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
@@ -290,7 +403,7 @@ def binary_line(p: float, epsilon: float, distances: ArrayLike | int, delta: flo
 
 
 def ternary_line(boundary: ArrayLike, epsilon: float, distances: ArrayLike | int) -> NDArray[np.float64]:
-    """Three-colour closed form of [ZGD+22], implemented literally (algorithm A2, spec §4):
+    """Three-colour closed form of [ZGD+22] (Theorems 4-5, Corollary 1), implemented literally:
     first colour eq. (12), second colour eqs. (21)-(22) with its three regimes split at eta_R and
     eta_B (eqs. (2), (3)), third colour eq. (29). Pure epsilon only.
 

@@ -1,4 +1,4 @@
-"""Numeric solver: the sequential (lexicographic) LP of spec rainbow.md §6.2 (algorithm A3, §7).
+"""Numeric solver: the sequential (lexicographic) LP (docs/privacy/rainbow.md, "The lexicographic LP").
 
 For the cases no closed form covers: a line with two different fixed ends, fixed nodes anywhere,
 more than three answers with delta > 0, or any graph with delta > 0 if you prefer a solver to
@@ -8,7 +8,7 @@ Stage k = 1..m-1 maximises the *sum over datasets* of the probability of each da
 preferred answer, subject to the simplex rows, the fixed datasets, all DP rows, and the earlier
 stages' optima (minus a relative slack of 1e-9). When a pointwise optimum exists (a valid
 homogeneous boundary: one fixed end on a line, or the boundary of a graph's regions) this is it
-(spec §6.2). Otherwise (e.g. two different fixed ends) no pointwise optimum need exist
+([ZGD+22] Theorem 2). Otherwise (e.g. two different fixed ends) no pointwise optimum need exist
 ([GZG+24]) and the result is **lexicographic in sums**: one Pareto-optimal mechanism, the one that
 is best for the sum of first choices, then of second choices, and so on.
 
@@ -39,7 +39,8 @@ from .graph import (
 
 __all__ = ["lexicographic_lp"]
 
-#: Relative slack with which earlier stages are held at their optimum (spec §7, A3 step 4).
+#: Relative slack with which earlier stages are held at their optimum (tighter makes HiGHS report
+#: later stages infeasible on saturated instances).
 _STAGE_SLACK = 1e-9
 
 
@@ -55,7 +56,7 @@ def lexicographic_lp(
     epsilon: float,
     delta: float = 0.0,
 ) -> NDArray[np.float64]:
-    """Sequential lexicographic LP (spec rainbow.md §6.2) on a dataset graph.
+    """Sequential lexicographic LP on a dataset graph (docs/privacy/rainbow.md, "The lexicographic LP").
 
     Parameters
     ----------
@@ -67,7 +68,7 @@ def lexicographic_lp(
         ``{dataset: distribution by answer}`` for the datasets whose distribution is given
         (e.g. the boundary); at least one is usually needed for a non-trivial answer.
     epsilon, delta
-        Privacy parameters. For delta > 0 the positive-part form of spec §1.1 is used
+        Privacy parameters. For delta > 0 the positive-part form sum_v (P_d(v) - e^eps P_d'(v))_+ <= delta is used
         (m auxiliary variables per directed edge).
 
     Returns

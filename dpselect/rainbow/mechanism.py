@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_delta, check_distribution_rows, check_epsilon
+from ._validate import check_delta, check_distribution_rows, check_epsilon, check_index_array
 from .check import dp_violation, exact_dp_violation
 
 __all__ = ["TOTAL", "RainbowMechanism", "SampledAnswers", "quantize_rows"]
@@ -62,6 +62,13 @@ class SampledAnswers:
 
     answers: NDArray[np.int64]
     privacy_guaranteed: bool
+
+    def __repr__(self) -> str:
+        shown = np.array2string(np.asarray(self.answers), threshold=12, edgeitems=4, separator=", ")
+        return (
+            f"SampledAnswers(answers={shown}, shape={np.shape(self.answers)}, "
+            f"privacy_guaranteed={self.privacy_guaranteed})"
+        )
 
 
 def quantize_rows(rows: NDArray[np.float64], mixing_weight: float, support: NDArray[np.bool_]) -> NDArray[np.uint64]:
@@ -100,7 +107,7 @@ def _initial_mixing_weight(float_violation: float, epsilon: float, delta: float,
 class RainbowMechanism:
     """A finite-output mechanism over the datasets (nodes) of a graph, ready to sample.
 
-    Guarantee (spec rainbow.md §1.1; quantisation: this module's docstring): for every edge
+    Guarantee (docs/privacy/rainbow.md, "What is certified at run time"): for every edge
     d ~ d' of the graph given at construction and every set S of answers,
     P_d(S) <= e^epsilon P_d'(S) + delta, for the exact integer table that :meth:`sample` draws
     from. This is proven at construction by an exact rational check (``certificate`` holds the
@@ -108,7 +115,7 @@ class RainbowMechanism:
     generator is indistinguishable from random); with the insecure test RNG there is none
     (``SampledAnswers.privacy_guaranteed`` is False).
 
-    Optimality: the table is the float optimum (closed form §6.1, pull-back §1.2 or LP §6.2)
+    Optimality: the table is the float optimum (line closed form, graph pull-back or LP)
     mixed with weight ``mixing_weight`` with a uniform distribution and rounded to multiples of
     2**-63; so it is within ``mixing_weight + m * 2**-62`` of the optimum in total variation.
 
@@ -167,12 +174,17 @@ class RainbowMechanism:
         delta = check_delta(delta)
         table = check_distribution_rows(rows, "rows")
         n_rows = table.shape[0]
-        nodes = np.arange(n_rows, dtype=np.int64) if row_of_node is None else np.array(row_of_node, dtype=np.int64)
-        if nodes.ndim != 1 or (nodes.size and (nodes.min() < 0 or nodes.max() >= n_rows)):
-            raise ValueError(f"row_of_node must be a 1-D array of row indices in [0, {n_rows})")
-        pairs = np.array(row_pairs, dtype=np.int64).reshape(-1, 2) if np.size(row_pairs) else np.zeros((0, 2), np.int64)
-        if pairs.size and (pairs.min() < 0 or pairs.max() >= n_rows):
-            raise ValueError(f"row_pairs must index rows in [0, {n_rows})")
+        if row_of_node is None:
+            nodes = np.arange(n_rows, dtype=np.int64)
+        else:
+            nodes = check_index_array(row_of_node, "row_of_node", n_rows, "one row per dataset")
+            if nodes.ndim != 1:
+                raise ValueError(f"row_of_node must be 1-D (one row index per dataset), got shape {nodes.shape}")
+        pairs = check_index_array(row_pairs, "row_pairs", n_rows, "shape (E, 2)")
+        if pairs.size == 0:
+            pairs = np.zeros((0, 2), dtype=np.int64)
+        if pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError(f"row_pairs must have shape (E, 2) (pairs of neighbouring rows), got {pairs.shape}")
         pairs = pairs[pairs[:, 0] != pairs[:, 1]]
         float_violation = dp_violation(table, pairs, epsilon, delta) if pairs.size else 0.0
         if float_violation > _REFUSE_VIOLATION:
@@ -250,15 +262,17 @@ class RainbowMechanism:
         """The privacy statement of this mechanism, in words."""
         return (
             f"({self.epsilon}, {self.delta})-DP for every pair of neighbouring datasets of the graph given at "
-            f"construction (spec rainbow.md §1.1), proven by an exact rational check of the quantised table that is "
+            f"construction, proven by an exact rational check of the quantised table that is "
             f"sampled (worst violation {float(self.certificate):.3g} <= 0); computational DP with the package CSPRNG. "
-            f"Optimal up to {self.mixing_weight:.3g} + 2^-62 per answer in total variation ({self.description})."
+            f"Optimal up to {self.mixing_weight:.3g} + 2^-62 per answer in total variation ({self.description}). "
+            "Statement, proof and caveats: docs/privacy/rainbow.md."
         )
 
     def __repr__(self) -> str:
         return (
             f"RainbowMechanism(datasets={self.n_datasets}, answers={self.n_answers}, epsilon={self.epsilon}, "
-            f"delta={self.delta}, mixing_weight={self.mixing_weight:.3g})"
+            f"delta={self.delta}, certified={self.certificate <= 0}, mixing_weight={self.mixing_weight:.3g}, "
+            f"description={self.description!r})"
         )
 
     # ----------------------------------------------------------------------------- sampling
