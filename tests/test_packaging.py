@@ -81,27 +81,33 @@ def test_arrow_extra_is_pyarrow_alone():
     assert {"pandas>=2.2", "polars>=1.0", "pyarrow>=19"} <= set(extra_requirements("frames"))
 
 
-def test_installed_files_have_no_generated_c():
-    # RECORD lists every file a wheel installed. Run from the source tree, the metadata found
-    # may be its dpselect.egg-info (no RECORD); an editable install's RECORD has no package files.
+def installed_from_wheel() -> list[str]:
+    """The files a wheel installed, from RECORD; skips when dpselect was not installed so.
+
+    Run from the source tree, the metadata found may be its dpselect.egg-info (no RECORD), and an
+    editable install's RECORD lists no package file: in-place builds are not what ships.
+    """
     record = importlib.metadata.distribution("dpselect").read_text("RECORD")
-    if record is None:
-        pytest.skip("dpselect's metadata here is not from an installed wheel")
-    installed = [line.split(",")[0] for line in record.splitlines()]
-    assert not [f for f in installed if re.fullmatch(r"dpselect/_\w+\.c", f)]
+    installed = [line.split(",")[0] for line in (record or "").splitlines()]
+    if "dpselect/__init__.py" not in installed:
+        pytest.skip("dpselect here is not installed from a wheel")
+    return installed
+
+
+def test_installed_files_have_no_generated_c():
+    assert not [f for f in installed_from_wheel() if re.fullmatch(r"dpselect/_\w+\.c", f)]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("nm") is None,
                     reason="checks ELF symbol tables with nm")
 def test_extension_modules_are_stripped():
-    modules = sorted(PACKAGE_DIR.glob("_*.so"))
-    if not modules:  # an editable install whose modules live elsewhere
-        pytest.skip("no extension modules beside dpselect/__init__.py")
     if os.environ.get("DPSELECT_DEBUG_BUILD", "") not in ("", "0"):
         pytest.skip("DPSELECT_DEBUG_BUILD keeps symbols")
+    modules = [f for f in installed_from_wheel() if re.fullmatch(r"dpselect/_\w+\..*\.so", f)]
+    assert modules, "no extension module installed"
     for module in modules:
-        out = subprocess.run(["nm", str(module)], capture_output=True, text=True)
-        assert "no symbols" in out.stderr, f"{module.name} is not stripped"
+        out = subprocess.run(["nm", str(PACKAGE_DIR.parent / module)], capture_output=True, text=True)
+        assert "no symbols" in out.stderr, f"{module} is not stripped"
 
 
 # --- importing a tree without its compiled extension ------------------------------------------
