@@ -2,6 +2,42 @@
 
 The public API, re-exported; see the modules for details.
 """
+from dpselect._version import __version__
+
+
+def _check_built() -> None:
+    """Fail with advice, not a confusing "circular import", when the C extension is missing.
+
+    That happens when the source tree is imported without an in-place build: a fresh clone, or
+    the repository root after a non-editable ``pip install .`` (the cwd comes first on sys.path
+    and shadows the installed package).
+    """
+    try:
+        # `import`, not `from dpselect import _rng`: the latter reports a missing submodule of a
+        # partially initialised package as a "circular import".
+        import dpselect._rng  # noqa: F401  (the extension every other one cimports)
+    except ModuleNotFoundError as exc:
+        if exc.name != "dpselect._rng":
+            raise  # a missing dependency of the extension (numpy): its own message is right
+        import os
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        root = os.path.dirname(here)
+        if os.path.exists(os.path.join(root, "pyproject.toml")):
+            advice = (
+                f"dpselect is being imported from its source tree at {here}, which has no "
+                "compiled extension: build it in place with `pip install -e .`, or run from "
+                "another directory so the installed package is imported"
+            )
+        else:
+            advice = (
+                f"dpselect at {here} has no compiled extension (dpselect._rng): the install is "
+                "incomplete; reinstall it with `pip install --force-reinstall dpselect`"
+            )
+        raise ImportError(advice, name="dpselect", path=here) from None
+
+
+_check_built()
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.pipeline import select_partitions
 from dpselect.rng import SecureRNG
@@ -15,11 +51,9 @@ from dpselect.strategies import (
 )
 from dpselect.tables import CertificationError
 
-__version__ = "0.1.0"
-
 # Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
-# `dpselect.personalized`, `dpselect.testing`.
-_LAZY_SUBMODULES = {"rainbow", "personalized", "testing"}
+# `dpselect.personalized`, `dpselect.testing`; `dpselect.datasets` (shipped example data) too.
+_LAZY_SUBMODULES = {"rainbow", "personalized", "testing", "datasets"}
 
 
 def __getattr__(name: str) -> object:

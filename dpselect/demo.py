@@ -3,23 +3,25 @@
     python -m dpselect.demo [--epsilon 1.0] [--delta 1e-5] [--counts FILE]
 
 Reads ``query,users`` rows (distinct users per query; each user in one query), runs the
-optimal selection and the TSGD thresholded release, and prints what each keeps.
+optimal selection and the TSGD thresholded release, and prints what each keeps. Without
+``--counts`` it uses the shipped example ``dpselect.datasets.path("demo_counts")``, so it runs
+from any directory.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import sys
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 import dpselect
+from dpselect import datasets
 
 
 def read_counts(path: Path | None) -> tuple[list[str], np.ndarray]:
-    source = path if path is not None else resources.files("dpselect") / "data" / "demo_counts.csv"
+    source = path if path is not None else datasets.path("demo_counts")
     with source.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     return [r["query"] for r in rows], np.array([int(r["users"]) for r in rows], dtype=np.int64)

@@ -1,6 +1,7 @@
 """Generate dpselect/data/demo_counts.csv: distinct users per search query, Zipf-like.
 
 Synthetic input data for the demo (not privacy noise), so a seeded numpy generator is fine.
+The package documents and loads it as ``dpselect.datasets`` "demo_counts" (``demo_counts()``).
 Run: python scripts/make_demo_counts.py
 """
 from __future__ import annotations

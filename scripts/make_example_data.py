@@ -4,7 +4,8 @@ A synthetic survey: each row says that a user (``user_id``) owns or used a devic
 (``device_model``, ``os``) in a country (``country``). Users report 1 to ~30 rows, sometimes the
 same device twice; device popularity follows a Zipf law over a few thousand models, so the
 head is released and the long tail (models owned by a handful of users) is not: the tail is
-what differential privacy protects. Nothing here is real data.
+what differential privacy protects. Nothing here is real data. The package documents and loads
+it as ``dpselect.datasets`` "device_survey" (``path``, ``device_survey()``).
 
     python scripts/make_example_data.py            # writes dpselect/data/device_survey.csv.gz
 
