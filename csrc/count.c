@@ -48,6 +48,36 @@ static int bound_user(dps_rng *s, uint32_t *parts, size_t d, uint64_t kappa, uin
     return DPS_OK;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Replace the user code (high half) of every key by its rank among the distinct user codes.
+ * The ranks keep the codes' order, so users are then visited, and their randomness drawn, in the
+ * same order as with dense codes. Sets *n_users to the number of distinct users. */
+static int renumber_users(uint64_t *keys, size_t n_pairs, uint64_t *n_users) {
+    uint32_t *distinct = (uint32_t *)malloc((n_pairs ? n_pairs : 1) * sizeof(uint32_t));
+    if (distinct == NULL) return DPS_ERR_NOMEM;
+    for (size_t i = 0; i < n_pairs; i++) distinct[i] = (uint32_t)(keys[i] >> 32);
+    qsort(distinct, n_pairs, sizeof(uint32_t), cmp_u32);
+    size_t n = 0;
+    for (size_t i = 0; i < n_pairs; i++)
+        if (n == 0 || distinct[n - 1] != distinct[i]) distinct[n++] = distinct[i];
+    for (size_t i = 0; i < n_pairs; i++) {
+        uint32_t u = (uint32_t)(keys[i] >> 32);
+        size_t lo = 0, hi = n; /* distinct[lo .. hi) holds u */
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (distinct[mid] <= u) lo = mid; else hi = mid;
+        }
+        keys[i] = ((uint64_t)lo << 32) | (keys[i] & 0xFFFFFFFFu);
+    }
+    free(distinct);
+    *n_users = (uint64_t)n;
+    return DPS_OK;
+}
+
 int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
                        size_t n_partitions) {
     if (n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
@@ -59,7 +89,7 @@ int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
     const uint64_t *keys = c->pairs.slots;
     size_t n_pairs = c->pairs.size;
 
-    /* Check codes and find how many user codes are in use. */
+    /* Check codes and find the largest user code in use. */
     uint64_t n_users = 0;
     for (size_t i = 0; i < n_pairs; i++) {
         uint64_t u = keys[i] >> 32;
@@ -68,6 +98,17 @@ int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
             return DPS_ERR_BAD_CODE;
         }
         if (u + 1 > n_users) n_users = u + 1;
+    }
+    /* The grouping below keeps one offset per user code up to the largest. Codes from
+     * dpselect's factorizer are dense, but a caller may pass any code below DPS_CODE_LIMIT, and
+     * one pair with a code near 2^32 would then ask for 32 GiB: sparse codes are first renumbered
+     * densely, so memory is bounded by the distinct pairs, never by the codes' values. */
+    if (n_users > (uint64_t)n_pairs) {
+        rc = renumber_users(c->pairs.slots, n_pairs, &n_users);
+        if (rc != DPS_OK) {
+            dps_pairset_free(&c->pairs);
+            return rc;
+        }
     }
 
     /* Group the partitions by user: after the scatter, user u's partitions are

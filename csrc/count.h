@@ -1,4 +1,4 @@
-/* Contribution bounding and distinct-user counting (spec core.md §2, thresholding.md §5.4; issue 3).
+/* Contribution bounding and distinct-user counting (docs/privacy/contribution-bounding.md).
  *
  * Input: rows as integer codes (user code, partition code), fed in any number of batches.
  * Output, per partition code: the number of distinct users that still contribute to it after
@@ -11,11 +11,15 @@
  *    among all C(d, κ) subsets, by κ steps of a partial Fisher–Yates shuffle driven by exact
  *    uniform integers from the package CSPRNG (dps_rng_uniform_below: rejection sampling, no
  *    floats, no modulo bias). The choice does not depend on the order the rows arrived in.
- * 3. Each kept pair adds one to its partition, up to `cap` (π_opt(n) = 1 for n > n2, so counting
- *    may stop at n2 + 1 without changing any decision; spec thresholding.md §5.4).
+ * 3. Each kept pair adds one to its partition, up to `cap` (π_opt(n) = 1 above the second
+ *    crossover n2, so counting may stop at n2 + 1 without changing any decision; Desfontaines,
+ *    Voss, Gipson, Mandayam, "Differentially private partition selection", PoPETs 2022, Theorem 1).
  *
  * Peak memory of finish: the compacted pairs (8 bytes each), the grouped partitions (4 bytes
- * per pair), one 8-byte offset per user, plus the caller's counts (8 bytes per partition).
+ * per pair), one 8-byte offset per distinct user, plus the caller's counts (8 bytes per
+ * partition). User codes need not be dense: if the largest code exceeds the number of pairs,
+ * codes are first renumbered by rank (4 more bytes per pair, briefly), so no allocation ever
+ * depends on a code's value.
  * Plain C11, no Python headers. Errors leave the counter usable only for dps_counter_free. */
 #ifndef DPS_COUNT_H
 #define DPS_COUNT_H

@@ -1,4 +1,4 @@
-/* A growable hash set of distinct (user, partition) pairs (spec thresholding.md §5.4; issue 3).
+/* A growable hash set of distinct (user, partition) pairs (docs/rows.md, "Memory").
  *
  * Contribution bounding needs every distinct partition of every user before it can choose κ of
  * them uniformly, and rows may arrive in many batches (files larger than memory). This set keeps

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Bindings to the C counting kernel csrc/count.{c,h} (contribution bounding and distinct-user
-counting; spec core.md §2, thresholding.md §5.4). Thin: checks arguments, releases the GIL
+counting; docs/privacy/contribution-bounding.md). Thin: checks arguments, releases the GIL
 around the loops, maps status codes to exceptions. Use :mod:`dpselect.rows`, not this."""
 import numpy as np
 
@@ -98,6 +98,9 @@ cdef class PairCounter:
                              f"{DPS_CODE_LIMIT} distinct users and partitions)")
         _check(rc)
 
+    def __repr__(self):
+        return f"PairCounter({dps_counter_pairs(&self.c)} distinct pairs, {dps_counter_bytes(&self.c)} bytes)"
+
     @property
     def n_pairs(self) -> int:
         """Distinct (user, partition) pairs fed so far."""
@@ -110,7 +113,8 @@ cdef class PairCounter:
 
     def finish(self, Py_ssize_t n_partitions, object kappa, object cap, object test_state):
         """int64 counts per partition code after bounding every user to ``kappa`` partitions,
-        saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state``."""
+        saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state``. Memory is
+        bounded by the distinct pairs fed, whatever the user codes' values."""
         if n_partitions < 0:
             raise ValueError(f"n_partitions must be >= 0, got {n_partitions}")
         if not 1 <= kappa < 2 ** 64:

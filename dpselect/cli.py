@@ -1,21 +1,40 @@
 """The ``dpselect`` command line: differentially private partition selection on files.
 
-    dpselect select INPUT --privacy-unit COL --by COL [COL ...] --epsilon E --delta D [options]
+    dpselect select INPUT --privacy-unit COL --by COL [--by COL ...] --epsilon E --delta D [options]
 
-Reads CSV (optionally .gz/.bz2/.zst), Parquet or JSON lines in streamed batches (files larger
-than memory work: memory grows with distinct (user, partition) pairs, not rows), bounds each
-user to κ partitions and counts distinct users per partition in C, applies the selection
-strategy (spec core.md §1, §3), and writes the kept keys, sorted, to a file (atomically) or
-standard output. The privacy guarantee is printed on stderr.
+Reads CSV (optionally .gz/.bz2/.zst/.lz4), Parquet or JSON lines in streamed batches (files
+larger than memory work: memory grows with distinct (user, partition) pairs, not rows, plus a
+bounded number of read blocks), bounds each user to κ partitions and counts distinct users per
+partition in C, applies the selection strategy (Desfontaines, Voss, Gipson, Mandayam,
+"Differentially private partition selection", PoPETs 2022), and writes the kept keys, sorted,
+to a file (atomically) or standard output. The privacy guarantee is printed on stderr.
+Everything that can be checked before reading the input is: parameters, the output, the
+columns' presence and types, and the output format's fit to them.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["EXIT_DATA", "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_OUTPUT", "EXIT_USAGE", "main"]
+__all__ = [
+    "EXIT_DATA",
+    "EXIT_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_OUTPUT",
+    "EXIT_RNG",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # a bug or a missing dependency: the message says which
@@ -23,20 +42,36 @@ EXIT_USAGE = 2  # bad option or parameter value (argparse uses 2 too)
 EXIT_INPUT = 3  # input missing, unreadable or not parseable in the given format
 EXIT_DATA = 4  # a needed column is missing, or its values cannot be used
 EXIT_OUTPUT = 5  # the output cannot be written (or would overwrite the input)
-EXIT_INTERRUPTED = 130
+EXIT_RNG = 6  # the operating system's random number generator failed: nothing released
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15); SIGHUP gives 129
 
-_EPILOG = """\
+_PAPER = ('Desfontaines, Voss, Gipson, Mandayam, "Differentially private partition selection", '
+          "PoPETs 2022")
+
+_EXAMPLE = """\
+example:
+  dpselect select visits.csv --privacy-unit user_id --by country --by city \\
+      --epsilon 1 --delta 1e-6 --max-partitions-contributed 3 --counts -o released.csv
+"""
+
+_EPILOG = _EXAMPLE + """
 exit codes:
-  0  success
-  1  internal error or missing dependency (pip install 'dpselect[frames]')
-  2  bad option or parameter value
-  3  input file missing, unreadable, or not in the expected format
-  4  a needed column is missing or its values cannot be used
-  5  output cannot be written (or would overwrite the input)
+  0    success
+  1    internal error or missing dependency (pip install 'dpselect[arrow]')
+  2    bad option or parameter value
+  3    input file missing, unreadable, or not in the expected format
+  4    a needed column is missing, ambiguous, of an unusable type, or has null privacy units
+  5    output cannot be written (or would overwrite the input, or is read-only)
+  6    the operating system's random number generator failed: nothing was released
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): nothing was written
 
-A null (empty CSV cell, JSON null, Parquet null) is a key like any other value; a null privacy
-unit is one privacy unit. Output rows are sorted by key. Counts (--counts) are noisy: only
-partitions whose noisy count passed the threshold are shown, so those near it lean high.
+Keys and privacy units are read as text from CSV and JSON lines (as written: "007" and "7"
+differ), with their declared types from Parquet. A null key (empty CSV cell, JSON null or
+missing field, Parquet null) is a key like any other value. A null privacy unit is not a
+person: such rows are an error unless --drop-null-privacy-units. Output rows are sorted by key.
+Counts (--counts) are noisy: only partitions whose noisy count passed the release threshold
+are shown, so those near it lean high. See docs/rows.md and docs/privacy/.
 """
 
 
@@ -44,6 +79,15 @@ class _Fail(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so every cleanup (the output's temporary file)
+    runs on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _positive_int(text: str) -> int:
@@ -56,6 +100,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _byte_size(text: str) -> int:
+    """A size in bytes, optionally with a K, M or G suffix (powers of 1024)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    body, scale = text.strip(), 1
+    if body[-1:].lower() in units:
+        body, scale = body[:-1], units[body[-1].lower()]
+    try:
+        value = int(body) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 4194304 or 4M, got {text!r}") from None
+    if not 1 << 10 <= value < 1 << 31:
+        raise argparse.ArgumentTypeError(f"expected a size between 1K and 2G, got {text!r}")
+    return value
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -63,98 +122,282 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _strategy_names() -> list[str]:
+    from dpselect.strategies import STRATEGIES
+
+    return sorted(STRATEGIES)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpselect", description="Differentially private partition selection.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from dpselect import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dpselect",
+        description="Differentially private partition selection: release the keys of a GROUP BY "
+        "that are safe to publish.",
+        epilog=_EXAMPLE + "\nRun 'dpselect select --help' for every option.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"dpselect {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     sel = commands.add_parser(
         "select",
         help="release the partitions (distinct keys) of a file under (epsilon, delta)-DP",
-        description="Release the partitions (GROUP BY keys) of INPUT that pass a differentially "
+        description="Release the partitions (GROUP BY keys) of INPUT that pass a differentially\n"
         "private selection, optionally with noisy distinct-user counts.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sel.add_argument("input", metavar="INPUT", help="CSV (.csv, .csv.gz, .tsv), Parquet or JSON lines file")
+    strategies = _strategy_names()
+    sel.add_argument("input", metavar="INPUT",
+                     help="CSV (.csv, .tsv, optionally .gz/.bz2/.zst/.lz4), Parquet, or JSON lines file")
     sel.add_argument("--privacy-unit", "-u", required=True, metavar="COL", help="column identifying the user")
-    sel.add_argument("--by", "-b", required=True, nargs="+", action="extend", metavar="COL",
-                     help="partition column(s); several columns form one key (GROUP BY a, b)")
-    sel.add_argument("--epsilon", "-e", required=True, type=_number, help="privacy parameter epsilon > 0")
+    sel.add_argument("--by", "-b", required=True, action="append", metavar="COL",
+                     help="a partition column; repeat it for a key over several columns "
+                     "(--by a --by b is GROUP BY a, b)")
+    sel.add_argument("--epsilon", "-e", required=True, type=_number, help="privacy parameter epsilon >= 0")
     sel.add_argument("--delta", "-d", required=True, type=_number, help="privacy parameter 0 < delta < 1")
-    sel.add_argument("--max-partitions-contributed", "-k", type=_positive_int, default=1, metavar="K",
-                     help="bound each user to at most K partitions, chosen uniformly at random (default 1)")
-    sel.add_argument("--strategy", default="release",
-                     help="selection mechanism: 'release' (TSGD thresholded release, default) or 'pi_opt'")
+    sel.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
+                     help="bound each user to at most N partitions, chosen uniformly at random "
+                     "(default 1); the budget is split over them")
+    sel.add_argument("--strategy", default="release", metavar="{" + ",".join(strategies) + "}",
+                     help="selection mechanism: 'release' (TSGD thresholded release, default; can "
+                     "publish noisy counts) or 'pi_opt' (optimal keep probability, keys only)")
     sel.add_argument("--counts", action="store_true", help="also output the noisy distinct-user counts")
-    sel.add_argument("--count-column", default="noisy_count", metavar="NAME", help="name of the count column")
+    sel.add_argument("--count-column", default="noisy_count", metavar="NAME",
+                     help="name of the count column (default noisy_count)")
+    sel.add_argument("--drop-null-privacy-units", action="store_true",
+                     help="leave out rows whose privacy unit is null (default: refuse them); their "
+                     "number is reported on stderr, for you only (it is exact, not private)")
     sel.add_argument("--output", "-o", default="-", metavar="FILE", help="output file (default: standard output)")
     sel.add_argument("--output-format", choices=("csv", "parquet", "jsonl"),
-                     help="output format (default: from the output name, csv on standard output)")
+                     help="output format (default: from the output name; csv on standard output, "
+                     "pipes and devices)")
     sel.add_argument("--input-format", choices=("csv", "parquet", "jsonl"), help="input format (default: from the name)")
     sel.add_argument("--batch-size", type=_positive_int, default=1 << 20, metavar="ROWS",
-                     help="rows read per batch (default 1048576)")
+                     help="rows counted per step (default 1048576)")
+    sel.add_argument("--block-size", type=_byte_size, default=None, metavar="BYTES",
+                     help="bytes read per block of CSV or JSON lines (default 1M); a CSV row must fit "
+                     "in one block, and memory holds about 40 blocks")
     progress = sel.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="show a progress bar on stderr (default: when stderr is a terminal)")
-    progress.add_argument("--no-progress", dest="progress", action="store_false")
-    sel.add_argument("--quiet", "-q", action="store_true", help="print nothing on stderr but errors")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
+    sel.add_argument("--quiet", "-q", action="store_true",
+                     help="print nothing on stderr but errors (no progress, summary or warnings)")
     return parser
+
+
+@contextmanager
+def _signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP behave like Ctrl-C while the command runs, so a killed run removes
+    its temporary output like an interrupted one (the default action would leave it behind)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated(signum)
+
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is None:
+            continue
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpselect`` command; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        parser.print_help()
+        return EXIT_OK
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    with _signals_as_interrupts():
+        try:
+            return _select(args)
+        except _Fail as fail:
+            _error(str(fail))
+            return fail.code
+        except ImportError as exc:
+            _error(str(exc))
+            return EXIT_INTERNAL
+        except KeyboardInterrupt as exc:
+            _error("interrupted; no output was written" if not isinstance(exc, _Terminated)
+                   else f"terminated by signal {exc.signum}; no output was written", newline=True)
+            return 128 + exc.signum if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+
+
+def _error(message: str, newline: bool = False) -> None:
     try:
-        return _select(args)
-    except _Fail as fail:
-        print(f"dpselect: error: {fail}", file=sys.stderr)
-        return fail.code
-    except ImportError as exc:
-        print(f"dpselect: error: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
-    except KeyboardInterrupt:
-        print("\ndpselect: interrupted; no output was written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"{chr(10) if newline else ''}dpselect: error: {message}", file=sys.stderr)
+    except (OSError, AttributeError):  # stderr closed too: the exit code is all there is
+        pass
+
+
+def _note(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet and sys.stderr is not None:
+        print(f"dpselect: {message}", file=sys.stderr)
+
+
+def _check_parameters(args: argparse.Namespace) -> Any:
+    """The strategy, after checking every value typed, with errors naming the flags."""
+    from dpselect.pipeline import build_strategy
+
+    if not math.isfinite(args.epsilon) or args.epsilon < 0:
+        raise _Fail(EXIT_USAGE, f"--epsilon must be a finite number >= 0, got {args.epsilon:g}")
+    if not math.isfinite(args.delta) or args.delta < 0 or args.delta >= 1:
+        raise _Fail(EXIT_USAGE, f"--delta must be in (0, 1), got {args.delta:g}")
+    if args.delta == 0:
+        raise _Fail(EXIT_USAGE, f"--delta must be > 0: with delta = 0 no key can be released (Theorem 2 of "
+                                f"{_PAPER}: under pure DP the set of released keys cannot depend on the data)")
+    strategies = _strategy_names()
+    if args.strategy not in strategies:
+        raise _Fail(EXIT_USAGE, f"--strategy must be one of {', '.join(strategies)}; got {args.strategy!r}")
+    by = list(args.by)
+    twice = sorted({c for c in by if by.count(c) > 1})
+    if twice:
+        raise _Fail(EXIT_USAGE, f"--by names {', '.join(repr(c) for c in twice)} more than once")
+    if args.privacy_unit in by:
+        raise _Fail(EXIT_USAGE, f"--privacy-unit {args.privacy_unit!r} cannot also be a --by column")
+    if args.counts and (args.count_column in by or args.count_column == args.privacy_unit or not args.count_column):
+        raise _Fail(EXIT_USAGE, f"--count-column {args.count_column!r} clashes with an input column; "
+                                "choose another name with --count-column")
+    try:
+        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, False)
+    except (ValueError, TypeError) as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from exc
+    if args.counts and not strat.releases_counts:
+        raise _Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release); "
+                                f"--strategy {args.strategy} selects keys only")
+    return strat
+
+
+def _output_format(args: argparse.Namespace, to_stdout: bool) -> str:
+    from dpselect.files import detect_format
+
+    if args.output_format:
+        return args.output_format
+    if to_stdout:
+        return "csv"
+    try:
+        mode = os.stat(args.output).st_mode
+    except OSError:
+        mode = 0
+    import stat
+
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return "csv"  # a pipe or device, like standard output
+    try:
+        return detect_format(args.output, None, "output")
+    except ValueError as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from exc
+
+
+def _check_output_types(schema: Any, out_fmt: str) -> None:
+    """Refuse, before any work, key types the output format cannot hold."""
+    from dpselect.rows import import_pyarrow, key_type
+
+    pa = import_pyarrow()
+    if out_fmt == "parquet":
+        return
+    for f in schema:
+        t = key_type(f.type)
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+            raise _Fail(EXIT_USAGE, f"column {f.name!r} holds bytes, which --output-format {out_fmt} cannot "
+                                    "write faithfully; use --output-format parquet (or -o FILE.parquet)")
+
+
+def _probe_rng() -> None:
+    """Draw from the secure generator once before any work, so an environment without a
+    working OS random source fails fast."""
+    from dpselect.rng import SecureRNG
+
+    try:
+        SecureRNG().random_bytes(16)
+    except RuntimeError as exc:
+        raise _Fail(EXIT_RNG, _rng_message(exc)) from exc
+
+
+def _rng_message(exc: BaseException) -> str:
+    return (f"secure randomness is unavailable ({exc}); nothing was released. Check that the "
+            "operating system's random source (getrandom, /dev/urandom) works here, then run again")
+
+
+def _is_rng_failure(exc: RuntimeError) -> bool:
+    return "random number generator" in str(exc)
 
 
 def _select(args: argparse.Namespace) -> int:
     from dpselect.files import (
+        DEFAULT_BLOCK_SIZE,
         ColumnError,
         InputError,
         OutputError,
+        check_destination,
         coalesce,
         detect_format,
         open_batches,
         write_table,
     )
-    from dpselect.pipeline import build_strategy, check_columns, release_table
+    from dpselect.frames import result_schema
+    from dpselect.pipeline import GUARANTEE_METADATA_KEY, release_table
     from dpselect.progress import Progress
-    from dpselect.rows import RowCounter, import_pyarrow
+    from dpselect.rows import (
+        ColumnTypeError,
+        NullPrivacyUnitError,
+        RowCounter,
+        check_column_types,
+        import_pyarrow,
+    )
 
     pa = import_pyarrow()
     # Everything the user typed is checked before the input is touched.
+    strat = _check_parameters(args)
+    by = list(args.by)
     try:
         in_fmt = detect_format(args.input, args.input_format, "input")
-        to_stdout = args.output in (None, "-")
-        out_fmt = args.output_format or ("csv" if to_stdout else detect_format(args.output, None, "output"))
-        by = check_columns(args.privacy_unit, args.by, args.count_column)
-        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, args.counts)
-    except (ValueError, TypeError) as exc:
+    except ValueError as exc:
         raise _Fail(EXIT_USAGE, str(exc)) from exc
-    if (not to_stdout and os.path.exists(args.output) and os.path.exists(args.input)
-            and os.path.samefile(args.output, args.input)):
-        raise _Fail(EXIT_OUTPUT, f"refusing to overwrite the input file {args.input!r} with the output")
+    to_stdout = args.output in (None, "-")
+    out_fmt = _output_format(args, to_stdout)
+    try:
+        check_destination(None if to_stdout else args.output, out_fmt, protected=[args.input])
+    except OutputError as exc:
+        raise _Fail(EXIT_OUTPUT, str(exc)) from exc
+    _probe_rng()
 
     columns = [args.privacy_unit, *by]
+    block_size = args.block_size or DEFAULT_BLOCK_SIZE
     try:
-        source = open_batches(args.input, in_fmt, columns, args.batch_size)
+        source = open_batches(args.input, in_fmt, columns, args.batch_size, block_size)
     except InputError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from exc
     except ColumnError as exc:
         raise _Fail(EXIT_DATA, str(exc)) from exc
+    try:
+        check_column_types(source.schema, args.privacy_unit, by)
+    except ColumnTypeError as exc:
+        role = "--privacy-unit" if exc.role == "privacy_unit" else "--by"
+        raise _Fail(EXIT_DATA, f"{role} column {exc.column!r} of {args.input!r} has type {exc.type}: {exc.reason}") from exc
+    schema = result_schema(source.schema, by, args.count_column if args.counts else None)
+    _check_output_types(schema, out_fmt)
 
-    show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.quiet)
+    show = not args.quiet and (args.progress if args.progress is not None else _isatty(sys.stderr))
     progress = Progress(enabled=bool(show))
-    counter = RowCounter(args.privacy_unit, by)
+    counter = RowCounter(args.privacy_unit, by,
+                         null_privacy_units="drop" if args.drop_null_privacy_units else "error")
+    counter.check_schema(source.schema)
 
     def min_rows() -> int:
         largest = max([counter.n_users, counter.n_partitions])
@@ -164,31 +407,78 @@ def _select(args: argparse.Namespace) -> int:
         for table in coalesce(source.batches, min_rows):
             counter.feed(table)
             progress.update(counter.rows, source.progress())
+    except InputError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from exc
     except TypeError as exc:
         raise _Fail(EXIT_DATA, f"{args.input!r}: {exc}") from exc
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise _Fail(EXIT_INPUT, f"cannot read {args.input!r} as {in_fmt}: {exc}") from exc
     except ValueError as exc:
         raise _Fail(EXIT_DATA, f"{args.input!r}: {exc}") from exc
+    except BaseException:
+        progress.close()
+        raise
+
+    try:
+        counter.check_null_units()
+    except NullPrivacyUnitError as exc:
+        progress.close()
+        raise _Fail(EXIT_DATA, (
+            f"{exc.rows} row(s) of {args.input!r} have a null privacy unit (column {exc.column!r}); a null "
+            "is not one person. Fill in the ids, or pass --drop-null-privacy-units to leave these rows "
+            "out. Nothing was released."
+        )) from exc
+    try:
+        progress.phase("bounding contributions and counting")
+        partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
+        progress.phase("selecting")
+        released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
+                                 schema=schema)
+        progress.phase("writing")
+    except RuntimeError as exc:
+        if _is_rng_failure(exc):
+            raise _Fail(EXIT_RNG, _rng_message(exc)) from exc
+        raise
     finally:
         progress.close()
-
-    partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
-    released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column)
+    if counter.null_unit_rows:
+        _note(args, f"warning: dropped {counter.null_unit_rows} row(s) with a null privacy unit "
+                    f"(column {args.privacy_unit!r}). This count is exact and NOT differentially "
+                    "private: it is for you, the data holder; do not publish it.")
     try:
         write_table(released, None if to_stdout else args.output, out_fmt, protected=[args.input])
     except OutputError as exc:
+        if to_stdout:
+            _quiet_stdout()
         raise _Fail(EXIT_OUTPUT, str(exc)) from exc
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): not an error for a shell pipeline.
+        _quiet_stdout()
+        return EXIT_OK
+    where = "standard output" if to_stdout else repr(args.output)
+    _note(args, f"released {released.num_rows} partitions to {where}.")
+    _note(args, (released.schema.metadata or {}).get(GUARANTEE_METADATA_KEY, b"").decode())
+    return EXIT_OK
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _quiet_stdout() -> None:
+    """After a failed write to standard output, point it at /dev/null so the interpreter's final
+    flush cannot fail again (which would print a traceback and change the exit code)."""
+    try:
+        if sys.stdout is None:
+            return
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
-    if not args.quiet:
-        where = "standard output" if to_stdout else repr(args.output)
-        print(f"dpselect: released {released.num_rows} partitions to {where}.", file=sys.stderr)
-        print(f"dpselect: {strat.guarantee}", file=sys.stderr)
-    return EXIT_OK
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,31 +1,48 @@
-"""Files in and out for the CLI: streamed readers (CSV, Parquet, JSON lines), atomic writers.
+"""Files in and out for the CLI: streamed readers (CSV, Parquet, JSON lines), safe writers.
 
 Readers yield Arrow record batches of the needed columns only, so files larger than memory
 work: the counting state grows with distinct (user, partition) pairs, never with rows
-(:mod:`dpselect.rows`). Writers go through a temporary file in the output's directory and an
-atomic rename, so a reader of the output never sees half a file and a failed run leaves no
-partial output behind.
+(:mod:`dpselect.rows`), and the readers hold a bounded number of blocks (see docs/rows.md,
+"Memory").
+
+Every column is read with a type fixed before the first row: CSV and JSON-lines keys and
+privacy units are read as text (as written), Parquet columns with their declared types. No
+output may depend on an unreleased value, and a type inferred from the values would make one
+person's row change how every released key is written.
+
+Writers go through a temporary file in the output's directory and an atomic rename, so a
+reader of the output never sees half a file and a failed run leaves no partial output behind.
+Outputs that are not regular files (a pipe, a character device) are written through; symlinks
+are followed to the file they name; a read-only output is never replaced.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
+
+import numpy as np
 
 from dpselect.rows import import_pyarrow
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "INPUT_FORMATS",
     "OUTPUT_FORMATS",
     "BatchSource",
     "ColumnError",
     "InputError",
     "OutputError",
+    "check_destination",
     "coalesce",
+    "csv_delimiter",
     "detect_format",
     "open_batches",
     "write_table",
@@ -33,7 +50,14 @@ __all__ = [
 
 INPUT_FORMATS = ("csv", "parquet", "jsonl")
 OUTPUT_FORMATS = ("csv", "parquet", "jsonl")
-_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+# pyarrow's default. The streaming CSV reader keeps about 32 + (threads) blocks in flight
+# (read-ahead), so this bounds the reader's memory; a row must fit in one block.
+DEFAULT_BLOCK_SIZE = 1 << 20
+
+# Fault injection for the test suite only: deliver SIGTERM to ourselves at a named point, so
+# that signal handling can be tested deterministically (no sleeps, no races).
+_TEST_SIGNAL_ENV = "DPSELECT_TEST_SIGTERM_AT"
 
 
 class InputError(Exception):
@@ -41,11 +65,25 @@ class InputError(Exception):
 
 
 class ColumnError(Exception):
-    """A needed column is not in the input."""
+    """A needed column is missing from the input, or ambiguous."""
 
 
 class OutputError(Exception):
     """The output cannot be written."""
+
+
+def _test_signal_point(point: str) -> None:
+    if os.environ.get(_TEST_SIGNAL_ENV) == point:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _strip_compression(name: str) -> tuple[str, str | None]:
+    """(name without a compression suffix, pyarrow codec name or None)."""
+    lower = name.lower()
+    for suffix, codec in _COMPRESSED.items():
+        if lower.endswith(suffix):
+            return lower[: -len(suffix)], codec
+    return lower, None
 
 
 def detect_format(path: str, explicit: str | None, role: str) -> str:
@@ -53,11 +91,9 @@ def detect_format(path: str, explicit: str | None, role: str) -> str:
     allowed = INPUT_FORMATS if role == "input" else OUTPUT_FORMATS
     if explicit is not None:
         if explicit not in allowed:
-            raise ValueError(f"{role} format must be one of {', '.join(allowed)}; got {explicit!r}")
+            raise ValueError(f"--{role}-format must be one of {', '.join(allowed)}; got {explicit!r}")
         return explicit
-    name = path.lower()
-    for suffix in _COMPRESSED:
-        name = name.removesuffix(suffix)
+    name, _ = _strip_compression(path)
     for suffix, fmt in ((".csv", "csv"), (".tsv", "csv"), (".parquet", "parquet"), (".pq", "parquet"),
                         (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
         if name.endswith(suffix):
@@ -68,17 +104,30 @@ def detect_format(path: str, explicit: str | None, role: str) -> str:
     )
 
 
+def csv_delimiter(path: str) -> str:
+    """Tab for ``.tsv`` (under any compression suffix), else comma."""
+    name, _ = _strip_compression(path)
+    return "\t" if name.endswith(".tsv") else ","
+
+
 @dataclass
 class BatchSource:
-    """Record batches of the needed columns, and how far into the input they are."""
+    """Record batches of the needed columns, their schema (fixed before the first row), and
+    how far into the input they are."""
 
     batches: Iterator[Any]
+    schema: Any  # pyarrow schema of the needed columns, as every batch will have it
     progress: Callable[[], float | None]  # fraction of the input consumed, if known
 
+    def __repr__(self) -> str:
+        return f"BatchSource(columns={self.schema.names})"
 
-def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
+
+def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
+                 block_size: int = DEFAULT_BLOCK_SIZE) -> BatchSource:
     """Stream the needed columns of a file. Raises InputError (cannot open or parse) or
-    ColumnError (a column is missing) before the first batch is returned."""
+    ColumnError (a column is missing or ambiguous) before the first batch is returned; while
+    iterating, InputError for malformed content."""
     pa = import_pyarrow()
     if not os.path.exists(path):
         raise InputError(f"input file {path!r} does not exist")
@@ -89,10 +138,12 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -
     try:
         if fmt == "parquet":
             return _parquet(path, columns, batch_rows)
-        return _text(path, fmt, columns, batch_rows)
+        if fmt == "csv":
+            return _csv(path, columns, block_size)
+        return _jsonl(path, columns, block_size)
     except (ColumnError, InputError):
         raise
-    except (pa.ArrowException, OSError, ValueError) as exc:
+    except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt}: {exc}") from exc
 
 
@@ -103,6 +154,12 @@ def _check_columns(path: str, available: Sequence[str], columns: Sequence[str]) 
             f"column(s) {', '.join(repr(c) for c in missing)} not found in {path!r}; "
             f"available columns: {', '.join(repr(c) for c in available)}"
         )
+    ambiguous = [c for c in columns if list(available).count(c) > 1]
+    if ambiguous:
+        raise ColumnError(
+            f"column(s) {', '.join(repr(c) for c in ambiguous)} appear more than once in the header "
+            f"of {path!r}; rename the duplicates so each needed column is unambiguous"
+        )
 
 
 def _parquet(path: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
@@ -110,43 +167,178 @@ def _parquet(path: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
 
     handle = pq.ParquetFile(path)
     _check_columns(path, handle.schema_arrow.names, columns)
+    schema = import_pyarrow().schema([handle.schema_arrow.field(c) for c in columns])
     total = handle.metadata.num_rows
     done = [0]
 
     def batches() -> Iterator[Any]:
-        for batch in handle.iter_batches(batch_size=batch_rows, columns=list(columns)):
-            done[0] += batch.num_rows
-            yield batch
+        try:
+            for batch in handle.iter_batches(batch_size=batch_rows, columns=list(columns)):
+                done[0] += batch.num_rows
+                yield batch.select(list(columns))
+        finally:
+            handle.close()
 
-    return BatchSource(batches(), lambda: done[0] / total if total else None)
+    return BatchSource(batches(), schema, lambda: done[0] / total if total else None)
 
 
-def _text(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
-    """CSV or JSON lines, possibly compressed (by extension), read block by block."""
+class _LineTally:
+    """Physical lines, and empty ones, of a text stream fed in pieces, as pyarrow's CSV parser
+    splits them (a line ends at ``\\n``, ``\\r\\n`` or a lone ``\\r``). Comparing them with the
+    rows parsed catches a quoted value that swallowed the lines after it (an unterminated
+    quote), which pyarrow reads without complaint."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.empty = 0
+        self._at_line_start = True  # the next byte starts a line
+        self._pending_cr = False  # the last piece ended with \r: a \n next belongs to it
+
+    def feed(self, piece: bytes) -> None:
+        if not piece:
+            return
+        if self._pending_cr and piece[:1] == b"\n":
+            piece = piece[1:]  # the second half of a \r\n already counted
+            self._pending_cr = False
+            if not piece:
+                return
+        a = np.frombuffer(piece, dtype=np.uint8)
+        lf = a == 10
+        if b"\r" in piece:
+            cr = a == 13
+            cr_then_lf = np.zeros(a.size, dtype=bool)
+            cr_then_lf[:-1] = cr[:-1] & lf[1:]
+            lf_after_cr = np.zeros(a.size, dtype=bool)
+            lf_after_cr[1:] = cr_then_lf[:-1]
+            starts = np.flatnonzero(cr | (lf & ~lf_after_cr))
+            ends = starts + 1 + cr_then_lf[starts]
+        else:
+            starts = np.flatnonzero(lf)
+            ends = starts + 1
+        if starts.size == 0:
+            self._at_line_start = False
+            self._pending_cr = False
+            return
+        previous_end = np.empty_like(ends)
+        previous_end[0] = 0 if self._at_line_start else -1
+        previous_end[1:] = ends[:-1]
+        self.lines += int(starts.size)
+        self.empty += int(np.count_nonzero(starts == previous_end))
+        last_end = int(ends[-1])
+        self._at_line_start = last_end == a.size
+        self._pending_cr = self._at_line_start and piece[-1:] == b"\r"
+
+    def finish(self) -> None:
+        if not self._at_line_start:  # a last line without a line break
+            self.lines += 1
+            self._at_line_start = True
+
+
+class _CountingReader(io.RawIOBase):
+    """The (decompressed) input as pyarrow's CSV reader pulls it, block by block: tallies its
+    lines and records, after each block, how far into the file on disk it is (for an honest
+    progress bar: pyarrow reads dozens of blocks ahead of what it has parsed)."""
+
+    def __init__(self, stream: Any, raw: Any) -> None:
+        super().__init__()
+        self._stream = stream
+        self._raw = raw
+        self.tally = _LineTally()
+        self.positions: list[int] = []  # file offset after each block read
+        self.eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size) if size is not None and size >= 0 else self._stream.read()
+        data = bytes(data)
+        if data:
+            self.tally.feed(data)
+            try:
+                self.positions.append(self._raw.tell())
+            except (OSError, ValueError):  # a progress estimate must never break the run
+                pass
+        else:
+            self.tally.finish()
+            self.eof = True
+        return data
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._stream.close()
+            if self._raw is not self._stream:
+                self._raw.close()
+        finally:
+            super().close()
+
+
+def _open_text(path: str) -> tuple[Any, Any]:
+    """(decompressed stream, the file on disk) for a possibly compressed text file."""
     pa = import_pyarrow()
+    _, codec = _strip_compression(path)
     raw = pa.OSFile(path, "rb")
-    size = os.path.getsize(path)
-    compression = pa.Codec.detect(path).name if _is_compressed(path) else None
-    stream = pa.CompressedInputStream(raw, compression) if compression else raw
-    block_size = max(1 << 20, min(64 << 20, batch_rows * 64))  # about batch_rows rows of ~64 bytes
-    if fmt == "csv":
-        import pyarrow.csv as pcsv
+    try:
+        stream = pa.CompressedInputStream(raw, codec) if codec else raw
+    except BaseException:
+        raw.close()
+        raise
+    return stream, raw
 
-        delimiter = "\t" if path.lower().replace(".gz", "").endswith(".tsv") else ","
-        # Check the header first, so a missing column is reported as such.
-        header = pcsv.open_csv(
-            _open_stream(path, compression),
-            read_options=pcsv.ReadOptions(block_size=1 << 16),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter),
-            convert_options=pcsv.ConvertOptions(column_types={}, include_columns=[]),
-        )
-        _check_columns(path, header.schema.names, columns)
-        header.close()
-        # Keys are read as text: no type guess from the first block can be contradicted by a
-        # later one, and "007" and "7" stay different keys. An empty cell is a null key.
+
+def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
+    """The header's column names, from the first block only."""
+    import pyarrow.csv as pcsv
+
+    stream, raw = _open_text(path)
+    try:
+        first = bytes(stream.read(block_size))
+    finally:
+        stream.close()
+        if raw is not stream:
+            raw.close()
+    if not first.strip():
+        raise InputError(f"{path!r} is empty: a CSV input needs a header line naming its columns")
+    if b"\n" not in first and b"\r" not in first and len(first) >= block_size:
+        raise InputError(f"the header line of {path!r} is longer than the block size ({block_size} bytes); "
+                         "raise it with --block-size")
+    # pyarrow parses a first batch when it opens a file: give it whole lines only (the header
+    # line, or every complete line of the block if the header's quotes span a line break).
+    ends = [i for i in (first.find(b"\n"), first.find(b"\r")) if i >= 0]
+    end = min(ends) if ends else -1
+    if end >= 0 and first[:end].count(b'"') % 2 == 0:
+        first = first[: end + 1]
+    elif len(first) >= block_size:
+        first = first[: max(first.rfind(b"\n"), first.rfind(b"\r")) + 1]
+    header = pcsv.open_csv(
+        io.BytesIO(first),
+        read_options=pcsv.ReadOptions(block_size=max(len(first), 1)),
+        parse_options=pcsv.ParseOptions(delimiter=delimiter),
+        convert_options=pcsv.ConvertOptions(include_columns=[]),
+    )
+    names = list(header.schema.names)
+    header.close()
+    return names
+
+
+def _csv(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
+    """CSV, possibly compressed (by extension), read block by block with pyarrow."""
+    pa = import_pyarrow()
+    import pyarrow.csv as pcsv
+
+    delimiter = csv_delimiter(path)
+    _check_columns(path, _csv_header(path, delimiter, block_size), columns)
+    size = os.path.getsize(path)
+    stream, raw = _open_text(path)
+    source = _CountingReader(stream, raw)
+    # Keys are read as text: no type guess from the first block can be contradicted by a
+    # later one, and "007" and "7" stay different keys. An empty cell is a null.
+    try:
         reader = pcsv.open_csv(
-            stream,
-            read_options=pcsv.ReadOptions(block_size=block_size),
+            source,
+            read_options=pcsv.ReadOptions(block_size=block_size, use_threads=True),
             parse_options=pcsv.ParseOptions(delimiter=delimiter),
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(columns),
@@ -157,37 +349,127 @@ def _text(path: str, fmt: str, columns: Sequence[str], batch_rows: int) -> Batch
                 quoted_strings_can_be_null=False,
             ),
         )
-    else:
-        import pyarrow.json as pjson
-
-        if not hasattr(pjson, "open_json"):  # pragma: no cover - old pyarrow
-            raise InputError("streaming JSON lines needs pyarrow >= 19: pip install -U pyarrow")
-        reader = pjson.open_json(stream, read_options=pjson.ReadOptions(block_size=block_size))
-    _check_columns(path, reader.schema.names, columns)
+    except BaseException:
+        source.close()
+        raise
+    schema = pa.schema([pa.field(c, pa.string()) for c in columns])
+    consumed = [0]
 
     def position() -> float | None:
-        try:
-            return min(1.0, raw.tell() / size) if size else None
-        except (OSError, ValueError, RuntimeError):  # a progress estimate must never break the run
+        # After k batches the parser has used about k + 1 blocks (a block's last line is
+        # completed by the next one); the reader's read-ahead is not progress.
+        if not size or not source.positions:
             return None
+        index = min(consumed[0], len(source.positions) - 1)
+        return min(1.0, source.positions[index] / size)
 
     def batches() -> Iterator[Any]:
+        rows = 0
         try:
             for batch in reader:
+                consumed[0] += 1
+                rows += batch.num_rows
                 yield batch.select(list(columns))
+            expected = source.tally.lines - source.tally.empty - 1  # minus the header
+            if source.eof and rows != expected:
+                raise InputError(
+                    f"{path!r}: read {rows} rows but the file has {expected} non-empty lines after the "
+                    "header: a quoted value spans several lines (an unterminated quote, or a line break "
+                    "inside quotes, which dpselect does not read). Fix the quoting; nothing was released."
+                )
+        except pa.ArrowInvalid as exc:
+            if "straddling" in str(exc):
+                raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
+                                 "raise it with --block-size") from exc
+            raise
         finally:
-            raw.close()
+            reader.close()
+            source.close()
 
-    return BatchSource(batches(), position)
+    return BatchSource(batches(), schema, position)
 
 
-def _open_stream(path: str, compression: str | None) -> Any:
+def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
+    """JSON lines, possibly compressed. Parsed with the json module so that each needed value is
+    kept as text, as written (a number's literal, a string's content; true/false; an array or
+    object as compact JSON): pyarrow's reader infers types from the values, so one unreleased
+    2.5 would turn every released 1 into 1.0, and one string among numbers would fail the run."""
     pa = import_pyarrow()
-    return pa.input_stream(path, compression=compression)
+    size = os.path.getsize(path)
+    stream, raw = _open_text(path)
+    schema = pa.schema([pa.field(c, pa.string()) for c in columns])
+    position = [0]
+    # One decoder for every line (json.loads with hooks would build one per call).
+    decode = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=str).decode
 
+    def as_text(value: Any, line: str, name: str) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        # An array or object: its compact JSON text (parsed again without the number hooks,
+        # so numbers inside it are written as numbers).
+        return json.dumps(json.loads(line)[name], separators=(",", ":"), ensure_ascii=False)
 
-def _is_compressed(path: str) -> bool:
-    return path.lower().endswith(_COMPRESSED)
+    def column(objs: list[dict[str, Any]], lines: list[str], name: str) -> Any:
+        values = [obj.get(name) for obj in objs]
+        try:
+            return pa.array(values, pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # booleans, arrays or objects among them
+            return pa.array([as_text(v, line, name) for v, line in zip(values, lines)], pa.string())
+
+    def parse(text: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:
+        objs: list[dict[str, Any]] = []
+        kept: list[str] = []
+        for offset, line in enumerate(text.split("\n")):
+            try:
+                obj = decode(line)
+            except ValueError as exc:
+                if not line.strip():
+                    continue  # an empty line
+                raise InputError(f"{path!r} line {first + offset}: not valid JSON ({exc})") from exc
+            if type(obj) is not dict:
+                raise InputError(f"{path!r} line {first + offset}: expected a JSON object, got {type(obj).__name__}")
+            objs.append(obj)
+            kept.append(line)
+        return objs, kept
+
+    def batches() -> Iterator[Any]:
+        number = 1  # of the first line not yet parsed
+        tail = b""
+        try:
+            while True:
+                chunk = bytes(stream.read(block_size))
+                try:
+                    position[0] = raw.tell()
+                except (OSError, ValueError):
+                    pass
+                data = tail + chunk
+                if chunk:  # parse whole lines only; the tail waits for the next block
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        tail = data
+                        continue
+                    data, tail = data[:cut], data[cut + 1:]
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad = number + data[: exc.start].count(b"\n")
+                    raise InputError(f"{path!r} line {bad}: not UTF-8 text") from exc
+                number += data.count(b"\n") + 1
+                objs, lines = parse(text, number - data.count(b"\n") - 1) if text else ([], [])
+                if objs:
+                    # One batch per block, holding only the needed columns: the parsed
+                    # objects (every field of every line) are dropped at once.
+                    yield pa.record_batch([column(objs, lines, c) for c in columns], schema=schema)
+                if not chunk:
+                    break
+        finally:
+            stream.close()
+            if raw is not stream:
+                raw.close()
+
+    return BatchSource(batches(), schema, lambda: min(1.0, position[0] / size) if size else None)
 
 
 def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:
@@ -207,25 +489,86 @@ def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[An
         yield pa.Table.from_batches(pending)
 
 
-def write_table(table: Any, destination: str | None, fmt: str, protected: Sequence[str] = ()) -> None:
-    """Write ``table`` to ``destination`` (None or "-": standard output) atomically.
+# ---------------------------------------------------------------------------------- writing
 
-    Refuses to write over any path in ``protected`` (the input). Raises OutputError."""
+@dataclass
+class _Destination:
+    """Where and how an output is written."""
+
+    path: str | None  # None: standard output
+    mode: str  # "stdout", "through" (a pipe or device, written in place), "replace" (atomic)
+    shown: str = field(default="")
+
+
+def check_destination(destination: str | None, fmt: str, protected: Sequence[str] = ()) -> _Destination:
+    """Decide how ``destination`` will be written, and refuse what cannot be, before any work.
+    Raises OutputError with what to do instead."""
     if destination in (None, "-"):
+        if sys.stdout is None:
+            raise OutputError("standard output is closed; give an output file with -o FILE")
         if fmt == "parquet" and sys.stdout.isatty():
             raise OutputError("parquet output is binary: give an output file with -o FILE.parquet")
-        _write(table, sys.stdout.buffer, fmt)
-        sys.stdout.buffer.flush()
-        return
-    target = os.path.abspath(destination)
-    for path in protected:
-        if os.path.exists(target) and os.path.exists(path) and os.path.samefile(target, path):
-            raise OutputError(f"refusing to overwrite the input file {path!r} with the output")
+        return _Destination(None, "stdout", "standard output")
+    assert destination is not None
+    shown = repr(destination)
+    try:
+        st = os.stat(destination)  # follows symlinks
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"cannot use {shown} as output: {exc.strerror or exc}") from exc
+    if st is not None:
+        for path in protected:
+            if os.path.exists(path) and os.path.samefile(destination, path):
+                raise OutputError(f"refusing to overwrite the input file {path!r} with the output")
+        if stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"output {shown} is a directory; give a file name")
+        target = os.path.realpath(destination)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or target.startswith("/proc/"):
+            # A pipe, a terminal, /dev/null, /dev/stdout: written in place, never replaced.
+            return _Destination(destination, "through", shown)
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputError(f"output {shown} is neither a regular file nor a pipe or character device; "
+                              "give a regular file name")
+        if st.st_mode & 0o222 == 0 or not os.access(target, os.W_OK):
+            raise OutputError(f"output {shown} is read-only; dpselect does not replace it. Make it "
+                              "writable (chmod u+w) or remove it, or choose another name with -o")
+    else:
+        # A new file, or a symlink to a file not yet created: write where the link points.
+        target = os.path.realpath(destination)
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise OutputError(f"output directory {directory!r} does not exist")
-    if os.path.isdir(target):
-        raise OutputError(f"output {destination!r} is a directory; give a file name")
+    return _Destination(target, "replace", shown)
+
+
+def write_table(table: Any, destination: str | None, fmt: str, protected: Sequence[str] = ()) -> None:
+    """Write ``table`` to ``destination`` (None or "-": standard output). Regular files are
+    replaced atomically; pipes and character devices are written through. Refuses to write
+    over any path in ``protected`` (the input). Raises OutputError (BrokenPipeError when the
+    reader of standard output went away)."""
+    pa = import_pyarrow()
+    where = check_destination(destination, fmt, protected)
+    if where.mode == "stdout":
+        try:
+            _write(table, sys.stdout.buffer, fmt)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, OSError) and exc.errno == 32:  # EPIPE wrapped by pyarrow
+                raise BrokenPipeError(*exc.args) from exc
+            raise OutputError(f"cannot write to standard output: {getattr(exc, 'strerror', None) or exc}") from exc
+        return
+    assert where.path is not None
+    if where.mode == "through":
+        try:
+            with open(where.path, "wb") as sink:
+                _write(table, sink, fmt)
+        except (OSError, pa.ArrowException) as exc:
+            raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
+        return
+    directory = os.path.dirname(where.path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".dpselect-", suffix=".tmp", dir=directory)
     except OSError as exc:
@@ -234,21 +577,22 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
         with os.fdopen(fd, "wb") as sink:
             _write(table, sink, fmt)
             sink.flush()
+            _test_signal_point("write")
             os.fsync(sink.fileno())
-        if os.path.exists(target):  # keep the permissions of the file being replaced
-            os.chmod(tmp, os.stat(target).st_mode & 0o7777)
+        if os.path.exists(where.path):  # keep the permissions of the file being replaced
+            os.chmod(tmp, os.stat(where.path).st_mode & 0o7777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException as exc:
+        os.replace(tmp, where.path)
+    except BaseException as exc:  # also KeyboardInterrupt and SIGTERM: never leave the temp file
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(exc, OSError):
-            raise OutputError(f"cannot write {destination!r}: {exc.strerror or exc}") from exc
+        if isinstance(exc, (OSError, pa.ArrowException)):
+            raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
         raise
 
 

@@ -1,23 +1,33 @@
 """``select_partitions``: from raw rows in a DataFrame to the partitions that may be released.
 
-Pipeline (issue 3): export the needed columns as Arrow memory (:mod:`dpselect.frames`) →
-factorize keys and bound each user to κ partitions while counting distinct users in C
-(:mod:`dpselect.rows`) → the selection strategy decides (spec core.md §1 pi_opt, §3 TSGD
-thresholded release, or any :class:`dpselect.strategies.SelectionStrategy`) → the kept keys,
-sorted by key, in the caller's frame type.
+Pipeline: check the columns' types from the schema → export the needed columns as Arrow memory
+(:mod:`dpselect.frames`) → factorize keys and bound each user to κ partitions while counting
+distinct users in C (:mod:`dpselect.rows`) → the selection strategy decides (π_opt,
+Desfontaines et al., "Differentially private partition selection", PoPETs 2022, Theorems 1–2;
+the k-TSGD thresholded release, Theorem 6; or any
+:class:`dpselect.strategies.SelectionStrategy`) → the kept keys, sorted by key, in the caller's
+frame type. See docs/rows.md and docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpselect.frames import from_arrow, to_arrow
+from dpselect.frames import from_arrow, result_schema, to_arrow
 from dpselect.rng import resolve_rng
-from dpselect.rows import PartitionCounts, RowCounter, import_pyarrow
+from dpselect.rows import (
+    NULL_PRIVACY_UNITS,
+    NullPrivacyUnitsDropped,
+    PartitionCounts,
+    RowCounter,
+    import_pyarrow,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from dpselect.guarantee import PrivacyGuarantee
     from dpselect.strategies import SelectionStrategy
 
 __all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
@@ -42,7 +52,9 @@ def check_columns(privacy_unit: object, by: object, count_column: object) -> lis
     if not isinstance(count_column, str) or not count_column:
         raise TypeError(f"count_column must be a non-empty str, got {count_column!r}")
     if count_column in names:
-        raise ValueError(f"count_column {count_column!r} collides with a partition column in by")
+        raise ValueError(f"count_column {count_column!r} collides with a partition column in by; choose another name")
+    if count_column == privacy_unit:
+        raise ValueError(f"count_column {count_column!r} is the privacy_unit column's name; choose another name")
     return list(names)
 
 
@@ -52,6 +64,7 @@ def build_strategy(
     delta: float | None,
     max_partitions_contributed: int | None,
     counts: bool,
+    allow_no_release: bool = False,
 ) -> SelectionStrategy:
     """The strategy object, validated before any data is read.
 
@@ -60,19 +73,25 @@ def build_strategy(
     the object's is an error rather than silently ignored)."""
     from dpselect.strategies import make_strategy
 
+    if not isinstance(allow_no_release, bool):
+        raise TypeError(f"allow_no_release must be a bool, got {type(allow_no_release).__name__}")
     if isinstance(strategy, str):
         if epsilon is None or delta is None:
             raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
         kappa = 1 if max_partitions_contributed is None else max_partitions_contributed
-        strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa)
+        strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa,
+                              allow_no_release=allow_no_release)
     else:
         if epsilon is not None or delta is not None:
             raise ValueError("a strategy object carries its own epsilon and delta: do not pass them too")
+        if allow_no_release:
+            raise ValueError("allow_no_release applies to a strategy given by name; a strategy object "
+                             "is built with its own (pass it to make_strategy)")
         strat = make_strategy(strategy)
         if max_partitions_contributed is not None and max_partitions_contributed != strat.max_partitions_contributed:
             raise ValueError(
                 f"max_partitions_contributed={max_partitions_contributed} disagrees with the strategy's "
-                f"{strat.max_partitions_contributed}"
+                f"{strat.max_partitions_contributed}; leave it out when passing a strategy object"
             )
     if counts and not strat.releases_counts:
         raise ValueError(
@@ -89,9 +108,13 @@ def release_table(
     counts: bool,
     count_column: str = "noisy_count",
     rng: object = None,
+    schema: Any = None,
 ) -> Any:
     """Apply the strategy to exact bounded counts; the kept keys (plus noisy counts if asked),
-    sorted by key, as a pyarrow Table whose schema metadata carries the guarantee.
+    sorted by key, as a pyarrow Table whose schema metadata carries the guarantee (with κ
+    enforced: the rows were bounded by dpselect). ``schema``, if given, is the result's schema
+    decided before the data was read; the table is cast to it, so the output's types never
+    depend on the data.
 
     Sorting matters for privacy: row order by first appearance would reveal more than the
     released set (e.g. which partition the first user of the file belongs to)."""
@@ -100,7 +123,7 @@ def release_table(
         raise AssertionError("a partition with no remaining user reached the selection step")
     result = strat.apply(partitions.counts, rng=rng)
     keep = np.asarray(result.keep, dtype=bool)
-    table = partitions.keys.filter(pa.array(keep))
+    table = partitions.keys.filter(pa.array(keep, type=pa.bool_()))
     if counts:
         if result.noisy_counts is None:
             raise ValueError("the strategy returned no noisy counts although it releases counts")
@@ -109,11 +132,20 @@ def release_table(
     by = partitions.keys.schema.names
     if table.num_rows > 1:
         table = table.sort_by([(name, "ascending") for name in by])
+    if schema is not None:
+        table = table.cast(schema)
+    # The rows were bounded here, so κ is enforced, not assumed of the caller.
+    guarantee = result.guarantee.enforced() if hasattr(result.guarantee, "enforced") else result.guarantee
     metadata = {
-        GUARANTEE_METADATA_KEY: str(result.guarantee).encode(),
-        PRIVATE_METADATA_KEY: b"true" if result.privacy_guaranteed else b"false",
+        GUARANTEE_METADATA_KEY: str(guarantee).encode(),
+        PRIVATE_METADATA_KEY: b"true" if _is_private(result.privacy_guaranteed, guarantee) else b"false",
     }
     return table.replace_schema_metadata(metadata)
+
+
+def _is_private(privacy_guaranteed: bool, guarantee: PrivacyGuarantee) -> bool:
+    """True only for dpselect's own certified mechanism run on the secure CSPRNG."""
+    return bool(privacy_guaranteed) and bool(getattr(guarantee, "is_dp", True))
 
 
 def select_partitions(
@@ -127,6 +159,8 @@ def select_partitions(
     strategy: str | SelectionStrategy = "release",
     counts: bool = False,
     count_column: str = "noisy_count",
+    null_privacy_units: str = "error",
+    allow_no_release: bool = False,
     rng: object = None,
 ) -> Any:
     """The partitions (distinct values of ``by``) that can be released under (ε, δ)-DP, from
@@ -137,33 +171,49 @@ def select_partitions(
     all rows of one privacy unit, whatever the number of rows or partitions that user has:
     each user is first bounded to ``max_partitions_contributed`` (κ) distinct partitions, chosen
     uniformly at random with the package CSPRNG, and each partition's decision runs at
-    (ε/κ, 1 − (1 − δ)^{1/κ}) (spec core.md §2). ``strategy="release"`` (default) is the
-    k-TSGD thresholded release (spec core.md §3, Theorem 6): keys whose noisy count exceeds k,
-    with that noisy count if ``counts=True`` (noisy counts near the threshold are biased
-    upward: only partitions whose noise pushed them over k are shown). ``strategy="pi_opt"``
-    keeps each partition with the optimal probability π_opt(n) (spec core.md §1, Theorems 1–2)
-    and releases no counts. Any object implementing ``dpselect.strategies.SelectionStrategy``
-    is accepted. The statement is in ``make_strategy(...).guarantee`` and in the result's
-    metadata (pandas ``attrs``, Arrow schema metadata ``dpselect.guarantee``).
+    (ε/κ, 1 − (1 − δ)^{1/κ}) (docs/privacy/contribution-bounding.md). ``strategy="release"``
+    (default) is the k-TSGD thresholded release (Desfontaines, Voss, Gipson, Mandayam,
+    "Differentially private partition selection", PoPETs 2022, Theorem 6): keys whose noisy
+    count exceeds the release threshold, with that noisy count if ``counts=True`` (noisy counts
+    near the threshold are biased upward: only partitions whose noise pushed them over it are
+    shown; docs/privacy/tsgd-release.md). ``strategy="pi_opt"`` keeps each partition with the
+    optimal probability π_opt(n) (same paper, Theorems 1–2; docs/privacy/pi-opt.md) and
+    releases no counts. Any object implementing ``dpselect.strategies.SelectionStrategy`` is
+    accepted. The statement is in the result's metadata (pandas ``attrs``, Arrow schema
+    metadata ``dpselect.guarantee``), with κ described as enforced.
 
     Parameters
     ----------
     data : pandas.DataFrame, polars.DataFrame / LazyFrame, pyarrow.Table / RecordBatch, or any
-        object exporting an Arrow stream. Only ``privacy_unit`` and ``by`` are read.
-    privacy_unit : the column identifying the user (any type; a null is one privacy unit).
-    by : a partition column, or several (GROUP BY a, b). Keys of any Arrow type; a null is a key
-        like any other value (all nulls form one partition).
+        object exporting an Arrow stream. Only ``privacy_unit`` and ``by`` are read. Their
+        types are the caller's (see docs/rows.md): declare them rather than let a reader infer
+        them from the values.
+    privacy_unit : the column identifying the user: integers, strings or bytes (a float column
+        is refused: 0.0 and -0.0 must not decide whether two people are one).
+    by : a partition column, or several (GROUP BY a, b). Keys of any scalar Arrow type that
+        compares exactly; a null is a key like any other value (all nulls form one partition),
+        and so is NaN. Refused before any work: nested, extension, interval and float16
+        columns, Polars Object/Int128, pandas Period/Interval and mixed-type object columns.
     epsilon, delta : the total privacy budget of the release (required with a strategy name;
         omitted with a strategy object, which carries its own).
     max_partitions_contributed : κ, the most partitions a user may influence (default 1).
     strategy : "release" (default), "pi_opt", or a ``SelectionStrategy`` object
         (``dpselect.strategies.make_strategy(...)``).
-    counts : also return the noisy counts (column ``count_column``).
+    counts : also return the noisy counts (column ``count_column``, which must differ from
+        every input column used).
+    null_privacy_units : "error" (default): rows whose privacy unit is null make the call fail
+        (ValueError giving their number) before anything is released — a null is not one
+        person. "drop": leave those rows out; their number is reported in a
+        ``dpselect.rows.NullPrivacyUnitsDropped`` warning (exact, NOT differentially private:
+        for the data holder, never to publish).
+    allow_no_release : with ``delta=0`` no key can be released (Theorem 2 of the paper); pass
+        True to get an empty result on purpose instead of an error.
     rng : None for the secure CSPRNG (the only private choice); tests may pass
         ``dpselect.testing.InsecureDeterministicRNG``.
 
     Returns the kept keys (one row per released partition, sorted by key) in the type of
-    ``data``, with the input's column types. Partitions whose users were all bounded away
+    ``data``, with the input's column types (64-bit keys come back bit for bit) and a schema
+    that depends only on the input's schema. Partitions whose users were all bounded away
     (count 0 after bounding) are never output.
 
     Memory: the Arrow export of the columns (zero-copy when possible), one 4-byte code per row
@@ -173,14 +223,24 @@ def select_partitions(
     names = check_columns(privacy_unit, by, count_column)
     if not isinstance(counts, bool):
         raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
-    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts)
+    if null_privacy_units not in NULL_PRIVACY_UNITS:
+        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts, allow_no_release)
     rng = resolve_rng(rng)  # a wrong generator fails before any work
-    table, kind = to_arrow(data, [privacy_unit, *names])
-    counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows)
+    table, kind = to_arrow(data, privacy_unit, names)
+    schema = result_schema(table.schema, names, count_column if counts else None)
+    from_arrow(schema.empty_table(), kind)  # a result that cannot be converted back fails now, not after the work
+    counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows,
+                         null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     counter.feed(table)
     del table  # the exported columns are no longer needed: lower the peak
     partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
-    released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng)
+    if counter.null_unit_rows:
+        warnings.warn(NullPrivacyUnitsDropped(
+            f"dropped {counter.null_unit_rows} row(s) with a null privacy unit in column {privacy_unit!r} "
+            "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
+            "for you, the data holder; do not publish it."), stacklevel=2)
+    released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema)
     out = from_arrow(released, kind)
     _attach_guarantee(out, released)
     return out

@@ -1,19 +1,28 @@
-"""Raw rows → distinct users per partition, each user bounded to κ partitions (issue 3).
+"""Raw rows → distinct users per partition, each user bounded to κ partitions.
 
 The expensive part of a real job is not the decision but what comes before it. Here:
 
-1. **Factorize** every key column to dense integer codes with pyarrow's hash kernels
+1. **Check the column types** (:func:`check_column_types`), from the schema alone, before any
+   row is read: whether a job can run must never depend on one person's values. Keys may be of
+   any scalar Arrow type that compares exactly (strings, integers, dates, decimals, …); privacy
+   units are integers, strings or bytes (a float id could merge ``0.0`` and ``-0.0``, two people).
+2. **Factorize** every key column to dense integer codes with pyarrow's hash kernels
    (``pyarrow.compute.dictionary_encode`` and ``index_in``), one persistent dictionary per
-   column, so that rows can arrive in any number of batches. A key of any Arrow type works
-   (strings, integers, dates, …); **a null is a key like any other** (all nulls of a column form
-   one partition), and a null privacy unit is one privacy unit (all rows with a null user are
-   bounded together, which can only lower their contribution). Several ``by`` columns form one
-   composite key (GROUP BY a, b), factorized pairwise.
-2. **Count** in C (:class:`dpselect._count.PairCounter`, csrc/count.h): duplicate (user,
+   column, so that rows can arrive in any number of batches. **A null is a key like any other**
+   (all nulls of a column form one partition) and so is NaN (every NaN of a column is one key).
+   Several ``by`` columns form one composite key (GROUP BY a, b), factorized pairwise.
+3. **A null privacy unit is not a person.** Treating all such rows as one user would let a new
+   person with a missing id change which partitions that merged "user" keeps, moving up to 2κ
+   counts. By default the rows are counted and :meth:`RowCounter.finish` refuses to go on
+   (:class:`NullPrivacyUnitError`, raised before any randomness is drawn or output exists);
+   with ``null_privacy_units="drop"`` they are left out and counted in
+   :attr:`RowCounter.null_unit_rows` (an exact count, for the data holder, not for publication).
+4. **Count** in C (:class:`dpselect._count.PairCounter`, csrc/count.h): duplicate (user,
    partition) rows count once; each user keeps at most κ of their distinct partitions, chosen
    uniformly at random with the package CSPRNG (partial Fisher–Yates on exact uniform
-   integers); counts saturate at the strategy's cap (spec thresholding.md §5.4).
-3. Partitions whose count is 0 (every contribution dropped by bounding) are removed here: they
+   integers); counts saturate at the strategy's cap (π_opt(n) = 1 above the second crossover,
+   Desfontaines et al., PoPETs 2022, Theorem 1; see docs/privacy/contribution-bounding.md).
+5. Partitions whose count is 0 (every contribution dropped by bounding) are removed here: they
    are indistinguishable from partitions absent from the data and must never be released.
 
 Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 70 %
@@ -28,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -39,10 +48,25 @@ from dpselect.rng import resolve_rng
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-__all__ = ["MAX_CODES", "KeyFactorizer", "PartitionCounts", "RowCounter", "import_pyarrow"]
+__all__ = [
+    "MAX_CODES",
+    "NULL_PRIVACY_UNITS",
+    "ColumnTypeError",
+    "KeyFactorizer",
+    "NullPrivacyUnitError",
+    "NullPrivacyUnitsDropped",
+    "PartitionCounts",
+    "RowCounter",
+    "check_column_types",
+    "import_pyarrow",
+    "key_type",
+]
 
 # Codes are 32-bit in the kernel: at most this many distinct users, and distinct partitions.
 MAX_CODES = _count.CODE_LIMIT
+
+NullPolicy = Literal["error", "drop"]
+NULL_PRIVACY_UNITS: tuple[str, ...] = ("error", "drop")
 
 
 def import_pyarrow() -> Any:
@@ -52,34 +76,135 @@ def import_pyarrow() -> Any:
         import pyarrow.compute
     except ImportError as exc:  # pragma: no cover - exercised only without pyarrow
         raise ImportError(
-            "dpselect needs pyarrow to read rows and DataFrames: pip install 'dpselect[frames]'"
+            "dpselect needs pyarrow to read rows and DataFrames: pip install 'dpselect[arrow]'"
         ) from exc
     return pyarrow
 
 
-def _normalize(column: pa.Array | pa.ChunkedArray, name: str) -> pa.Array | pa.ChunkedArray:
+class ColumnTypeError(TypeError):
+    """A privacy-unit or key column has a type dpselect cannot use. Raised from the schema
+    alone, before any row is read. ``column`` names the column, ``reason`` says why."""
+
+    def __init__(self, column: str, role: str, typ: object, reason: str) -> None:
+        self.column, self.role, self.type, self.reason = column, role, typ, reason
+        super().__init__(f"{role} column {column!r} has type {typ}: {reason}")
+
+
+class NullPrivacyUnitError(ValueError):
+    """Rows whose privacy unit is null: they belong to no known person. ``rows`` is how many."""
+
+    def __init__(self, column: str, rows: int) -> None:
+        self.column, self.rows = column, rows
+        super().__init__(
+            f"{rows} row(s) have a null privacy unit in column {column!r}; a null is not one "
+            "person (merging them would let one new person change which partitions that merged "
+            "'user' keeps). Fill in the ids, or pass null_privacy_units='drop' to leave these "
+            "rows out (the number dropped is then reported as a warning, for you only: it is "
+            "exact, not differentially private)."
+        )
+
+
+class NullPrivacyUnitsDropped(UserWarning):
+    """Rows with a null privacy unit were dropped (``null_privacy_units="drop"``). The count in
+    the message is exact and NOT differentially private: it is for the data holder only."""
+
+
+def _scalar_kind(typ: Any) -> str | None:
+    """"unit-ok" / "key-ok" / None (refused) for a non-dictionary Arrow type."""
+    pa = import_pyarrow()
+    t = pa.types
+    if t.is_null(typ) or t.is_integer(typ) or t.is_string(typ) or t.is_large_string(typ) \
+            or t.is_binary(typ) or t.is_large_binary(typ) or t.is_fixed_size_binary(typ) \
+            or typ in (pa.string_view(), pa.binary_view()):
+        return "unit-ok"
+    if t.is_boolean(typ) or typ in (pa.float32(), pa.float64()) or t.is_decimal(typ) \
+            or t.is_date(typ) or t.is_time(typ) or t.is_timestamp(typ) or t.is_duration(typ):
+        return "key-ok"
+    return None
+
+
+def _refusal(typ: Any) -> str:
+    """Why a key type is refused, with what to do instead."""
+    pa = import_pyarrow()
+    t = pa.types
+    if isinstance(typ, pa.BaseExtensionType):
+        return (f"extension types (here {typ.extension_name!r}) are not read as keys; cast the "
+                f"column to its storage type ({typ.storage_type}) or to strings first")
+    if t.is_float16(typ):
+        return "half-precision floats are not supported as keys; cast the column to float32 or float64"
+    if t.is_interval(typ):
+        return "intervals have no total order and are not supported as keys; cast them to strings"
+    if t.is_nested(typ) or t.is_union(typ):
+        return "keys must be scalar values; flatten the column or cast it to strings"
+    return "this type is not supported as a key; cast the column to strings, integers or dates"
+
+
+def key_type(typ: Any) -> Any:
+    """The type key values have inside dpselect (and in results): a dictionary column (a pandas
+    categorical, a Polars Categorical) is decoded, and views become plain strings/binaries."""
+    pa = import_pyarrow()
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    if typ == pa.string_view():
+        return pa.large_string()
+    if typ == pa.binary_view():
+        return pa.large_binary()
+    return typ
+
+
+def check_column_types(schema: Any, privacy_unit: str, by: Sequence[str]) -> None:
+    """Refuse, from the schema alone, columns dpselect cannot use (:class:`ColumnTypeError`,
+    naming the column). Run before any row is read, so that whether a job runs depends only on
+    the declared types, never on one person's values."""
+    pa = import_pyarrow()
+    for name in [privacy_unit, *by]:
+        role = "privacy_unit" if name == privacy_unit else "by"
+        declared = schema.field(name).type
+        typ = declared.value_type if pa.types.is_dictionary(declared) else declared
+        kind = _scalar_kind(typ)
+        if role == "privacy_unit" and kind != "unit-ok":
+            if pa.types.is_floating(typ):
+                reason = ("a privacy unit must be an integer, string or bytes id: float ids "
+                          "would make 0.0 and -0.0 (and NaNs) one person or two at random; cast "
+                          "the column to integers or strings first")
+            else:
+                reason = ("a privacy unit must be an integer, string or bytes id; cast the "
+                          "column to integers or strings first")
+            raise ColumnTypeError(name, role, declared, reason)
+        if kind is None:
+            raise ColumnTypeError(name, role, declared, _refusal(typ))
+
+
+def _normalize(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A column whose values can be hashed consistently across batches: dictionary columns
-    (pandas categoricals) are decoded, and string views become plain strings."""
+    (pandas categoricals) are decoded, views become plain strings, and every float class is
+    one bit pattern."""
     pa = import_pyarrow()
     typ = column.type
-    if pa.types.is_dictionary(typ):
-        column = column.cast(typ.value_type)
-        typ = column.type
-    if typ == pa.string_view():
-        column = column.cast(pa.large_string())
-    elif typ == pa.binary_view():
-        column = column.cast(pa.large_binary())
-    elif pa.types.is_nested(column.type):
-        raise TypeError(f"column {name!r} has nested type {column.type}; keys must be scalar values")
-    elif typ in (pa.float32(), pa.float64()):
-        # 0.0 and -0.0 (and NaNs with different payloads) hash apart but sort as equal, so
+    target = key_type(typ)
+    if target != typ:
+        column = column.cast(target)
+    if target in (pa.float32(), pa.float64()):
+        # 0.0 and -0.0 (and NaNs with different payloads) hash apart but compare equal, so
         # their output order would follow the input order: make each class one value.
         import pyarrow.compute as pc
 
-        zero = pa.scalar(0.0, typ)
+        zero = pa.scalar(0.0, target)
         column = pc.if_else(pc.equal(column, zero), zero, column)
-        column = pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), typ), column)
+        column = pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), target), column)
     return column
+
+
+def _same_values(a: pa.Array, b: pa.Array) -> bool:
+    """Equality of two dictionaries, value by value. Floats are compared by bit pattern (after
+    :func:`_normalize`, one per value class): ``Array.equals`` says NaN != NaN, so a single NaN
+    key would otherwise look like a corrupt dictionary and fail the whole job."""
+    pa = import_pyarrow()
+    if a.type == pa.float64():
+        return a.view(pa.int64()).equals(b.view(pa.int64()))
+    if a.type == pa.float32():
+        return a.view(pa.int32()).equals(b.view(pa.int32()))
+    return a.equals(b)
 
 
 def _dictionary_encode(column: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.int32], pa.Array]:
@@ -95,7 +220,7 @@ def _dictionary_encode(column: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[
         dictionary = encoded.chunk(encoded.num_chunks - 1).dictionary
         for chunk in encoded.chunks:
             d = chunk.dictionary
-            if len(d) > len(dictionary) or not d.equals(dictionary.slice(0, len(d))):
+            if len(d) > len(dictionary) or not _same_values(d, dictionary.slice(0, len(d))):
                 raise RuntimeError("pyarrow returned chunk dictionaries that are not prefixes of one another")
         parts = [np.asarray(chunk.indices.cast(pa.int32())) for chunk in encoded.chunks]
         indices = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -109,9 +234,10 @@ class KeyFactorizer:
     """Dense codes 0, 1, 2, … for the distinct values of one column, stable across batches.
 
     Within a batch, pyarrow's hash kernel finds the batch's distinct values; they are looked up
-    in the values seen before (``index_in``, nulls matching nulls) and new ones get the next
-    codes. A batch costs O(rows + distinct values so far): callers streaming many batches
-    should make batches at least as large as the dictionary (see :mod:`dpselect.files`)."""
+    in the values seen before (``index_in``, nulls matching nulls, NaN matching NaN) and new
+    ones get the next codes. A batch costs O(rows + distinct values so far): callers streaming
+    many batches should make batches at least as large as the dictionary (see
+    :mod:`dpselect.files`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -121,6 +247,20 @@ class KeyFactorizer:
 
     def __len__(self) -> int:
         return self._size
+
+    def __repr__(self) -> str:
+        return f"KeyFactorizer({self.name!r}, {self._size} distinct values, type={self._type})"
+
+    @property
+    def type(self) -> Any:
+        """The values' Arrow type (None before the first batch)."""
+        return self._type
+
+    def declare(self, typ: Any) -> None:
+        """Fix the column's type before any value is seen (from the input's schema), so an
+        empty input still yields typed results."""
+        if self._type is None:
+            self._type = key_type(typ)
 
     @property
     def values(self) -> pa.Array:
@@ -158,7 +298,7 @@ class KeyFactorizer:
     def encode(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values."""
         pa = import_pyarrow()
-        column = _normalize(column, self.name)
+        column = _normalize(column)
         if self._type is None:
             self._type = column.type
         elif column.type != self._type:
@@ -214,10 +354,10 @@ class _CompositeKey:
             component[i + 1] = (words & np.uint64(0xFFFFFFFF)).astype(np.int64)
             current = (words >> np.uint64(32)).astype(np.int64)
         component[0] = current
-        return [col.values.take(pa.array(c)) for col, c in zip(self.columns, component)]
+        return [col.values.take(pa.array(c, type=pa.int64())) for col, c in zip(self.columns, component)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PartitionCounts:
     """Exact (NOT private) distinct-user counts after bounding, one entry per partition with a
     count >= 1. ``keys`` holds the key columns (an Arrow table, one column per ``by`` name)."""
@@ -225,18 +365,29 @@ class PartitionCounts:
     keys: pa.Table
     counts: npt.NDArray[np.int64]
 
+    def __repr__(self) -> str:
+        # No values: these counts are exact, and a repr ends up in logs.
+        return (f"PartitionCounts({self.keys.num_rows} partitions by {self.keys.schema.names}; "
+                "exact counts, NOT private: input of a selection, never to publish)")
+
 
 class RowCounter:
     """Feed rows in batches (Arrow tables or record batches), then :meth:`finish` once.
 
     ``expected_rows`` pre-sizes the C pair set (an upper bound on distinct pairs); leave it 0
-    when streaming."""
+    when streaming. ``null_privacy_units`` says what rows with a null privacy unit do:
+    ``"error"`` (default) makes :meth:`finish` raise :class:`NullPrivacyUnitError` with their
+    number; ``"drop"`` leaves them out (:attr:`null_unit_rows` counts them)."""
 
-    def __init__(self, privacy_unit: str, by: Sequence[str], expected_rows: int = 0) -> None:
+    def __init__(self, privacy_unit: str, by: Sequence[str], expected_rows: int = 0,
+                 null_privacy_units: NullPolicy = "error") -> None:
         if not by:
             raise ValueError("by must name at least one partition column")
+        if null_privacy_units not in NULL_PRIVACY_UNITS:
+            raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
         self.privacy_unit = privacy_unit
         self.by = list(by)
+        self.null_privacy_units: NullPolicy = null_privacy_units
         self._users = KeyFactorizer(privacy_unit)
         self._key = _CompositeKey(self.by)
         if isinstance(expected_rows, bool) or not isinstance(expected_rows, int) or expected_rows < 0:
@@ -246,7 +397,14 @@ class RowCounter:
         # the pair set are then never alive at the same time (a lower memory peak).
         self._counter: _count.PairCounter | None = None
         self._finished = False
-        self.rows = 0
+        self._schema: Any = None
+        self.rows = 0  # rows fed, including rows with a null privacy unit
+        self.null_unit_rows = 0  # of which had a null privacy unit (dropped, or the error)
+
+    def __repr__(self) -> str:
+        state = "finished" if self._finished else f"{self.rows} rows fed"
+        return (f"RowCounter(privacy_unit={self.privacy_unit!r}, by={self.by}, {state}, "
+                f"{self.n_users} users, {self.n_partitions} partitions, {self.n_pairs} pairs)")
 
     @property
     def n_users(self) -> int:
@@ -260,21 +418,48 @@ class RowCounter:
     def n_pairs(self) -> int:
         return 0 if self._counter is None else self._counter.n_pairs
 
+    def key_types(self) -> list[Any]:
+        """The Arrow type of each ``by`` column's values (None before the first batch)."""
+        return [c.type for c in self._key.columns]
+
     def _pair_counter(self) -> _count.PairCounter:
         if self._counter is None:
             self._counter = _count.PairCounter(self._expected_rows)
         return self._counter
 
+    def check_schema(self, schema: Any) -> None:
+        """Check the columns' presence and types (see :func:`check_column_types`) and fix the
+        key types. :meth:`feed` does it for the first batch; call it earlier to fail before
+        any reading."""
+        names = [self.privacy_unit, *self.by]
+        missing = [n for n in names if n not in schema.names]
+        if missing:
+            raise ValueError(f"missing column(s) {missing} (privacy_unit / by); available: {schema.names}")
+        check_column_types(schema, self.privacy_unit, self.by)
+        if self._schema is None:
+            self._schema = schema
+            for factorizer, name in zip(self._key.columns, self.by):
+                factorizer.declare(schema.field(name).type)
+
     def feed(self, batch: pa.Table | pa.RecordBatch) -> None:
         """Add the rows of one batch (columns ``privacy_unit`` and every ``by`` name)."""
+        pa = import_pyarrow()
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
-        names = [self.privacy_unit, *self.by]
-        missing = [n for n in names if n not in batch.schema.names]
-        if missing:
-            raise ValueError(f"missing column(s) {missing} (privacy_unit / by); available: {batch.schema.names}")
+        self.check_schema(batch.schema)
         if batch.num_rows == 0:
             return
+        self.rows += batch.num_rows
+        units = batch.column(self.privacy_unit)
+        nulls = units.null_count
+        if nulls:
+            self.null_unit_rows += nulls
+            if self.null_privacy_units == "error":
+                return  # finish() will refuse: only the number of such rows matters now
+            batch = batch.filter(pa.compute.is_valid(units))
+            if batch.num_rows == 0:
+                return
+        names = [self.privacy_unit, *self.by]
         factorizers = [self._users, *self._key.columns]
         columns = [batch.column(n) for n in names]
         # pyarrow's kernels release the GIL: the columns are hashed side by side.
@@ -283,7 +468,12 @@ class RowCounter:
         users, partitions = codes[0], self._key.encode_codes(codes[1:])
         del codes
         self._pair_counter().feed(np.ascontiguousarray(users), np.ascontiguousarray(partitions))
-        self.rows += batch.num_rows
+
+    def check_null_units(self) -> None:
+        """Raise :class:`NullPrivacyUnitError` if rows with a null privacy unit were fed and the
+        policy is ``"error"``. :meth:`finish` calls it first."""
+        if self.null_unit_rows and self.null_privacy_units == "error":
+            raise NullPrivacyUnitError(self.privacy_unit, self.null_unit_rows)
 
     def finish(self, max_partitions_contributed: int, count_cap: int | None, rng: object = None) -> PartitionCounts:
         """Bound every user to ``max_partitions_contributed`` partitions (uniform choice, package
@@ -292,13 +482,14 @@ class RowCounter:
         pa = import_pyarrow()
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
+        self.check_null_units()  # before any randomness is drawn
         rng = resolve_rng(rng)
         rng._announce()
         self._finished = True
         counts = self._pair_counter().finish(self.n_partitions, max_partitions_contributed, count_cap, rng._test_state)
         present = np.flatnonzero(counts > 0)
         if self.n_partitions == 0:
-            key_arrays = [pa.array([], type=c._type if c._type is not None else pa.null()) for c in self._key.columns]
+            key_arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]
         else:
             key_arrays = self._key.key_columns(present)
         return PartitionCounts(keys=pa.table(dict(zip(self.by, key_arrays))), counts=counts[present])

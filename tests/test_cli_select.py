@@ -87,7 +87,7 @@ def test_round_trip(tmp_path, in_fmt, out_fmt, capsys):
 
 def test_counts_to_stdout_and_two_key_columns(tmp_path, capfd):
     src = write_input(tmp_path / "in.csv", make_rows(), "csv")
-    args = ["--privacy-unit", "user", "--by", "model", "--by", "other", "-e", "1", "-d", "1e-5", "-k", "2"]
+    args = ["--privacy-unit", "user", "--by", "model", "--by", "other", "-e", "1", "-d", "1e-5", "--max-partitions-contributed", "2"]
     assert run("select", src, *args, "--counts", "--quiet") == 0
     captured = capfd.readouterr()
     assert captured.err == ""
@@ -131,10 +131,10 @@ def test_shipped_example_data(capsys):
         (["--delta", "2"], cli.EXIT_USAGE, "delta"),
         (["--strategy", "nope"], cli.EXIT_USAGE, "strategy"),
         (["--strategy", "pi_opt", "--counts"], cli.EXIT_USAGE, "counts"),
-        (["--by", "user"], cli.EXIT_USAGE, "privacy_unit"),
+        (["--by", "user"], cli.EXIT_USAGE, "--privacy-unit 'user' cannot also be a --by column"),
         (["--by", "nope"], cli.EXIT_DATA, "'nope' not found"),
         (["--privacy-unit", "who"], cli.EXIT_DATA, "'who' not found"),
-        (["--count-column", "model", "--counts"], cli.EXIT_USAGE, "count_column"),
+        (["--count-column", "model", "--counts"], cli.EXIT_USAGE, "--count-column"),
     ],
 )
 def test_bad_parameters_and_columns(tmp_path, capsys, extra, code, message):

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -221,3 +224,45 @@ def test_laws_on_small_inputs(pairs, kappa, cap, batches):
     assert np.all(capped <= (cap or 10**9))
     if kappa >= (per_user.max() if per_user.size else 0):
         np.testing.assert_array_equal(count(users, parts, 13, kappa, cap=cap), np.minimum(distinct, cap or 10**9))
+
+
+# ------------------------------------------------------------------- counting kernel's memory
+
+def test_a_huge_user_code_does_not_size_the_kernel():
+    """One pair whose user code is near 2**32 used to make finish allocate one 8-byte offset per
+    code value (32 GiB). Run under a 2 GiB address-space limit: it must simply work."""
+    script = textwrap.dedent(f"""
+        import resource, numpy as np
+        from dpselect._count import PairCounter
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        c = PairCounter()
+        c.feed(np.array([{CODE_LIMIT - 1}, 7, 7], np.uint32), np.array([0, 0, 1], np.uint32))
+        print(c.finish(2, 5, None, None).tolist())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[2, 1]"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9)), min_size=1, max_size=120),
+    stride=st.sampled_from([1, 1_000_003, 97_000_001]),
+    kappa=st.integers(1, 4),
+)
+def test_sparse_user_codes_count_like_dense_ones(pairs, stride, kappa):
+    """Renumbering sparse codes changes nothing but memory: with κ covering everyone the counts
+    are the distinct users per partition, and in every case each user keeps min(d, κ)."""
+    users = np.array([u * stride % CODE_LIMIT for u, _ in pairs], dtype=np.uint32)
+    parts = np.array([p for _, p in pairs], dtype=np.uint32)
+    distinct = sorted(set(zip(users.tolist(), parts.tolist())))
+    exact = np.bincount([p for _, p in distinct], minlength=10)
+    full = PairCounter()
+    full.feed(users, parts)
+    assert full.finish(10, 10**6, None, None).tolist() == exact.tolist()
+    bounded = PairCounter()
+    bounded.feed(users, parts)
+    got = bounded.finish(10, kappa, None, InsecureDeterministicRNG(seed=kappa)._test_state)
+    per_user = np.unique([u for u, _ in distinct], return_counts=True)[1]
+    assert int(got.sum()) == int(np.minimum(per_user, kappa).sum())
+    assert np.all(got <= exact)
