@@ -162,15 +162,15 @@ DEFINE_ALL(u64, uint64_t, 0)
 /* Vectorisable: OR the values of a block together, look closer only if the sign bit shows. */
 #define DEFINE_FIND_NEGATIVE(NAME, SUFFIX, T)                                                     \
     static int NAME(const char *counts, ptrdiff_t cs, size_t n, size_t *index) {                \
-        const int aligned = ((uintptr_t)counts % sizeof(T)) == 0;                                \
-        const T *dense = (const T *)counts; /* used only when contiguous and aligned */          \
         for (size_t i = 0; i < n; i += 256) {                                                    \
             size_t len = n - i < 256 ? n - i : 256;                                              \
             T acc = 0;                                                                           \
-            if (cs == (ptrdiff_t)sizeof(T) && aligned) /* a plain loop the compiler vectorises */ \
-                for (size_t j = 0; j < len; j++) acc |= dense[i + j];                            \
-            else                                                                                 \
+            if (cs == (ptrdiff_t)sizeof(T)) { /* contiguous: a loop the compiler vectorises */   \
+                const char *block = counts + i * sizeof(T);                                      \
+                for (size_t j = 0; j < len; j++) acc |= load_##SUFFIX(block + j * sizeof(T));    \
+            } else {                                                                             \
                 for (size_t j = 0; j < len; j++) acc |= COUNT_AT(SUFFIX, i + j);                 \
+            }                                                                                    \
             if (acc < 0)                                                                         \
                 for (size_t j = 0; j < len; j++)                                                 \
                     if (COUNT_AT(SUFFIX, i + j) < 0) { *index = i + j; return 1; }               \
