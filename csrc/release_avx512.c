@@ -73,7 +73,8 @@ TARGET long long dps_release_blocks_avx512(dps_rng *s, const dps_weight_table *w
             if (rc != DPS_OK) return rc;
             uint64_t c;
             memcpy(&c, counts + done + j, sizeof c); /* counts may be unaligned */
-            dps_emit_release(c, idx, k, keep + done + j, noisy + done + j);
+            const dps_release_rule rule = {k, 2 * (uint64_t)k, 0}; /* the TSGD rule */
+            dps_emit_release(c, idx, &rule, keep + done + j, noisy + done + j);
         }
     }
     *negative_seen = negative != 0;

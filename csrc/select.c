@@ -24,7 +24,7 @@ DEFINE_LOAD(u64, uint64_t)
 #define COUNT_AT(SUFFIX, i) load_##SUFFIX(counts + (ptrdiff_t)(i) * cs)
 
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
-                        uint8_t *top) {
+                        int tail_certain, uint8_t *top) {
     if (n == 0 || limbs == 0 || limbs > DPS_KEEP_MAX_LIMBS) return DPS_ERR_BAD_TABLE;
     for (uint32_t w = 0; w < limbs; w++)
         if (q[w] != 0) return DPS_ERR_BAD_TABLE; /* q[0] == 0: an absent partition is never kept */
@@ -38,6 +38,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
     for (uint64_t i = 0; i < n; i++) top[i] = (uint8_t)(q[i * limbs] >> 56);
     t->q = q;
     t->n_entries = n;
+    t->certain_from = tail_certain ? n : UINT64_MAX;
     t->limbs = limbs;
     t->top = top;
     return DPS_OK;
@@ -70,7 +71,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
 #define DEFINE_SELECT(NAME, FAIL, SUFFIX, T, SIGNED)                                              \
     static int NAME(dps_rng *s, const dps_keep_table *t, const char *counts, ptrdiff_t cs,      \
                     size_t n, uint8_t *keep, ptrdiff_t ks, size_t *bad) {                        \
-        const uint64_t N = t->n_entries, last = N - 1;                                           \
+        const uint64_t last = t->n_entries - 1, sure = t->certain_from;                          \
         const uint32_t limbs = t->limbs;                                                         \
         const uint8_t *top = t->top;                                                             \
         int64_t neg = 0;                                                                         \
@@ -86,7 +87,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
                 uint64_t u = (uint64_t)c;                                                        \
                 uint64_t idx = u < last ? u : last; /* counts >= N take N - 1's path */          \
                 unsigned b0 = r[j], t0 = top[idx];                                               \
-                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)((b0 < t0) | (u >= N));                 \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)((b0 < t0) | (u >= sure));              \
                 ties |= (uint64_t)(b0 == t0) << j;                                               \
             }                                                                                    \
             s->pos += (uint32_t)len;                                                             \
@@ -100,7 +101,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
                 int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs, \
                                                 limbs, &used);                                   \
                 s->pos += used;                                                                  \
-                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)(k | (u >= N));                         \
+                keep[(ptrdiff_t)(i + j) * ks] = (uint8_t)(k | (u >= sure));                      \
             }                                                                                    \
         }                                                                                        \
         if (SIGNED && neg < 0) return FAIL(counts, cs, n, keep, ks, NULL, 0, bad);              \
@@ -110,7 +111,8 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
 #define NOISY_AT(i) ((int64_t *)((char *)noisy + (ptrdiff_t)(i) * ns))
 
 #define DEFINE_RELEASE(NAME, FAIL, SUFFIX, T, SIGNED)                                                     \
-    static int NAME(dps_rng *s, const dps_weight_table *w, uint32_t k, const char *counts,      \
+    static int NAME(dps_rng *s, const dps_weight_table *w, const dps_release_rule *rule,         \
+                    const char *counts,                                                          \
                     ptrdiff_t cs, size_t n, uint8_t *keep, ptrdiff_t ks, int64_t *noisy,         \
                     ptrdiff_t ns, size_t *bad) {                                                 \
         int64_t neg = 0;                                                                         \
@@ -128,7 +130,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
                 uint32_t flag;                                                                   \
                 uint32_t idx = dps_weight_table_fast(w, u_hi[j], &flag);                         \
                 flagged |= (uint64_t)flag << j;                                                  \
-                dps_emit_release((uint64_t)c, idx, k, keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j)); \
+                dps_emit_release((uint64_t)c, idx, rule, keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j)); \
             }                                                                                    \
             s->pos += (uint32_t)(4 * len);                                                       \
             while (flagged) { /* tie with a table entry, or U >= S: finish from fresh bytes */    \
@@ -137,7 +139,7 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
                 uint32_t idx;                                                                    \
                 rc = dps_weight_table_finish(w, s, u_hi[j], &idx);                               \
                 if (rc != DPS_OK) return rc;                                                     \
-                dps_emit_release((uint64_t)COUNT_AT(SUFFIX, i + j), idx, k,                               \
+                dps_emit_release((uint64_t)COUNT_AT(SUFFIX, i + j), idx, rule,                            \
                              keep + (ptrdiff_t)(i + j) * ks, NOISY_AT(i + j));                   \
             }                                                                                    \
         }                                                                                        \
@@ -236,29 +238,32 @@ int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *count
 
 static int release_avx512_state = -1;
 
-int dps_release(dps_rng *s, const dps_weight_table *noise, uint32_t k, int dtype,
+int dps_release(dps_rng *s, const dps_weight_table *noise, const dps_release_rule *rule, int dtype,
                 const void *counts, ptrdiff_t count_stride, size_t n, uint8_t *keep,
                 ptrdiff_t keep_stride, int64_t *noisy, ptrdiff_t noisy_stride,
                 size_t *bad_index) {
     if (s->initialised != DPS_RNG_MAGIC) return DPS_ERR_BAD_STATE;
+    if ((uint64_t)noise->m != 2 * rule->k + 1 || rule->keep_all > 1) return DPS_ERR_BAD_TABLE;
     if (release_avx512_state < 0) release_avx512_state = dps_release_avx512_available();
+    /* The vector loop implements the TSGD rule only (publish iff n + X > k). */
     if (release_avx512_state && noise->direct != NULL && (dtype == DPS_I64 || dtype == DPS_U64) &&
-        count_stride == 8 && keep_stride == 1 && noisy_stride == 8) {
+        count_stride == 8 && keep_stride == 1 && noisy_stride == 8 && rule->cut == 2 * rule->k &&
+        !rule->keep_all) {
         /* same byte consumption as the portable loop: whole blocks here, the rest below */
         int negative = 0;
-        long long done = dps_release_blocks_avx512(s, noise, k, (const int64_t *)counts, n,
+        long long done = dps_release_blocks_avx512(s, noise, (uint32_t)rule->k, (const int64_t *)counts, n,
                                                    dtype == DPS_I64, keep, noisy, &negative);
         if (done < 0) return (int)done;
         const char *rest = (const char *)counts + 8 * done;
         int rc = dtype == DPS_I64
-                     ? release_i64(s, noise, k, rest, 8, n - (size_t)done, keep + done, 1,
+                     ? release_i64(s, noise, rule, rest, 8, n - (size_t)done, keep + done, 1,
                                    noisy + done, 8, bad_index)
-                     : release_u64(s, noise, k, rest, 8, n - (size_t)done, keep + done, 1,
+                     : release_u64(s, noise, rule, rest, 8, n - (size_t)done, keep + done, 1,
                                    noisy + done, 8, bad_index);
         if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
             return fail_i64((const char *)counts, 8, n, keep, 1, noisy, 8, bad_index);
         return rc;
     }
-    DISPATCH(release, s, noise, k, (const char *)counts, count_stride, n, keep, keep_stride,
+    DISPATCH(release, s, noise, rule, (const char *)counts, count_stride, n, keep, keep_stride,
              noisy, noisy_stride, bad_index)
 }

@@ -4,8 +4,8 @@
  *
  * select:  keep[i] = Bernoulli(pi(counts[i])) with pi from a certified fixed-point keep table
  *          (one to four 64-bit limbs per entry).
- * release: X_i ~ certified TSGD table; keep[i] = counts[i] + X_i > k, noisy[i] = counts[i] + X_i
- *          where kept (0 elsewhere).
+ * release: X_i ~ certified TSGD table; keep[i] = counts[i] + X_i > k (or another threshold, or
+ *          always: dps_release_rule), noisy[i] = counts[i] + X_i where kept (0 elsewhere).
  *
  * Counts may be any of eight integer types, at any byte stride and any alignment (values are
  * loaded with memcpy); outputs are strided too. Every element consumes randomness whatever its
@@ -31,29 +31,43 @@ enum dps_dtype { DPS_I8, DPS_I16, DPS_I32, DPS_I64, DPS_U8, DPS_U16, DPS_U32, DP
 typedef struct dps_keep_table {
     const uint64_t *q;   /* n_entries x limbs words, most significant limb first:
                             pi(n) = q[n] / 2^(64 limbs); q[0] == 0, non-decreasing */
-    uint64_t n_entries;  /* N: counts >= N are kept with certainty */
+    uint64_t n_entries;  /* N: counts >= N are looked up at N - 1 ... */
+    uint64_t certain_from; /* ... and kept with certainty from here on: N for tables that reach
+                              probability 1 (pi_opt), UINT64_MAX for those that never do */
     uint32_t limbs;      /* 1 .. DPS_KEEP_MAX_LIMBS */
     uint8_t *top;        /* n_entries slots: the most significant byte of q[n] */
 } dps_keep_table;
 
-/* One released value from the drawn index idx (X = idx - k): keep iff n + X > k; the noisy
- * count saturates at INT64_MAX (post-processing of the released value). */
-static inline void dps_emit_release(uint64_t n, uint32_t idx, uint32_t k, uint8_t *keep,
-                                    void *noisy) {
+/* What the release publishes. The noise table holds X = idx - k for idx in [0, 2k]; a value is
+ * published iff n + X > cut - k, or always with keep_all. cut = 2k is the TSGD rule (publish iff
+ * n + X > k); another cut is an analyst's threshold t = cut - k (public partitions). */
+typedef struct dps_release_rule {
+    uint64_t k;
+    uint64_t cut;
+    uint64_t keep_all; /* 0 or 1 */
+} dps_release_rule;
+
+/* One released value from the drawn index idx: keep iff the rule says so; the noisy count
+ * n + X is exact, negative only for a count below k with keep_all, and saturates at INT64_MAX
+ * (post-processing of the released value). Branch-free. */
+static inline void dps_emit_release(uint64_t n, uint32_t idx, const dps_release_rule *rule,
+                                    uint8_t *keep, void *noisy) {
     uint64_t sum = n + idx;                   /* n + X + k */
     sum |= (uint64_t)0 - (uint64_t)(sum < n); /* saturate */
-    uint64_t kept = (uint64_t)(sum > 2 * (uint64_t)k);
-    uint64_t val = sum - k;
-    val = val > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : val;
-    int64_t out = (int64_t)(val & ((uint64_t)0 - kept));
+    uint64_t kept = (uint64_t)(sum > rule->cut) | rule->keep_all;
+    uint64_t diff = sum - rule->k;            /* n + X, negative (two's complement) if sum < k */
+    uint64_t big = (uint64_t)0 - (uint64_t)((sum >= rule->k) & (diff > (uint64_t)INT64_MAX));
+    diff = (diff & ~big) | ((uint64_t)INT64_MAX & big);
+    int64_t out = (int64_t)(diff & ((uint64_t)0 - kept));
     *keep = (uint8_t)kept;
     memcpy(noisy, &out, sizeof out); /* the output may be unaligned */
 }
 
 /* Check q (n >= 1 entries of `limbs` words: q[0] == 0, non-decreasing) and fill top (n slots).
- * The table keeps pointing at q: the caller owns both and keeps them alive and unchanged. */
+ * tail_certain: counts >= n are kept surely (else they keep q[n - 1]'s probability). The table
+ * keeps pointing at q: the caller owns both and keeps them alive and unchanged. */
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
-                        uint8_t *top);
+                        int tail_certain, uint8_t *top);
 
 /* First negative count, scanning before any randomness is drawn: returns 1 and sets *index if there is one, 0 otherwise (always 0 for unsigned types). */
 int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,
@@ -65,7 +79,7 @@ int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *count
                size_t *bad_index);
 
 /* noisy saturates at INT64_MAX (post-processing of the released value). */
-int dps_release(dps_rng *s, const dps_weight_table *noise, uint32_t k, int dtype,
+int dps_release(dps_rng *s, const dps_weight_table *noise, const dps_release_rule *rule, int dtype,
                 const void *counts, ptrdiff_t count_stride, size_t n, uint8_t *keep,
                 ptrdiff_t keep_stride, int64_t *noisy, ptrdiff_t noisy_stride,
                 size_t *bad_index);

@@ -18,12 +18,12 @@ int dps_select_avx512_available(void) {
 TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
                                           const int64_t *counts, size_t n, int is_signed,
                                           uint8_t *keep, int *negative_seen) {
-    const uint64_t N = t->n_entries, last = N - 1; /* N <= 128, checked by the caller */
+    const uint64_t N = t->n_entries, last = N - 1, sure = t->certain_from; /* N <= 128 */
     const uint32_t limbs = t->limbs;
     uint8_t table[128] = {0};
     for (uint64_t i = 0; i < N; i++) table[i] = t->top[i];
     const __m512i lo = _mm512_loadu_si512(table), hi = _mm512_loadu_si512(table + 64);
-    const __m512i n64 = _mm512_set1_epi64((long long)N), last64 = _mm512_set1_epi64((long long)last);
+    const __m512i sure64 = _mm512_set1_epi64((long long)sure), last64 = _mm512_set1_epi64((long long)last);
     const __m512i one = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
     __mmask8 negative = 0;
     size_t done = 0;
@@ -31,11 +31,11 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
         int rc = dps_rng_reserve(s, 64);
         if (rc != DPS_OK) return rc;
         __m128i part[8];
-        uint64_t certain = 0; /* n >= N: kept whatever the bytes, OR-ed in after the lookup */
+        uint64_t certain = 0; /* n >= certain_from: kept whatever the bytes, OR-ed in afterwards */
         for (int k = 0; k < 8; k++) {
             __m512i c = _mm512_loadu_si512(counts + done + 8 * k);
             if (is_signed) negative |= _mm512_cmplt_epi64_mask(c, zero);
-            certain |= (uint64_t)_mm512_cmpge_epu64_mask(c, n64) << (8 * k);
+            certain |= (uint64_t)_mm512_cmpge_epu64_mask(c, sure64) << (8 * k);
             part[k] = _mm512_cvtepi64_epi8(_mm512_min_epu64(c, last64)); /* idx = min(n, N-1) */
         }
         __m256i idx_lo = _mm256_set_m128i(_mm_unpacklo_epi64(part[2], part[3]),
@@ -60,7 +60,7 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
             int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs,
                                             limbs, &used);
             s->pos += used;
-            keep[done + j] = (uint8_t)(k | (u >= N));
+            keep[done + j] = (uint8_t)(k | (u >= sure));
         }
     }
     *negative_seen = negative != 0;

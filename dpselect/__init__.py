@@ -42,13 +42,19 @@ from dpselect.guarantee import PrivacyGuarantee
 from dpselect.pipeline import select_partitions
 from dpselect.rng import SecureRNG
 from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select
-from dpselect.strategies import (
+from dpselect.explain import explain
+from dpselect.mechanisms import (
+    GaussianThresholding,
+    LaplaceThresholding,
+    MixedRelease,
     PiOptSelection,
+    PublicPartitions,
     SelectionResult,
     SelectionStrategy,
     TSGDRelease,
     make_strategy,
 )
+from dpselect.mechanisms.recommend import recommend
 from dpselect.tables import CertificationError
 
 # Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
@@ -73,10 +79,16 @@ __all__ = [
     "Crossovers",
     "Release",
     "make_strategy",
+    "recommend",
+    "explain",
     "SelectionStrategy",
     "SelectionResult",
     "PiOptSelection",
     "TSGDRelease",
+    "LaplaceThresholding",
+    "GaussianThresholding",
+    "PublicPartitions",
+    "MixedRelease",
     "PrivacyGuarantee",
     "CertificationError",
     "SecureRNG",

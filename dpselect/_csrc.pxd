@@ -67,13 +67,19 @@ cdef extern from "select.h" nogil:
     enum: DPS_KEEP_MAX_LIMBS
     ctypedef struct dps_keep_table:
         uint64_t n_entries
+        uint64_t certain_from
         uint32_t limbs
+    ctypedef struct dps_release_rule:
+        uint64_t k
+        uint64_t cut
+        uint64_t keep_all
     int dps_find_negative(int dtype, const void *counts, Py_ssize_t count_stride, size_t n, size_t *index)
-    int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs, uint8_t *top)
+    int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
+                            int tail_certain, uint8_t *top)
     int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                    Py_ssize_t count_stride, size_t n, uint8_t *keep, Py_ssize_t keep_stride,
                    size_t *bad_index)
-    int dps_release(dps_rng *s, const dps_weight_table *noise, uint32_t k, int dtype,
+    int dps_release(dps_rng *s, const dps_weight_table *noise, const dps_release_rule *rule, int dtype,
                     const void *counts, Py_ssize_t count_stride, size_t n, uint8_t *keep,
                     Py_ssize_t keep_stride, int64_t *noisy, Py_ssize_t noisy_stride,
                     size_t *bad_index)

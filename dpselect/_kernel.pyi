@@ -11,7 +11,8 @@ class KeepTableHandle:
     """Private copy of an (N,) or (N, limbs) uint64 keep table, checked on load."""
     length: int
     limbs: int
-    def __init__(self, q: npt.NDArray[np.uint64]) -> None: ...
+    tail_certain: bool
+    def __init__(self, q: npt.NDArray[np.uint64], tail_certain: bool = True) -> None: ...
 
 class WeightTableHandle:
     size: int
@@ -22,4 +23,5 @@ def select_into(counts: npt.NDArray[np.integer], table: KeepTableHandle, out: np
                 test_state: TestState | None = None) -> None: ...
 def release_into(counts: npt.NDArray[np.integer], noise: WeightTableHandle, k: int,
                  keep: npt.NDArray[np.bool_], noisy: npt.NDArray[np.int64],
-                 test_state: TestState | None = None) -> None: ...
+                 test_state: TestState | None = None, threshold: int | None = None,
+                 keep_all: bool = False) -> None: ...

@@ -72,7 +72,8 @@ cdef int _check_out(Py_buffer *view, Py_ssize_t n, Py_ssize_t itemsize, str form
 
 cdef class KeepTableHandle:
     """A certified keep table loaded into the kernel: q is an (N, limbs) uint64 array (a 1-D
-    array is one limb), most significant limb first; pi(n) = q[n] / 2^(64 limbs).
+    array is one limb), most significant limb first; pi(n) = q[n] / 2^(64 limbs) for n < N.
+    Counts >= N take q[N - 1]'s path; with ``tail_certain`` they are then kept surely.
 
     The handle keeps a private copy of q (and of its top bytes) in memory nobody else can reach,
     so no later change to the caller's array can alter what the kernel samples from. The
@@ -81,7 +82,7 @@ cdef class KeepTableHandle:
     cdef uint64_t *words
     cdef uint8_t *top
 
-    def __cinit__(self, q):
+    def __cinit__(self, q, bint tail_certain=True):
         arr = np.asarray(q)
         if arr.dtype != np.uint64:
             raise TypeError(f"keep table must have dtype uint64, got {arr.dtype}")
@@ -97,7 +98,8 @@ cdef class KeepTableHandle:
         if self.words == NULL or self.top == NULL:
             raise MemoryError("could not allocate the keep table")
         memcpy(self.words, &qv[0, 0], n * limbs * sizeof(uint64_t))
-        check_status(dps_keep_table_init(&self.table, self.words, <uint64_t>n, <uint32_t>limbs, self.top))
+        check_status(dps_keep_table_init(&self.table, self.words, <uint64_t>n, <uint32_t>limbs,
+                                         tail_certain, self.top))
 
     def __dealloc__(self):
         free(self.words)
@@ -110,6 +112,11 @@ cdef class KeepTableHandle:
     @property
     def limbs(self):
         return self.table.limbs
+
+    @property
+    def tail_certain(self):
+        """True: counts >= length are kept surely; False: they keep q[length - 1]'s probability."""
+        return self.table.certain_from == self.table.n_entries
 
 
 cdef class WeightTableHandle:
@@ -189,11 +196,21 @@ cdef int _run_select(Py_buffer *c, KeepTableHandle table, Py_buffer *o, int dtyp
     return check_status(rc)
 
 
-def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_state=None):
-    """keep[i] = counts[i] + X_i > k; noisy[i] = counts[i] + X_i where kept, else 0."""
+def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_state=None,
+                 threshold=None, bint keep_all=False):
+    """keep[i] = counts[i] + X_i > threshold (default k: the TSGD rule; any threshold >= -k), or
+    always with keep_all; noisy[i] = counts[i] + X_i where kept, else 0."""
     cdef Py_buffer c, kv, nv
+    cdef dps_release_rule rule
     if noise.table.m != 2 * <uint64_t>k + 1:
         raise ValueError(f"noise table has {noise.table.m} entries, expected 2k+1 = {2 * k + 1}")
+    if threshold is None:
+        threshold = k
+    if not -<long long>k <= threshold <= 2**62:
+        raise ValueError(f"threshold must be between -k = {-k} and 2**62, got {threshold}")
+    rule.k = k
+    rule.cut = <uint64_t>(threshold + k)
+    rule.keep_all = 1 if keep_all else 0
     _get_1d(counts, &c, 0, "counts")
     try:
         dtype = _count_dtype(&c)
@@ -203,7 +220,7 @@ def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_
             _get_1d(noisy, &nv, PyBUF_WRITABLE, "noisy")
             try:
                 _check_out(&nv, c.shape[0], 8, "lq", "noisy")
-                _run_release(&c, noise, k, &kv, &nv, dtype, test_state)
+                _run_release(&c, noise, &rule, &kv, &nv, dtype, test_state)
             finally:
                 PyBuffer_Release(&nv)
         finally:
@@ -212,13 +229,13 @@ def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_
         PyBuffer_Release(&c)
 
 
-cdef int _run_release(Py_buffer *c, WeightTableHandle noise, uint32_t k, Py_buffer *kv,
+cdef int _run_release(Py_buffer *c, WeightTableHandle noise, dps_release_rule *rule, Py_buffer *kv,
                       Py_buffer *nv, int dtype, test_state) except -1:
     cdef size_t bad = 0
     cdef int rc
     cdef dps_rng *s = begin_batch(test_state)
     with nogil:
-        rc = dps_release(s, &noise.table, k, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
+        rc = dps_release(s, &noise.table, rule, dtype, c.buf, c.strides[0], <size_t>c.shape[0],
                          <uint8_t *>kv.buf, kv.strides[0], <int64_t *>nv.buf, nv.strides[0], &bad)
         end_batch(s)
     finish_batch(test_state)

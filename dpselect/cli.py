@@ -125,7 +125,21 @@ def _number(text: str) -> float:
 def _strategy_names() -> list[str]:
     from dpselect.strategies import STRATEGIES
 
-    return sorted(STRATEGIES)
+    return sorted(STRATEGIES) + ["auto"]
+
+
+def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool) -> None:
+    cmd.add_argument("--epsilon", "-e", required=required, type=_number, help="privacy parameter epsilon >= 0")
+    cmd.add_argument("--delta", "-d", required=required, type=_number, help="privacy parameter 0 < delta < 1")
+    cmd.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
+                     help="bound each user to at most N partitions, chosen uniformly at random "
+                     "(default 1); the budget is split over them")
+    cmd.add_argument("--neighbours", choices=("add_remove", "replace"), default="add_remove",
+                     help="neighbouring datasets: add or remove one user (default), or replace one user's "
+                     "rows (bounded DP: the budget is split over twice as many partitions)")
+    cmd.add_argument("--pre-threshold", type=_positive_int, default=1, metavar="TAU",
+                     help="never release a partition with fewer than TAU users; decide the rest on "
+                     "users - (TAU - 1) (default 1: none)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,14 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--by", "-b", required=True, action="append", metavar="COL",
                      help="a partition column; repeat it for a key over several columns "
                      "(--by a --by b is GROUP BY a, b)")
-    sel.add_argument("--epsilon", "-e", required=True, type=_number, help="privacy parameter epsilon >= 0")
-    sel.add_argument("--delta", "-d", required=True, type=_number, help="privacy parameter 0 < delta < 1")
-    sel.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
-                     help="bound each user to at most N partitions, chosen uniformly at random "
-                     "(default 1); the budget is split over them")
-    sel.add_argument("--strategy", default="release", metavar="{" + ",".join(strategies) + "}",
+    _add_privacy_arguments(sel, required=True)
+    sel.add_argument("--strategy", default=None, metavar="{" + ",".join(strategies) + "}",
                      help="selection mechanism: 'release' (TSGD thresholded release, default; can "
-                     "publish noisy counts) or 'pi_opt' (optimal keep probability, keys only)")
+                     "publish noisy counts), 'pi_opt' (optimal keep probability, keys only), 'laplace' "
+                     "or 'gaussian' (thresholding, keys only), 'auto' (the one 'dpselect explain' "
+                     "ranks first), 'public' or 'mixed' (with --public-partitions)")
+    sel.add_argument("--public-partitions", metavar="FILE",
+                     help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the "
+                     "--by columns: released with noisy counts whether or not they occur (--strategy "
+                     "public, the default with this flag) or beside the data's own keys (--strategy mixed)")
+    sel.add_argument("--public-threshold", type=int, default=None, metavar="T",
+                     help="with --strategy mixed: release a public key when its noisy count exceeds T "
+                     "(default: the release threshold k, so no absent public key is released; T at most "
+                     "minus k releases every public key present in the data)")
     sel.add_argument("--counts", action="store_true", help="also output the noisy distinct-user counts")
     sel.add_argument("--count-column", default="noisy_count", metavar="NAME",
                      help="name of the count column (default noisy_count)")
@@ -185,6 +205,19 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
     sel.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing on stderr but errors (no progress, summary or warnings)")
+    exp = commands.add_parser(
+        "explain",
+        help="compare the selection mechanisms at given (epsilon, delta, N) and recommend one",
+        description="Print each count-based mechanism's threshold and the partition sizes at which it "
+        "releases with probability 5 %%, 50 %% and 95 %%, side by side, and the one that releases the most. "
+        "Depends on the parameters only, never on data.",
+        epilog="example:\n  dpselect explain --epsilon 1 --delta 1e-5 --max-partitions-contributed 4 "
+        "--plot mechanisms.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_privacy_arguments(exp, required=True)
+    exp.add_argument("--plot", metavar="FILE", help="also draw the keep-probability curves and the paper's "
+                     "midpoint figures to FILE (PNG, SVG or PDF; needs the [plot] extra)")
     return parser
 
 
@@ -225,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     with _signals_as_interrupts():
         try:
-            return _select(args)
+            return _explain(args) if args.command == "explain" else _select(args)
         except _Fail as fail:
             _error(str(fail))
             return fail.code
@@ -262,8 +295,16 @@ def _check_parameters(args: argparse.Namespace) -> Any:
         raise _Fail(EXIT_USAGE, f"--delta must be > 0: with delta = 0 no key can be released (Theorem 2 of "
                                 f"{_PAPER}: under pure DP the set of released keys cannot depend on the data)")
     strategies = _strategy_names()
+    if args.strategy is None:
+        args.strategy = "public" if args.public_partitions else "release"
     if args.strategy not in strategies:
         raise _Fail(EXIT_USAGE, f"--strategy must be one of {', '.join(strategies)}; got {args.strategy!r}")
+    if args.public_partitions and args.strategy not in ("public", "mixed"):
+        raise _Fail(EXIT_USAGE, "--public-partitions needs --strategy public or --strategy mixed")
+    if not args.public_partitions and args.strategy in ("public", "mixed"):
+        raise _Fail(EXIT_USAGE, f"--strategy {args.strategy} needs --public-partitions FILE")
+    if args.public_threshold is not None and args.strategy != "mixed":
+        raise _Fail(EXIT_USAGE, "--public-threshold applies to --strategy mixed only")
     by = list(args.by)
     twice = sorted({c for c in by if by.count(c) > 1})
     if twice:
@@ -273,14 +314,52 @@ def _check_parameters(args: argparse.Namespace) -> Any:
     if args.counts and (args.count_column in by or args.count_column == args.privacy_unit or not args.count_column):
         raise _Fail(EXIT_USAGE, f"--count-column {args.count_column!r} clashes with an input column; "
                                 "choose another name with --count-column")
+    options: dict[str, Any] = {"neighbours": args.neighbours}
+    if args.pre_threshold != 1:
+        if args.strategy in ("public", "mixed", "auto"):
+            raise _Fail(EXIT_USAGE, f"--pre-threshold does not apply to --strategy {args.strategy}")
+        options["pre_threshold"] = args.pre_threshold
+    if args.public_threshold is not None:
+        options["public_threshold"] = args.public_threshold
     try:
-        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, False)
+        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, False,
+                               **options)
     except (ValueError, TypeError) as exc:
-        raise _Fail(EXIT_USAGE, str(exc)) from exc
+        raise _Fail(EXIT_USAGE, _flags(str(exc))) from exc
     if args.counts and not strat.releases_counts:
-        raise _Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release); "
-                                f"--strategy {args.strategy} selects keys only")
+        raise _Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release, "
+                                f"public or mixed); --strategy {args.strategy} selects keys only")
     return strat
+
+
+def _flags(message: str) -> str:
+    """A message from the Python API, with parameter names turned into the CLI's flags."""
+    for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "epsilon", "delta"):
+        message = message.replace(f"{name}=", f"--{name.replace('_', '-')} ").replace(
+            f" {name} ", f" --{name.replace('_', '-')} ")
+    return message
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """`dpselect explain`: the mechanisms side by side, the recommendation, optional figures."""
+    from dpselect.explain import explain_text, plot_mechanisms
+
+    if not math.isfinite(args.epsilon) or args.epsilon <= 0:
+        raise _Fail(EXIT_USAGE, f"--epsilon must be a finite number > 0, got {args.epsilon:g}")
+    if not math.isfinite(args.delta) or not 0 < args.delta < 1:
+        raise _Fail(EXIT_USAGE, f"--delta must be in (0, 1), got {args.delta:g}")
+    try:
+        print(explain_text(args.epsilon, args.delta, args.max_partitions_contributed,
+                           pre_threshold=args.pre_threshold, neighbours=args.neighbours))
+        if args.plot:
+            plot_mechanisms(args.epsilon, args.delta, args.max_partitions_contributed, args.plot,
+                            pre_threshold=args.pre_threshold, neighbours=args.neighbours)
+            print(f"dpselect: figures written to {args.plot}", file=sys.stderr)
+    except ImportError as exc:
+        raise _Fail(EXIT_USAGE, f"{exc} (for --plot: pip install 'dpselect[plot]')") from exc
+    except (ValueError, TypeError) as exc:
+        raise _Fail(EXIT_USAGE, _flags(str(exc))) from exc
+    return EXIT_OK
 
 
 def _output_format(args: argparse.Namespace, to_stdout: bool) -> str:
@@ -431,9 +510,12 @@ def _select(args: argparse.Namespace) -> int:
     try:
         progress.phase("bounding contributions and counting")
         partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
+        public = None
+        if args.public_partitions:
+            partitions, public = _with_public(args, partitions, strat)
         progress.phase("selecting")
         released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
-                                 schema=schema)
+                                 schema=schema, public=public)
         progress.phase("writing")
     except RuntimeError as exc:
         if _is_rng_failure(exc):
@@ -459,6 +541,25 @@ def _select(args: argparse.Namespace) -> int:
     _note(args, f"released {released.num_rows} partitions to {where}.")
     _note(args, (released.schema.metadata or {}).get(GUARANTEE_METADATA_KEY, b"").decode())
     return EXIT_OK
+
+
+def _with_public(args: argparse.Namespace, partitions: Any, strat: Any) -> Any:
+    """Join the --public-partitions file's keys to the counted partitions."""
+    from dpselect.files import ColumnError, InputError, detect_format, open_batches
+    from dpselect.public_keys import with_public_partitions
+    from dpselect.rows import import_pyarrow
+
+    pa = import_pyarrow()
+    by = list(args.by)
+    try:
+        fmt = detect_format(args.public_partitions, None, "input")
+        source = open_batches(args.public_partitions, fmt, by, args.batch_size, args.block_size or 1 << 20)
+        table = pa.Table.from_batches(list(source.batches), schema=source.schema)
+        return with_public_partitions(partitions, table, only_public=strat.name == "public")
+    except (InputError, OSError, pa.ArrowException) as exc:
+        raise _Fail(EXIT_INPUT, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
+    except (ColumnError, ValueError, TypeError) as exc:
+        raise _Fail(EXIT_DATA, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
 
 
 def _isatty(stream: Any) -> bool:

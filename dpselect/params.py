@@ -29,6 +29,8 @@ __all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "com
 
 DeltaSplit = Literal["composition", "conservative"]
 _SPLITS = ("composition", "conservative")
+Neighbours = Literal["add_remove", "replace"]
+_NEIGHBOURS = ("add_remove", "replace")
 # Fractional bits of the certified power bound: its relative error is below 2^-(bits - 2 log κ).
 _POWER_BITS = 256
 
@@ -45,16 +47,32 @@ class PrivacyParams:
     delta_exact: Fraction
     partition_epsilon: Fraction
     partition_delta: Fraction
+    neighbours: Neighbours = "add_remove"
+
+    @property
+    def affected_partitions(self) -> int:
+        """How many partitions two neighbouring datasets can differ in, by one user each: κ for
+        adding or removing a user, 2κ when a user's rows are replaced (bounded DP: the κ old
+        partitions lose the user, κ new ones gain them; Desfontaines et al., PoPETs 2022, §5)."""
+        return self.max_partitions_contributed * (2 if self.neighbours == "replace" else 1)
+
+    @property
+    def neighbour_text(self) -> str:
+        if self.neighbours == "replace":
+            return "replace all rows of one privacy unit (user) by other rows (bounded DP)"
+        return "add or remove all rows of one privacy unit (user)"
 
     def compose(self, partition_delta: Fraction) -> Fraction:
-        """A certified upper bound on the total δ of κ independent partitions that each use
-        ``partition_delta``: κ δ'' (conservative) or 1 − (1 − δ'')^κ, bounded from above."""
-        return composed_delta_upper(partition_delta, self.max_partitions_contributed, self.delta_split)
+        """A certified upper bound on the total δ of the affected partitions, each using
+        ``partition_delta``: m δ'' (conservative) or 1 − (1 − δ'')^m, m = affected_partitions."""
+        return composed_delta_upper(partition_delta, self.affected_partitions, self.delta_split)
 
     def __repr__(self) -> str:
         return (f"PrivacyParams(epsilon={self.epsilon:g}, delta={self.delta:g}, "
                 f"max_partitions_contributed={self.max_partitions_contributed}, "
-                f"delta_split={self.delta_split!r}; per partition epsilon'={float(self.partition_epsilon):.6g}, "
+                f"delta_split={self.delta_split!r}"
+                f"{', neighbours=replace' if self.neighbours == 'replace' else ''}; "
+                f"per partition epsilon'={float(self.partition_epsilon):.6g}, "
                 f"delta'={float(self.partition_delta):.6g})")
 
 
@@ -108,8 +126,12 @@ def validate_params(
     delta: object,
     max_partitions_contributed: object = 1,
     delta_split: object = "composition",
+    neighbours: object = "add_remove",
 ) -> PrivacyParams:
-    """Check (ε, δ, κ, split) and derive the exact per-partition budget.
+    """Check (ε, δ, κ, split, neighbours) and derive the exact per-partition budget.
+
+    ``neighbours="replace"`` (bounded DP) runs every partition at ε/(2κ) and the δ split over
+    2κ partitions: replacing one user's rows changes up to 2κ counts by one.
 
     Raises TypeError for a wrong type and ValueError for a value out of range, naming the
     parameter. ε = 0 and δ = 0 are valid here; mechanisms decide what they can do with them
@@ -129,17 +151,20 @@ def validate_params(
         raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
     if not isinstance(delta_split, str) or delta_split not in _SPLITS:
         raise ValueError(f"delta_split must be one of {_SPLITS}, got {delta_split!r}")
-    return _validated(eps, dlt, eps_exact, delta_exact, kappa, delta_split)
+    if not isinstance(neighbours, str) or neighbours not in _NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {_NEIGHBOURS}, got {neighbours!r}")
+    return _validated(eps, dlt, eps_exact, delta_exact, kappa, delta_split, neighbours)
 
 
 @functools.lru_cache(maxsize=256)
 def _validated(eps: float, dlt: float, eps_exact: Fraction, delta_exact: Fraction, kappa: int,
-               delta_split: str) -> PrivacyParams:
-    partition_epsilon = eps_exact / kappa
+               delta_split: str, neighbours: str) -> PrivacyParams:
+    affected = kappa * (2 if neighbours == "replace" else 1)
+    partition_epsilon = eps_exact / affected
     if delta_split == "conservative":
-        partition_delta = delta_exact / kappa
+        partition_delta = delta_exact / affected
     else:
-        partition_delta = _composition_delta(delta_exact, kappa)
+        partition_delta = _composition_delta(delta_exact, affected)
     return PrivacyParams(
         epsilon=eps,
         delta=dlt,
@@ -149,6 +174,7 @@ def _validated(eps: float, dlt: float, eps_exact: Fraction, delta_exact: Fractio
         delta_exact=delta_exact,
         partition_epsilon=partition_epsilon,
         partition_delta=partition_delta,
+        neighbours=neighbours,  # type: ignore[arg-type]
     )
 
 

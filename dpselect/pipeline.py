@@ -65,8 +65,10 @@ def build_strategy(
     max_partitions_contributed: int | None,
     counts: bool,
     allow_no_release: bool = False,
+    **options: Any,
 ) -> SelectionStrategy:
-    """The strategy object, validated before any data is read.
+    """The strategy object, validated before any data is read. ``options`` (``neighbours``,
+    ``pre_threshold``, ``public_threshold``, ...) go to :func:`dpselect.make_strategy`.
 
     A strategy given by name needs ``epsilon`` and ``delta`` (κ defaults to 1); a strategy
     object already carries its parameters, so they must be left out (a κ that disagrees with
@@ -80,13 +82,13 @@ def build_strategy(
             raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
         kappa = 1 if max_partitions_contributed is None else max_partitions_contributed
         strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa,
-                              allow_no_release=allow_no_release)
+                              allow_no_release=allow_no_release, **options)
     else:
         if epsilon is not None or delta is not None:
             raise ValueError("a strategy object carries its own epsilon and delta: do not pass them too")
-        if allow_no_release:
-            raise ValueError("allow_no_release applies to a strategy given by name; a strategy object "
-                             "is built with its own (pass it to make_strategy)")
+        if allow_no_release or options:
+            raise ValueError("allow_no_release and mechanism options apply to a strategy given by name; a "
+                             "strategy object is built with its own (pass them to make_strategy)")
         strat = make_strategy(strategy)
         if max_partitions_contributed is not None and max_partitions_contributed != strat.max_partitions_contributed:
             raise ValueError(
@@ -109,8 +111,10 @@ def release_table(
     count_column: str = "noisy_count",
     rng: object = None,
     schema: Any = None,
+    public: np.ndarray | None = None,
 ) -> Any:
-    """Apply the strategy to exact bounded counts; the kept keys (plus noisy counts if asked),
+    """Apply the strategy to exact bounded counts (``public`` marks public partitions, whose
+    count may be 0, for the public and mixed releases); the kept keys (plus noisy counts if asked),
     sorted by key, as a pyarrow Table whose schema metadata carries the guarantee (with κ
     enforced: the rows were bounded by dpselect). ``schema``, if given, is the result's schema
     decided before the data was read; the table is cast to it, so the output's types never
@@ -119,9 +123,14 @@ def release_table(
     Sorting matters for privacy: row order by first appearance would reveal more than the
     released set (e.g. which partition the first user of the file belongs to)."""
     pa = import_pyarrow()
-    if np.any(partitions.counts <= 0):  # rows.py drops them; a zero must never reach a release
+    private = partitions.counts if public is None else partitions.counts[~public]
+    if np.any(private <= 0):  # rows.py drops them; a zero must never reach a private selection
         raise AssertionError("a partition with no remaining user reached the selection step")
-    result = strat.apply(partitions.counts, rng=rng)
+    if public is not None:
+        result = strat.apply(partitions.counts, rng=rng, public=public) if strat.name == "mixed" \
+            else strat.apply(partitions.counts, rng=rng)
+    else:
+        result = strat.apply(partitions.counts, rng=rng)
     keep = np.asarray(result.keep, dtype=bool)
     table = partitions.keys.filter(pa.array(keep, type=pa.bool_()))
     if counts:
@@ -156,12 +165,14 @@ def select_partitions(
     epsilon: float | None = None,
     delta: float | None = None,
     max_partitions_contributed: int | None = None,
-    strategy: str | SelectionStrategy = "release",
+    strategy: str | SelectionStrategy | None = None,
     counts: bool = False,
     count_column: str = "noisy_count",
     null_privacy_units: str = "error",
     allow_no_release: bool = False,
+    public_partitions: Any = None,
     rng: object = None,
+    **options: Any,
 ) -> Any:
     """The partitions (distinct values of ``by``) that can be released under (ε, δ)-DP, from
     raw rows where each row is one contribution of the user in column ``privacy_unit``.
@@ -197,8 +208,16 @@ def select_partitions(
     epsilon, delta : the total privacy budget of the release (required with a strategy name;
         omitted with a strategy object, which carries its own).
     max_partitions_contributed : κ, the most partitions a user may influence (default 1).
-    strategy : "release" (default), "pi_opt", or a ``SelectionStrategy`` object
-        (``dpselect.strategies.make_strategy(...)``).
+    strategy : "release" (default; "public" with ``public_partitions``), "pi_opt", "laplace",
+        "gaussian", "auto" (:func:`dpselect.recommend`'s choice), "public", "mixed", or a
+        ``SelectionStrategy`` object (``dpselect.make_strategy(...)``).
+    public_partitions : keys known without looking at the data (a table or frame with the
+        ``by`` columns, or a list of keys): with ``strategy="public"`` exactly these are
+        released, each with its noisy count, whether or not they occur in the data; with
+        ``"mixed"`` they are released above ``public_threshold`` and the data's other keys by
+        the thresholded release (docs/privacy/public-partitions.md).
+    options : mechanism options passed to :func:`dpselect.make_strategy`: ``neighbours``
+        ("replace" for bounded DP), ``pre_threshold``, ``noise_share``, ``public_threshold``.
     counts : also return the noisy counts (column ``count_column``, which must differ from
         every input column used).
     null_privacy_units : "error" (default): rows whose privacy unit is null make the call fail
@@ -225,7 +244,15 @@ def select_partitions(
         raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
     if null_privacy_units not in NULL_PRIVACY_UNITS:
         raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
-    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts, allow_no_release)
+    if strategy is None:
+        strategy = "public" if public_partitions is not None else "release"
+    if public_partitions is not None and getattr(strategy, "name", strategy) not in ("public", "mixed"):
+        raise ValueError("public_partitions needs strategy='public' (only the listed keys) or 'mixed' (the "
+                         f"listed keys and the data's own), got strategy={strategy!r}")
+    if public_partitions is None and getattr(strategy, "name", strategy) in ("public", "mixed"):
+        raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
+    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts, allow_no_release,
+                           **options)
     rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, privacy_unit, names)
     schema = result_schema(table.schema, names, count_column if counts else None)
@@ -240,7 +267,13 @@ def select_partitions(
             f"dropped {counter.null_unit_rows} row(s) with a null privacy unit in column {privacy_unit!r} "
             "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
             "for you, the data holder; do not publish it."), stacklevel=2)
-    released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema)
+    public = None
+    if public_partitions is not None:
+        from dpselect.public_keys import with_public_partitions
+
+        partitions, public = with_public_partitions(partitions, public_partitions, only_public=strat.name == "public")
+    released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
+                             public=public)
     out = from_arrow(released, kind)
     _attach_guarantee(out, released)
     return out

@@ -12,24 +12,24 @@ shape, contiguous or strided; each user must contribute to at most
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from dpselect._arrays import as_counts, check_out
-from dpselect.strategies import PiOptSelection, TSGDRelease, make_strategy
+from dpselect.mechanisms import NoRelease, PiOptSelection, TabledSelection, TSGDRelease, make_strategy
 from dpselect.theory import exact_crossovers
 
 __all__ = ["select", "release", "keep_probability", "crossovers", "Crossovers", "Release"]
 
 
 def _strategy(name: str, epsilon: float, delta: float, max_partitions_contributed: int,
-              delta_split: str, allow_no_release: bool = False) -> object:
+              delta_split: str, allow_no_release: bool = False, **options: Any) -> Any:
     """The validated, cached strategy behind each function of this module."""
     return make_strategy(name, epsilon=epsilon, delta=delta, delta_split=delta_split,
                          max_partitions_contributed=max_partitions_contributed,
-                         allow_no_release=allow_no_release)
+                         allow_no_release=allow_no_release, **options)
 
 
 class Release(NamedTuple):
@@ -62,31 +62,40 @@ def select(
     epsilon: float,
     delta: float,
     *,
+    strategy: str = "pi_opt",
     max_partitions_contributed: int = 1,
     delta_split: str = "composition",
+    neighbours: str = "add_remove",
     allow_no_release: bool = False,
     out: np.ndarray | None = None,
     rng: object | None = None,
+    **options: Any,
 ) -> npt.NDArray[np.bool_]:
-    """Boolean mask of the partitions to release, by the optimal rule pi_opt.
+    """Boolean mask of the partitions to release: by the optimal rule pi_opt (default), or by
+    ``strategy="laplace"``, ``"gaussian"`` or ``"auto"`` (the one :func:`dpselect.recommend`
+    finds releases the most); ``options`` are the strategy's (``pre_threshold``, ...).
 
-    Guarantee (Desfontaines et al., PoPETs 2022, Theorem 1; docs/privacy/pi-opt.md): (ε, δ)-DP
-    for adding or removing one user, *assuming* each user contributes to at most
+    Guarantee (Desfontaines et al., PoPETs 2022, Theorem 1; docs/privacy/pi-opt.md and the
+    page of the chosen mechanism): (ε, δ)-DP for adding or removing one user (or replacing one,
+    ``neighbours="replace"``), *assuming* each user contributes to at most
     ``max_partitions_contributed`` of the counts (bound contributions first:
     :func:`dpselect.select_partitions` does); each partition is kept independently with the
     certified probability that :func:`keep_probability` reports. ``out``: a preallocated bool
     array of counts' shape. δ = 0 releases nothing (Theorem 2) and raises unless
     ``allow_no_release=True``."""
-    strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
-    if not isinstance(strategy, PiOptSelection):  # δ = 0, explicitly allowed
+    built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
+                      neighbours=neighbours, **options)
+    if not isinstance(built, TabledSelection):  # δ = 0 allowed, or a mechanism that is not keep/drop
+        if getattr(built, "releases_counts", False) and not isinstance(built, NoRelease):
+            raise ValueError(f"strategy {strategy!r} releases noisy counts: use dpselect.release")
         arr = as_counts(counts)
         target = None if out is None else check_out(out, arr.shape, np.dtype(np.bool_), "out")
-        keep = strategy.apply(arr, rng=rng).keep
+        keep = built.apply(arr, rng=rng).keep
         if target is not None:
             target[...] = keep
             return target
         return keep
-    return strategy.select(counts, out=out, rng=rng)
+    return built.select(counts, out=out, rng=rng)
 
 
 def release(
@@ -96,9 +105,11 @@ def release(
     *,
     max_partitions_contributed: int = 1,
     delta_split: str = "composition",
+    neighbours: str = "add_remove",
     allow_no_release: bool = False,
     out: tuple[np.ndarray, np.ndarray] | None = None,
     rng: object | None = None,
+    pre_threshold: int = 1,
 ) -> Release:
     """Thresholded release with TSGD noise: which partitions to publish and their noisy counts.
 
@@ -107,23 +118,25 @@ def release(
     contributes to at most ``max_partitions_contributed`` of the counts (assumed), with the δ
     of the quantized noise certified exactly.
     Returns ``Release(keep, noisy_counts)`` (unpack as ``keep, noisy = release(...)``);
-    ``out=(keep_out, noisy_out)`` writes into preallocated bool / int64 arrays. Needs ε > 0."""
-    strategy = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release)
-    if not isinstance(strategy, TSGDRelease):  # δ = 0, explicitly allowed
+    ``out=(keep_out, noisy_out)`` writes into preallocated bool / int64 arrays. Needs ε > 0.
+    With ``pre_threshold`` τ, partitions with fewer than τ users are never published."""
+    built = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
+                      neighbours=neighbours, pre_threshold=pre_threshold)
+    if not isinstance(built, TSGDRelease):  # δ = 0, explicitly allowed
         arr = as_counts(counts)
         if out is not None:
             if not isinstance(out, tuple) or len(out) != 2:
                 raise TypeError("out must be a tuple (keep, noisy_counts) of preallocated arrays")
             keep_out = check_out(out[0], arr.shape, np.dtype(np.bool_), "out[0] (keep)")
             noisy_out = check_out(out[1], arr.shape, np.dtype(np.int64), "out[1] (noisy_counts)")
-        result = strategy.apply(arr, rng=rng)
+        result = built.apply(arr, rng=rng)
         assert result.noisy_counts is not None
         if out is not None:
             keep_out[...] = result.keep
             noisy_out[...] = result.noisy_counts
             return Release(keep_out, noisy_out)
         return Release(result.keep, result.noisy_counts)
-    keep, noisy = strategy.release(counts, out=out, rng=rng)
+    keep, noisy = built.release(counts, out=out, rng=rng)
     return Release(keep, noisy)
 
 
@@ -132,21 +145,24 @@ def keep_probability(
     epsilon: float,
     delta: float,
     *,
+    strategy: str = "pi_opt",
     max_partitions_contributed: int = 1,
     delta_split: str = "composition",
+    neighbours: str = "add_remove",
+    **options: Any,
 ) -> npt.NDArray[np.float64] | float:
-    """The keep probability :func:`select` uses for a partition of n users (vectorized).
+    """The probability that a partition of n users is released (vectorized), for any
+    count-based strategy: "pi_opt" (default), "release", "laplace", "gaussian", "auto".
 
-    These are the certified fixed-point values q[n]/2^64 the kernel samples with (exactly,
-    then rounded to float64 for display), not the floating-point closed form."""
-    strategy = _strategy("pi_opt", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release=True)
+    These are the exact probabilities the kernel samples with (certified fixed-point table
+    entries, or the TSGD release's exact P[n + X > k]), rounded to float64 for display — not a
+    floating-point closed form."""
+    built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split,
+                      allow_no_release=True, neighbours=neighbours, **options)
     arr = as_counts(n, "n")
-    if arr.size and arr.min() < 0:
+    if arr.size and np.issubdtype(arr.dtype, np.signedinteger) and arr.min() < 0:
         raise ValueError("n must be non-negative (numbers of distinct users)")
-    if isinstance(strategy, PiOptSelection):
-        result = strategy.keep_probability(arr)
-    else:  # δ = 0: nothing is ever kept (Theorem 2)
-        result = np.zeros(arr.shape, np.float64)
+    result = built.keep_probability(arr)
     return float(result) if arr.ndim == 0 else result
 
 

@@ -84,16 +84,20 @@ def _builder_exp_lower(eps: Fraction, bits: int) -> int:
 @dataclass(frozen=True)
 class KeepTable:
     """pi(n) = q[n] / 2^(64 limbs) is the keep probability of a partition with n users, for
-    n < N = ``length``; larger counts are kept with probability 1. ``words`` is the (N, limbs)
-    uint64 array of big-endian limbs the kernel samples from (read-only)."""
+    n < N = ``length``; larger counts are kept with probability 1 (``tail_certain``) or keep
+    q[N − 1]'s probability. ``words`` is the (N, limbs) uint64 array of big-endian limbs the
+    kernel samples from (read-only). ``partition_epsilon``/``partition_delta`` are the (ε', δ')
+    at which the four per-partition inequalities were verified; (0, 0) when the table's
+    certificate is of another kind (Gaussian thresholding with κ > 1)."""
 
     words: npt.NDArray[np.uint64]
     partition_epsilon: Fraction
     partition_delta: Fraction
+    tail_certain: bool = True  # counts >= N kept surely (pi_opt); else they keep q[N - 1]'s probability
 
     @property
     def length(self) -> int:
-        """N: the first count that is kept with certainty."""
+        """N: counts >= N are treated alike (kept surely when ``tail_certain``)."""
         return int(self.words.shape[0])
 
     @property
@@ -106,11 +110,13 @@ class KeepTable:
         return 1 << (64 * self.limbs)
 
     def numerator(self, n: int) -> int:
-        """q[n] as an exact integer (scale for n >= N)."""
+        """q[n] as an exact integer (for n >= N: scale, or q[N - 1] without a certain tail)."""
         if n < 0:
             raise ValueError("counts are non-negative")
         if n >= self.length:
-            return self.scale
+            if self.tail_certain:
+                return self.scale
+            n = self.length - 1
         value = 0
         for limb in self.words[n].tolist():
             value = (value << 64) | int(limb)
@@ -124,7 +130,8 @@ class KeepTable:
     def _float_probabilities(self) -> npt.NDArray[np.float64]:
         """Each entry correctly rounded to float64 (int / int division rounds correctly), then 1."""
         scale = self.scale
-        values = [q / scale for q in keep_numerators(self.words)] + [1.0]
+        values = [q / scale for q in keep_numerators(self.words)]
+        values.append(1.0 if self.tail_certain else values[-1])
         out = np.array(values, dtype=np.float64)
         out.setflags(write=False)
         return out
@@ -135,8 +142,15 @@ class KeepTable:
         return self._float_probabilities[idx.astype(np.intp)]
 
     def __repr__(self) -> str:
-        return (f"KeepTable(N={self.length}, bits={64 * self.limbs}, "
+        tail = "" if self.tail_certain else ", tail saturates"
+        return (f"KeepTable(N={self.length}, bits={64 * self.limbs}{tail}, "
                 f"epsilon'={float(self.partition_epsilon):.6g}, delta'={float(self.partition_delta):.6g})")
+
+    def handle(self) -> object:
+        """This table loaded into the kernel (its private copy)."""
+        from dpselect import _kernel
+
+        return _kernel.KeepTableHandle(self.words, self.tail_certain)
 
 
 def limbs_for(delta: Fraction) -> int:
@@ -316,3 +330,18 @@ def tsgd_table(params: PrivacyParams) -> TSGDTable:
     if params.partition_delta == 0:
         raise ValueError("delta = 0: the thresholded release publishes nothing (Theorem 2)")
     return _tsgd_cached(min(params.partition_epsilon, EPSILON_CAP), params.partition_delta)
+
+
+def pre_thresholded(table: KeepTable, pre_threshold: int) -> KeepTable:
+    """The table of the same mechanism run on max(0, n − (τ − 1)) with τ = ``pre_threshold``:
+    partitions with fewer than τ users are never kept, the others behave as if τ − 1 of their
+    users were removed (Google's ``pre_threshold``). The shifted count has sensitivity 1, so
+    the table stays DP; it is re-verified like any other before it is used."""
+    if pre_threshold == 1:
+        return table
+    zeros = np.zeros((pre_threshold - 1, table.limbs), dtype=np.uint64)
+    words = np.concatenate([zeros, np.asarray(table.words)])
+    if table.partition_delta > 0:  # a table certified by the four inequalities stays so
+        verify_keep_table(words, table.partition_epsilon, table.partition_delta, table.tail_certain)
+    return KeepTable(words=_read_only(words), partition_epsilon=table.partition_epsilon,
+                     partition_delta=table.partition_delta, tail_certain=table.tail_certain)

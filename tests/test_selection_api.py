@@ -215,12 +215,12 @@ def test_guarantees_state_certified_delta_within_budget():
 
 def test_make_strategy_errors():
     with pytest.raises(ValueError, match="strategy must be one of"):
-        dpselect.make_strategy("laplace", epsilon=1, delta=1e-5)
+        dpselect.make_strategy("exponential", epsilon=1, delta=1e-5)
     with pytest.raises(TypeError, match="SelectionStrategy"):
         dpselect.make_strategy(42, epsilon=1, delta=1e-5)
     built = dpselect.make_strategy("pi_opt", epsilon=1, delta=1e-5)
     assert dpselect.make_strategy(built) is built
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="carries its own parameters"):
         dpselect.make_strategy(built, epsilon=1, delta=1e-5)
 
 

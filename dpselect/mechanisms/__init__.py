@@ -1,0 +1,42 @@
+"""Every partition-selection mechanism behind one interface (docs/privacy/).
+
+Count-based, on arrays of distinct-user counts (:func:`make_strategy` by name):
+
+* ``pi_opt`` (:class:`PiOptSelection`): the optimal keep/drop rule;
+* ``release`` (:class:`TSGDRelease`): the TSGD thresholded release, keys and noisy counts;
+* ``laplace`` / ``gaussian`` (:class:`LaplaceThresholding`, :class:`GaussianThresholding`):
+  Google's thresholding rules, certified like the rest;
+* ``public`` / ``mixed`` (:class:`PublicPartitions`, :class:`MixedRelease`): known keys;
+* ``auto``: the mechanism :func:`recommend` finds releases the most.
+
+Each module holds one family, beside its page in docs/privacy/.
+"""
+from dpselect.mechanisms.base import (
+    NoRelease,
+    SelectionResult,
+    SelectionStrategy,
+    TabledSelection,
+    UserSuppliedStrategy,
+)
+from dpselect.mechanisms.gaussian import GaussianThresholding
+from dpselect.mechanisms.laplace import LaplaceThresholding
+from dpselect.mechanisms.pi_opt import PiOptSelection
+from dpselect.mechanisms.public import MixedRelease, PublicPartitions
+from dpselect.mechanisms.registry import STRATEGIES, make_strategy
+from dpselect.mechanisms.tsgd import TSGDRelease
+
+__all__ = [
+    "SelectionResult",
+    "SelectionStrategy",
+    "TabledSelection",
+    "NoRelease",
+    "UserSuppliedStrategy",
+    "PiOptSelection",
+    "TSGDRelease",
+    "LaplaceThresholding",
+    "GaussianThresholding",
+    "PublicPartitions",
+    "MixedRelease",
+    "STRATEGIES",
+    "make_strategy",
+]

@@ -1,0 +1,118 @@
+"""Build any mechanism by name from validated parameters (Google's builders' role): one place
+that knows every count-based strategy, its options and its δ = 0 behaviour."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from dpselect.mechanisms.base import NoRelease, SelectionStrategy, UserSuppliedStrategy
+from dpselect.mechanisms.gaussian import GaussianThresholding
+from dpselect.mechanisms.laplace import LaplaceThresholding
+from dpselect.mechanisms.pi_opt import PiOptSelection
+from dpselect.mechanisms.public import MixedRelease, PublicPartitions
+from dpselect.mechanisms.tsgd import TSGDRelease
+from dpselect.params import PrivacyParams, validate_params
+
+__all__ = ["STRATEGIES", "make_strategy", "BUILT_IN"]
+
+# Count-based strategies: each decides a partition from its distinct-user count.
+STRATEGIES: dict[str, type] = {
+    "pi_opt": PiOptSelection,
+    "release": TSGDRelease,
+    "laplace": LaplaceThresholding,
+    "gaussian": GaussianThresholding,
+    "public": PublicPartitions,
+    "mixed": MixedRelease,
+}
+# Options each strategy accepts beyond the privacy parameters.
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    "pi_opt": ("pre_threshold",),
+    "release": ("pre_threshold",),
+    "laplace": ("pre_threshold",),
+    "gaussian": ("pre_threshold", "noise_share", "sigma_accuracy"),
+    "public": (),
+    "mixed": ("public_threshold",),
+}
+BUILT_IN = (*STRATEGIES.values(), NoRelease)
+_RELEASES_COUNTS = {"release", "public", "mixed"}
+
+
+def _check_pre_threshold(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"pre_threshold must be an int >= 1, got {type(value).__name__}")
+    if not 1 <= value <= 1_000_000:
+        raise ValueError(f"pre_threshold must be between 1 (no pre-threshold) and 10^6, got {value}")
+    return value
+
+
+def make_strategy(
+    strategy: str | SelectionStrategy,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    max_partitions_contributed: int = 1,
+    delta_split: str = "composition",
+    neighbours: str = "add_remove",
+    allow_no_release: bool = False,
+    **options: Any,
+) -> SelectionStrategy:
+    """Build a strategy by name from validated parameters, or pass an already built strategy
+    through (then the parameters must be omitted).
+
+    Names: "pi_opt", "release" (TSGD, noisy counts), "laplace", "gaussian", "public",
+    "mixed", and "auto" (the one :func:`dpselect.recommend` picks). ``options``:
+    ``pre_threshold`` (pi_opt, release, laplace, gaussian), ``noise_share`` and
+    ``sigma_accuracy`` (gaussian), ``public_threshold`` (mixed). ``neighbours="replace"`` gives
+    bounded DP. A strategy object dpselect did not build is wrapped in
+    :class:`UserSuppliedStrategy`: its guarantee is relayed as user-supplied, never certified."""
+    if not isinstance(strategy, str):
+        if not isinstance(strategy, SelectionStrategy):
+            raise TypeError(
+                f"strategy must be one of {sorted(STRATEGIES) + ['auto']} or a SelectionStrategy, "
+                f"got {type(strategy).__name__}"
+            )
+        if epsilon is not None or delta is not None or options:
+            raise ValueError("a strategy object carries its own parameters: pass epsilon, delta and options "
+                             "to it, not here")
+        if isinstance(strategy, (*BUILT_IN, UserSuppliedStrategy)):
+            return strategy
+        return UserSuppliedStrategy(strategy)
+    if epsilon is None or delta is None:
+        raise TypeError("epsilon and delta are required")
+    if not isinstance(allow_no_release, bool):
+        raise TypeError("allow_no_release must be a bool")
+    params = validate_params(epsilon, delta, max_partitions_contributed, delta_split, neighbours)
+    if strategy == "auto":
+        from dpselect.mechanisms.recommend import recommend
+
+        if options:
+            raise ValueError(f"strategy='auto' takes no mechanism options, got {sorted(options)}")
+        choice = recommend(epsilon, delta, max_partitions_contributed, delta_split=delta_split,
+                           neighbours=neighbours)
+        strategy, options = choice.strategy, dict(choice.options)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES) + ['auto']}, got {strategy!r}")
+    unknown = set(options) - set(_OPTIONS[strategy])
+    if unknown:
+        raise TypeError(f"strategy {strategy!r} takes the options {list(_OPTIONS[strategy]) or 'none'}, "
+                        f"got {sorted(unknown)}")
+    if "pre_threshold" in options:
+        options["pre_threshold"] = _check_pre_threshold(options["pre_threshold"])
+    if params.delta_exact == 0:
+        if not allow_no_release:
+            if strategy == "public":
+                raise ValueError("delta = 0: the public release's TSGD noise needs delta > 0 (its support is "
+                                 "truncated); use delta > 0")
+            raise ValueError(
+                f"delta = 0: strategy {strategy!r} can release nothing (Theorem 2 of Desfontaines et al., PoPETs "
+                "2022: under pure DP the set of keys itself cannot depend on the data). Use delta > 0, or pass "
+                "allow_no_release=True to get an empty selection on purpose."
+            )
+        return NoRelease(params, strategy, releases_counts=strategy in _RELEASES_COUNTS)  # type: ignore[return-value]
+    return _built(strategy, params, tuple(sorted(options.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _built(name: str, params: PrivacyParams, options: tuple[tuple[str, Any], ...]) -> SelectionStrategy:
+    """Strategies are immutable, so one instance per parameter set serves every call."""
+    return STRATEGIES[name](params, **dict(options))

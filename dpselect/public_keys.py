@@ -1,0 +1,115 @@
+"""Public partitions in the raw-rows pipeline: join a caller's list of known keys to the
+partitions counted from the data (docs/privacy/public-partitions.md).
+
+A public key absent from the data gets the count 0; with ``only_public`` the data's own
+partitions that are not public are left out entirely (the public release publishes exactly
+the list). Keys match the way the counting does: nulls match nulls, every NaN matches every
+NaN, and 0.0 matches -0.0. The list is public information, so how it is joined is not a
+privacy matter; its size only adds to the work.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpselect.rows import PartitionCounts, import_pyarrow
+
+__all__ = ["with_public_partitions", "public_table"]
+
+_NAN = object()  # one key for every NaN
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        if value == 0.0:
+            return 0.0  # -0.0 is the same key
+    return value
+
+
+def public_table(public: Any, key_schema: Any) -> Any:
+    """The public keys as an Arrow table with the key columns' names and types."""
+    pa = import_pyarrow()
+    names = key_schema.names
+    if isinstance(public, (list, tuple)):
+        rows = [k if isinstance(k, tuple) else (k,) for k in public]
+        if any(len(r) != len(names) for r in rows):
+            raise ValueError(f"public_partitions: every key must have {len(names)} value(s), one per by column {names}")
+        columns = list(zip(*rows)) if rows else [[] for _ in names]
+        table = pa.table({name: pa.array(list(col), type=key_schema.field(name).type)
+                          for name, col in zip(names, columns)})
+    else:
+        from dpselect.frames import to_arrow
+
+        missing = [n for n in names if n not in _column_names(public)]
+        if missing:
+            raise ValueError(f"public_partitions lacks the by column(s) {missing}")
+        table = _export(public, names, to_arrow)
+    try:
+        return table.select(names).cast(pa.schema([key_schema.field(n) for n in names]))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TypeError(f"public_partitions: its key columns cannot be read as the data's key types "
+                        f"{[str(key_schema.field(n).type) for n in names]}: {exc}") from None
+
+
+def _column_names(frame: Any) -> list[str]:
+    names = getattr(frame, "column_names", None) or getattr(frame, "columns", None)
+    if names is None:
+        schema = getattr(frame, "schema", None)
+        names = getattr(schema, "names", None) or list(schema or [])
+    return list(names)
+
+
+def _export(frame: Any, names: list[str], to_arrow: Any) -> Any:
+    pa = import_pyarrow()
+    if isinstance(frame, (pa.Table, pa.RecordBatch)):
+        return pa.Table.from_batches([frame]) if isinstance(frame, pa.RecordBatch) else frame
+    try:
+        import pandas as pd
+
+        if isinstance(frame, pd.DataFrame):
+            return pa.Table.from_pandas(frame[names], preserve_index=False)
+    except ImportError:
+        pass
+    try:
+        import polars as pl
+
+        if isinstance(frame, pl.LazyFrame):
+            frame = frame.collect()
+        if isinstance(frame, pl.DataFrame):
+            return frame.select(names).to_arrow()
+    except ImportError:
+        pass
+    raise TypeError(f"public_partitions must be a list of keys, or a pandas/Polars/Arrow table, got "
+                    f"{type(frame).__name__}")
+
+
+def with_public_partitions(partitions: PartitionCounts, public: Any, *, only_public: bool
+                           ) -> tuple[PartitionCounts, np.ndarray]:
+    """The partitions to release from: the data's (all of them, or only the public ones) and
+    every public key, deduplicated; and the mask of the public ones."""
+    pa = import_pyarrow()
+    keys = partitions.keys
+    listed = public_table(public, keys.schema)
+    position = {tuple(_canonical(v) for v in row.values()): i for i, row in enumerate(keys.to_pylist())}
+    public_rows: dict[tuple[Any, ...], int] = {}
+    for j, row in enumerate(listed.to_pylist()):
+        public_rows.setdefault(tuple(_canonical(v) for v in row.values()), j)
+    is_public = np.zeros(keys.num_rows, dtype=bool)
+    absent = []
+    for key, j in public_rows.items():
+        i = position.get(key)
+        if i is None:
+            absent.append(j)
+        else:
+            is_public[i] = True
+    keep_rows = is_public if only_public else np.ones(keys.num_rows, dtype=bool)
+    present = keys.filter(pa.array(keep_rows))
+    extra = listed.take(pa.array(absent, type=pa.int64())) if absent else listed.slice(0, 0)
+    combined = pa.concat_tables([present, extra.cast(present.schema)])
+    counts = np.concatenate([partitions.counts[keep_rows], np.zeros(len(absent), np.int64)])
+    mask = np.concatenate([is_public[keep_rows], np.ones(len(absent), dtype=bool)])
+    return PartitionCounts(keys=combined, counts=counts), mask
