@@ -50,7 +50,7 @@ else:
         "-Wno-unreachable-code-fallthrough",
     ]
     extra_link_args = []
-    libraries = ["pthread"] if sys.platform.startswith("linux") else []
+    libraries = ["pthread", "m"] if sys.platform.startswith("linux") else []
     if not DEBUG_BUILD:
         # Python's own CFLAGS carry -g; a later -g0 wins.
         extra_compile_args.append("-g0")

@@ -50,3 +50,11 @@ def test_release_out(benchmark, record, counts):
     out = (np.empty(counts.shape, bool), np.empty(counts.shape, np.int64))
     benchmark(dpselect.release, counts, EPS, DELTA, out=out)
     record(f"release n={counts.size:.0e}", "dpselect.release(out=)", counts.size)
+
+
+@pytest.mark.parametrize("strategy", ["laplace", "gaussian"])
+def test_select_thresholding(benchmark, record, counts, strategy):
+    """Laplace and Gaussian thresholding run the same certified-table kernel as pi_opt."""
+    dpselect.select(counts[:10], EPS, DELTA, strategy=strategy)
+    benchmark(dpselect.select, counts, EPS, DELTA, strategy=strategy)
+    record(f"select n={counts.size:.0e}", f"dpselect.select({strategy})", counts.size)

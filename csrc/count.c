@@ -78,11 +78,13 @@ static int renumber_users(uint64_t *keys, size_t n_pairs, uint64_t *n_users) {
     return DPS_OK;
 }
 
-int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
-                       size_t n_partitions) {
-    if (n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
+int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32_t **grouped,
+                      uint64_t *n_users_out, size_t *n_pairs_out) {
+    *ends = NULL;
+    *grouped = NULL;
+    *n_users_out = 0;
+    *n_pairs_out = 0;
     if (c->finished) return DPS_ERR_FINISHED;
-    if (kappa == 0) return DPS_ERR_BAD_ARG;
     c->finished = 1;
     int rc = dps_pairset_compact(&c->pairs);
     if (rc != DPS_OK) return rc;
@@ -112,22 +114,38 @@ int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
     }
 
     /* Group the partitions by user: after the scatter, user u's partitions are
-     * grouped[end[u - 1] .. end[u]) (end[-1] read as 0). */
+     * group[end[u - 1] .. end[u]) (end[-1] read as 0). */
     size_t *end = (size_t *)calloc((size_t)n_users + 1, sizeof(size_t));
-    uint32_t *grouped = (uint32_t *)malloc((n_pairs ? n_pairs : 1) * sizeof(uint32_t));
-    if (end == NULL || grouped == NULL) {
+    uint32_t *group = (uint32_t *)malloc((n_pairs ? n_pairs : 1) * sizeof(uint32_t));
+    if (end == NULL || group == NULL) {
         free(end);
-        free(grouped);
+        free(group);
         dps_pairset_free(&c->pairs);
         return DPS_ERR_NOMEM;
     }
     for (size_t i = 0; i < n_pairs; i++) end[(keys[i] >> 32) + 1]++;
     for (uint64_t u = 0; u < n_users; u++) end[u + 1] += end[u];
-    for (size_t i = 0; i < n_pairs; i++) grouped[end[keys[i] >> 32]++] = (uint32_t)keys[i];
+    for (size_t i = 0; i < n_pairs; i++) group[end[keys[i] >> 32]++] = (uint32_t)keys[i];
     dps_pairset_free(&c->pairs); /* keys are no longer needed: lower the peak */
+    *ends = end;
+    *grouped = group;
+    *n_users_out = n_users;
+    *n_pairs_out = n_pairs;
+    return DPS_OK;
+}
 
+int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
+                       size_t n_partitions) {
+    if (n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
+    if (c->finished) return DPS_ERR_FINISHED;
+    if (kappa == 0) return DPS_ERR_BAD_ARG;
+    size_t *end;
+    uint32_t *grouped;
+    uint64_t n_users;
+    size_t n_pairs;
+    int rc = dps_counter_group(c, n_partitions, &end, &grouped, &n_users, &n_pairs);
+    if (rc != DPS_OK) return rc;
     size_t start = 0;
-    rc = DPS_OK;
     for (uint64_t u = 0; u < n_users && rc == DPS_OK; u++) {
         rc = bound_user(s, grouped + start, end[u] - start, kappa, cap, counts);
         start = end[u];

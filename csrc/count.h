@@ -53,6 +53,13 @@ size_t dps_counter_bytes(const dps_counter *c);
 int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
                        size_t n_partitions);
 
+/* Consume the counter's pairs and group them by user (for mechanisms that need each user's
+ * set, e.g. weighted selection): on success *grouped holds every partition code user by user and
+ * (*ends)[u] is the end of user u's run, for n_users users (dense codes; sparse ones renumbered).
+ * Both arrays are malloc'ed and belong to the caller (free them). */
+int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32_t **grouped,
+                      uint64_t *n_users, size_t *n_pairs);
+
 void dps_counter_free(dps_counter *c);
 
 #define DPS_ERR_FINISHED (-21) /* feed or finish after finish */

@@ -41,7 +41,7 @@ _check_built()
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.pipeline import select_partitions
 from dpselect.rng import SecureRNG
-from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select
+from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select, select_rows
 from dpselect.explain import explain
 from dpselect.mechanisms import (
     GaussianThresholding,
@@ -74,6 +74,7 @@ __all__ = [
     "select_partitions",
     "select",
     "release",
+    "select_rows",
     "keep_probability",
     "crossovers",
     "Crossovers",

@@ -5,6 +5,8 @@ around the loops, maps status codes to exceptions. Use :mod:`dpselect.rows`, not
 import numpy as np
 
 from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdlib cimport free
+from libc.string cimport memcpy
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
@@ -24,6 +26,8 @@ cdef extern from "count.h" nogil:
     size_t dps_counter_bytes(const dps_counter *c)
     int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
                            int64_t *counts, size_t n_partitions)
+    int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32_t **grouped,
+                          uint64_t *n_users, size_t *n_pairs)
     void dps_counter_free(dps_counter *c)
 
 
@@ -110,6 +114,36 @@ cdef class PairCounter:
     def nbytes(self) -> int:
         """Bytes held by the pair set."""
         return dps_counter_bytes(&self.c)
+
+    def group(self, Py_ssize_t n_partitions):
+        """Consume the pairs and return them grouped by user: (ends, partitions) where user u's
+        distinct partition codes are partitions[ends[u - 1]:ends[u]] (ends[-1] read as 0).
+        No randomness is used; the weighted mechanisms bound each user later, per round."""
+        if n_partitions < 0:
+            raise ValueError(f"n_partitions must be >= 0, got {n_partitions}")
+        cdef size_t *ends = NULL
+        cdef uint32_t *grouped = NULL
+        cdef uint64_t n_users = 0
+        cdef size_t n_pairs = 0
+        cdef int rc
+        self._enter()
+        try:
+            with nogil:
+                rc = dps_counter_group(&self.c, <size_t>n_partitions, &ends, &grouped, &n_users, &n_pairs)
+        finally:
+            self.busy = False
+        try:
+            _check(rc)
+            ends_arr = np.empty(n_users, dtype=np.uintp)
+            parts_arr = np.empty(n_pairs, dtype=np.uint32)
+            if n_users:
+                memcpy(<void *><size_t>ends_arr.ctypes.data, ends, n_users * sizeof(size_t))
+            if n_pairs:
+                memcpy(<void *><size_t>parts_arr.ctypes.data, grouped, n_pairs * sizeof(uint32_t))
+        finally:
+            free(ends)
+            free(grouped)
+        return ends_arr, parts_arr
 
     def finish(self, Py_ssize_t n_partitions, object kappa, object cap, object test_state):
         """int64 counts per partition code after bounding every user to ``kappa`` partitions,

@@ -123,9 +123,9 @@ def _number(text: str) -> float:
 
 
 def _strategy_names() -> list[str]:
-    from dpselect.strategies import STRATEGIES
+    from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES
 
-    return sorted(STRATEGIES) + ["auto"]
+    return sorted(STRATEGIES) + ["auto"] + sorted(ROW_STRATEGIES)
 
 
 def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool) -> None:
@@ -174,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="selection mechanism: 'release' (TSGD thresholded release, default; can "
                      "publish noisy counts), 'pi_opt' (optimal keep probability, keys only), 'laplace' "
                      "or 'gaussian' (thresholding, keys only), 'auto' (the one 'dpselect explain' "
-                     "ranks first), 'public' or 'mixed' (with --public-partitions)")
+                     "ranks first), 'public' or 'mixed' (with --public-partitions), or a mechanism on "
+                     "each user's set: 'weighted_gaussian', 'weighted_laplace', 'dp_sips', "
+                     "'policy_gaussian', 'policy_laplace' (keys only)")
     sel.add_argument("--public-partitions", metavar="FILE",
                      help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the "
                      "--by columns: released with noisy counts whether or not they occur (--strategy "
@@ -508,14 +510,21 @@ def _select(args: argparse.Namespace) -> int:
             "out. Nothing was released."
         )) from exc
     try:
-        progress.phase("bounding contributions and counting")
-        partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
-        public = None
-        if args.public_partitions:
-            partitions, public = _with_public(args, partitions, strat)
-        progress.phase("selecting")
-        released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
-                                 schema=schema, public=public)
+        if hasattr(strat, "select_sets"):  # a row mechanism: every user's set, weighted
+            from dpselect.pipeline import release_rows
+
+            progress.phase("bounding and weighting")
+            sets, keys_of = counter.user_sets()
+            released = release_rows(sets, keys_of, strat, schema=schema)
+        else:
+            progress.phase("bounding contributions and counting")
+            partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
+            public = None
+            if args.public_partitions:
+                partitions, public = _with_public(args, partitions, strat)
+            progress.phase("selecting")
+            released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
+                                     schema=schema, public=public)
         progress.phase("writing")
     except RuntimeError as exc:
         if _is_rng_failure(exc):
@@ -523,6 +532,14 @@ def _select(args: argparse.Namespace) -> int:
         raise
     finally:
         progress.close()
+    return _finish_output(args, counter, released, to_stdout, out_fmt)
+
+
+def _finish_output(args: argparse.Namespace, counter: Any, released: Any, to_stdout: bool, out_fmt: str) -> int:
+    """Report dropped rows (to the data holder), write the release, print the guarantee."""
+    from dpselect.files import OutputError, write_table
+    from dpselect.pipeline import GUARANTEE_METADATA_KEY
+
     if counter.null_unit_rows:
         _note(args, f"warning: dropped {counter.null_unit_rows} row(s) with a null privacy unit "
                     f"(column {args.privacy_unit!r}). This count is exact and NOT differentially "

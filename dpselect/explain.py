@@ -57,7 +57,7 @@ def plot_mechanisms(epsilon: float, delta: float, max_partitions_contributed: in
     """Draw the paper's Figures 1–4 for these parameters into one image at ``path``."""
     from dpselect._optional import require
 
-    require("matplotlib", "plot")
+    require("matplotlib", feature="dpselect explain --plot", extra="plot")
     import matplotlib
 
     matplotlib.use("Agg")

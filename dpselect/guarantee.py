@@ -83,6 +83,8 @@ class PrivacyGuarantee:
     certified: bool = True
     privacy_guaranteed: bool = True
     notes: str = ""
+    uncertified_reason: str = ""  # why a built-in mechanism's claim is not certified (else: user-supplied)
+    certificate: str = "in exact rational arithmetic on the quantized table that runs"
 
     def __post_init__(self) -> None:
         if self.contribution_bound not in ("assumed", "enforced"):
@@ -122,7 +124,7 @@ class PrivacyGuarantee:
     def _delta_text(self) -> str:
         if not self.certified:
             return "dpselect has not checked this claim"
-        text = "delta is certified in exact rational arithmetic on the quantized table that runs"
+        text = f"delta is certified {self.certificate}"
         if self.requested_delta is not None and as_fraction(self.requested_delta) != self.delta_exact:
             text += (f" (shown rounded up); the requested delta was {self.requested_delta:g}: every rounding "
                      "in the table, the noise and the budget split goes toward privacy")
@@ -133,6 +135,9 @@ class PrivacyGuarantee:
             head = f"{_NOT_DP}. {self.mechanism} ran on a deterministic, seeded test generator: "
             head += "anyone with the seed can recompute the noise. Were it run with the secure "
             head += "generator, it would be "
+        elif not self.certified and self.uncertified_reason:
+            head = (f"NOT CERTIFIED BY DPSELECT ({self.uncertified_reason}): {self.mechanism} is, "
+                    "in exact arithmetic, ")
         elif not self.certified:
             head = (f"USER-SUPPLIED, NOT CERTIFIED BY DPSELECT: {self.mechanism} is a strategy "
                     "dpselect did not build; its author claims it is ")
@@ -151,7 +156,7 @@ class PrivacyGuarantee:
         if not self.privacy_guaranteed:
             tags.append(_NOT_DP)
         if not self.certified:
-            tags.append("user-supplied, not certified")
+            tags.append("not certified" if self.uncertified_reason else "user-supplied, not certified")
         tag = f" [{'; '.join(tags)}]" if tags else ""
         return (f"PrivacyGuarantee({self.mechanism!r}, epsilon={self.epsilon:g}, "
                 f"delta={format_delta(self.delta_exact)}, "

@@ -103,6 +103,26 @@ def build_strategy(
     return strat
 
 
+def release_rows(sets: Any, keys_of: Any, strat: Any, *, rng: object = None, schema: Any = None) -> Any:
+    """Apply a row mechanism (weighted selection, DP-SIPS, policies) to the users' sets; the
+    kept keys, sorted by key, as a pyarrow Table whose schema metadata carries the guarantee."""
+    keep = strat.select_sets(sets, rng=rng)
+    table = keys_of(keep)
+    by = table.schema.names
+    if table.num_rows > 1:
+        table = table.sort_by([(name, "ascending") for name in by])
+    if schema is not None:
+        table = table.cast(schema)
+    guarantee = strat.guarantee.enforced()
+    if not resolve_rng(rng).privacy_guaranteed:
+        guarantee = guarantee.under_test_rng()
+    metadata = {
+        GUARANTEE_METADATA_KEY: str(guarantee).encode(),
+        PRIVATE_METADATA_KEY: b"true" if guarantee.is_dp else b"false",
+    }
+    return table.replace_schema_metadata(metadata)
+
+
 def release_table(
     partitions: PartitionCounts,
     strat: SelectionStrategy,
@@ -209,7 +229,9 @@ def select_partitions(
         omitted with a strategy object, which carries its own).
     max_partitions_contributed : κ, the most partitions a user may influence (default 1).
     strategy : "release" (default; "public" with ``public_partitions``), "pi_opt", "laplace",
-        "gaussian", "auto" (:func:`dpselect.recommend`'s choice), "public", "mixed", or a
+        "gaussian", "auto" (:func:`dpselect.recommend`'s choice), "public", "mixed"; the row
+        mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
+        "policy_laplace" (each user's set is weighted: docs/privacy/weighted.md); or a
         ``SelectionStrategy`` object (``dpselect.make_strategy(...)``).
     public_partitions : keys known without looking at the data (a table or frame with the
         ``by`` columns, or a list of keys): with ``strategy="public"`` exactly these are
@@ -261,12 +283,15 @@ def select_partitions(
                          null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     counter.feed(table)
     del table  # the exported columns are no longer needed: lower the peak
+    if hasattr(strat, "select_sets"):  # a row mechanism: it needs every user's set, not counts
+        sets, keys_of = counter.user_sets()
+        _warn_dropped(counter, privacy_unit)
+        released = release_rows(sets, keys_of, strat, rng=rng, schema=schema)
+        out = from_arrow(released, kind)
+        _attach_guarantee(out, released)
+        return out
     partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
-    if counter.null_unit_rows:
-        warnings.warn(NullPrivacyUnitsDropped(
-            f"dropped {counter.null_unit_rows} row(s) with a null privacy unit in column {privacy_unit!r} "
-            "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
-            "for you, the data holder; do not publish it."), stacklevel=2)
+    _warn_dropped(counter, privacy_unit)
     public = None
     if public_partitions is not None:
         from dpselect.public_keys import with_public_partitions
@@ -277,6 +302,14 @@ def select_partitions(
     out = from_arrow(released, kind)
     _attach_guarantee(out, released)
     return out
+
+
+def _warn_dropped(counter: RowCounter, privacy_unit: str) -> None:
+    if counter.null_unit_rows:
+        warnings.warn(NullPrivacyUnitsDropped(
+            f"dropped {counter.null_unit_rows} row(s) with a null privacy unit in column {privacy_unit!r} "
+            "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
+            "for you, the data holder; do not publish it."), stacklevel=3)
 
 
 def _attach_guarantee(out: Any, released: Any) -> None:

@@ -475,6 +475,31 @@ class RowCounter:
         if self.null_unit_rows and self.null_privacy_units == "error":
             raise NullPrivacyUnitError(self.privacy_unit, self.null_unit_rows)
 
+    def user_sets(self) -> tuple[Any, Any]:
+        """For mechanisms that need each user's whole set (weighted selection, DP-SIPS): the
+        distinct pairs grouped by user (``dpselect.mechanisms.weighted.UserSets``), and a function
+        from a keep mask over partition codes to the kept keys (an Arrow table). No randomness is
+        used here: the mechanism bounds each user itself."""
+        pa = import_pyarrow()
+        from dpselect.mechanisms.weighted import UserSets
+
+        if self._finished:
+            raise RuntimeError("this RowCounter has already been finished")
+        self.check_null_units()
+        self._finished = True
+        ends, grouped = self._pair_counter().group(self.n_partitions)
+        sets = UserSets(ends, grouped, self.n_partitions)
+
+        def keys_of(keep: np.ndarray) -> Any:
+            kept = np.flatnonzero(keep)
+            if self.n_partitions == 0:
+                arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]
+            else:
+                arrays = self._key.key_columns(kept)
+            return pa.table(dict(zip(self.by, arrays)))
+
+        return sets, keys_of
+
     def finish(self, max_partitions_contributed: int, count_cap: int | None, rng: object = None) -> PartitionCounts:
         """Bound every user to ``max_partitions_contributed`` partitions (uniform choice, package
         CSPRNG), count distinct users per partition saturating at ``count_cap`` (None: exact),

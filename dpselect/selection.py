@@ -21,7 +21,7 @@ from dpselect._arrays import as_counts, check_out
 from dpselect.mechanisms import NoRelease, PiOptSelection, TabledSelection, TSGDRelease, make_strategy
 from dpselect.theory import exact_crossovers
 
-__all__ = ["select", "release", "keep_probability", "crossovers", "Crossovers", "Release"]
+__all__ = ["select", "release", "select_rows", "keep_probability", "crossovers", "Crossovers", "Release"]
 
 
 def _strategy(name: str, epsilon: float, delta: float, max_partitions_contributed: int,
@@ -110,6 +110,8 @@ def release(
     out: tuple[np.ndarray, np.ndarray] | None = None,
     rng: object | None = None,
     pre_threshold: int = 1,
+    public: bool | npt.ArrayLike = False,
+    public_threshold: int | None = None,
 ) -> Release:
     """Thresholded release with TSGD noise: which partitions to publish and their noisy counts.
 
@@ -119,7 +121,28 @@ def release(
     of the quantized noise certified exactly.
     Returns ``Release(keep, noisy_counts)`` (unpack as ``keep, noisy = release(...)``);
     ``out=(keep_out, noisy_out)`` writes into preallocated bool / int64 arrays. Needs ε > 0.
-    With ``pre_threshold`` τ, partitions with fewer than τ users are never published."""
+    With ``pre_threshold`` τ, partitions with fewer than τ users are never published.
+
+    Public partitions (docs/privacy/public-partitions.md): ``public=True`` publishes every
+    count (each a listed key, 0 when absent from the data) with its noisy count; a bool mask
+    ``public`` marks the public ones among the data's, which are published above
+    ``public_threshold`` (default k: no absent public key is ever published) while the others
+    keep the thresholded rule."""
+    if public is not False:
+        if pre_threshold != 1 or out is not None:
+            raise ValueError("public partitions take neither pre_threshold nor out=")
+        if public is True:
+            built = _strategy("public", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
+                              neighbours=neighbours)
+            if public_threshold is not None:
+                raise ValueError("public_threshold applies to a public mask (the mixed release), not public=True")
+            result = built.apply(as_counts(counts), rng=rng)
+        else:
+            built = _strategy("mixed", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
+                              neighbours=neighbours, public_threshold=public_threshold)
+            result = built.apply(as_counts(counts), rng=rng, public=np.asarray(public))
+        assert result.noisy_counts is not None
+        return Release(result.keep, result.noisy_counts)
     built = _strategy("release", epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
                       neighbours=neighbours, pre_threshold=pre_threshold)
     if not isinstance(built, TSGDRelease):  # δ = 0, explicitly allowed
@@ -164,6 +187,35 @@ def keep_probability(
         raise ValueError("n must be non-negative (numbers of distinct users)")
     result = built.keep_probability(arr)
     return float(result) if arr.ndim == 0 else result
+
+
+def select_rows(
+    users: npt.ArrayLike,
+    partitions: npt.ArrayLike,
+    epsilon: float,
+    delta: float,
+    *,
+    strategy: str = "weighted_gaussian",
+    max_partitions_contributed: int = 1,
+    n_partitions: int | None = None,
+    rng: object | None = None,
+    **options: Any,
+) -> npt.NDArray[np.bool_]:
+    """Partition selection on (user code, partition code) rows, for the mechanisms that need each
+    user's whole set: "weighted_gaussian" (default), "weighted_laplace", "dp_sips",
+    "policy_gaussian", "policy_laplace". Returns keep[x] for every partition code
+    x < n_partitions (default: the largest code + 1).
+
+    Guarantee (docs/privacy/weighted.md): (ε, δ)-DP for adding or removing all rows of one user;
+    κ = ``max_partitions_contributed`` is *enforced*: each user keeps at most κ of their distinct
+    partitions, chosen uniformly with the package CSPRNG, before weighting."""
+    from dpselect.mechanisms.registry import ROW_STRATEGIES
+
+    if strategy not in ROW_STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(ROW_STRATEGIES)} (count-based mechanisms take counts: "
+                         f"dpselect.select), got {strategy!r}")
+    built = _strategy(strategy, epsilon, delta, max_partitions_contributed, "composition", **options)
+    return built.select_rows(users, partitions, n_partitions, rng=rng)
 
 
 def crossovers(

@@ -330,3 +330,14 @@ def test_select_partitions_with_public_partitions_end_to_end():
                                          strategy="laplace", pre_threshold=3)
     assert laplace.column("key").to_pylist() == ["big"]
     assert "Laplace thresholding" in laplace.schema.metadata[b"dpselect.guarantee"].decode()
+
+
+def test_the_array_release_takes_public_partitions():
+    rel = dpselect.release(np.array([0, 0, 5, 80]), 1.0, 1e-5, public=True, rng=InsecureDeterministicRNG(6))
+    assert rel.keep.all()
+    mask = np.array([True, True, False, False])
+    mixed = dpselect.release(np.array([0, 1, 1, 80]), 1.0, 1e-5, public=mask, public_threshold=-20,
+                             rng=InsecureDeterministicRNG(6))
+    assert mixed.keep[:2].all() and mixed.keep[3] and not mixed.keep[2]
+    with pytest.raises(ValueError, match="public_threshold"):
+        dpselect.release([1], 1.0, 1e-5, public=True, public_threshold=3)

@@ -9,6 +9,12 @@ Count-based, on arrays of distinct-user counts (:func:`make_strategy` by name):
 * ``public`` / ``mixed`` (:class:`PublicPartitions`, :class:`MixedRelease`): known keys;
 * ``auto``: the mechanism :func:`recommend` finds releases the most.
 
+On each user's set of partitions (``select_partitions``, the CLI, :func:`dpselect.select_rows`):
+
+* ``weighted_gaussian`` / ``weighted_laplace`` (:class:`WeightedGaussian`, :class:`WeightedLaplace`);
+* ``dp_sips`` (:class:`DPSIPS`): rounds of weighted Gaussian selection;
+* ``policy_gaussian`` / ``policy_laplace``: sequential reference implementations.
+
 Each module holds one family, beside its page in docs/privacy/.
 """
 from dpselect.mechanisms.base import (
@@ -22,8 +28,10 @@ from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.laplace import LaplaceThresholding
 from dpselect.mechanisms.pi_opt import PiOptSelection
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
-from dpselect.mechanisms.registry import STRATEGIES, make_strategy
+from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
+from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES, make_strategy
 from dpselect.mechanisms.tsgd import TSGDRelease
+from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace
 
 __all__ = [
     "SelectionResult",
@@ -37,6 +45,13 @@ __all__ = [
     "GaussianThresholding",
     "PublicPartitions",
     "MixedRelease",
+    "WeightedGaussian",
+    "WeightedLaplace",
+    "DPSIPS",
+    "PolicyGaussian",
+    "PolicyLaplace",
+    "UserSets",
     "STRATEGIES",
+    "ROW_STRATEGIES",
     "make_strategy",
 ]

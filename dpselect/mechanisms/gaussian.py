@@ -267,6 +267,8 @@ class GaussianThresholding(TabledSelection):
             max_partitions_contributed=p.max_partitions_contributed,
             reference=f"{BALLE_WANG}; Desfontaines et al., PoPETs 2022, §4; docs/privacy/gaussian-threshold.md",
             requested_delta=p.delta,
+            certificate="with rational bounds on the analytic Gaussian delta of the noise, on the threshold's "
+                        "tail and on the table's rounding",
             neighbours=p.neighbour_text,
             notes=notes,
         )

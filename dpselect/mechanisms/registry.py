@@ -9,11 +9,13 @@ from dpselect.mechanisms.base import NoRelease, SelectionStrategy, UserSuppliedS
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.laplace import LaplaceThresholding
 from dpselect.mechanisms.pi_opt import PiOptSelection
+from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
 from dpselect.mechanisms.tsgd import TSGDRelease
+from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
 from dpselect.params import PrivacyParams, validate_params
 
-__all__ = ["STRATEGIES", "make_strategy", "BUILT_IN"]
+__all__ = ["STRATEGIES", "ROW_STRATEGIES", "make_strategy", "BUILT_IN", "is_row_strategy"]
 
 # Count-based strategies: each decides a partition from its distinct-user count.
 STRATEGIES: dict[str, type] = {
@@ -24,6 +26,15 @@ STRATEGIES: dict[str, type] = {
     "public": PublicPartitions,
     "mixed": MixedRelease,
 }
+# Row strategies: each needs every user's set of partitions, so they run on raw rows
+# (select_partitions, the CLI, or select_rows on code arrays), not on counts.
+ROW_STRATEGIES: dict[str, type] = {
+    "weighted_gaussian": WeightedGaussian,
+    "weighted_laplace": WeightedLaplace,
+    "dp_sips": DPSIPS,
+    "policy_gaussian": PolicyGaussian,
+    "policy_laplace": PolicyLaplace,
+}
 # Options each strategy accepts beyond the privacy parameters.
 _OPTIONS: dict[str, tuple[str, ...]] = {
     "pi_opt": ("pre_threshold",),
@@ -32,8 +43,18 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "gaussian": ("pre_threshold", "noise_share", "sigma_accuracy"),
     "public": (),
     "mixed": ("public_threshold",),
+    "weighted_gaussian": ("noise_share",),
+    "weighted_laplace": (),
+    "dp_sips": ("rounds", "ratio", "noise_share"),
+    "policy_gaussian": ("alpha",),
+    "policy_laplace": ("alpha",),
 }
-BUILT_IN = (*STRATEGIES.values(), NoRelease)
+BUILT_IN = (*STRATEGIES.values(), *ROW_STRATEGIES.values(), NoRelease)
+
+
+def is_row_strategy(strategy: object) -> bool:
+    """True for mechanisms that need each user's set of partitions (not just counts)."""
+    return strategy in ROW_STRATEGIES if isinstance(strategy, str) else hasattr(strategy, "select_sets")
 _RELEASES_COUNTS = {"release", "public", "mixed"}
 
 
@@ -60,7 +81,10 @@ def make_strategy(
     through (then the parameters must be omitted).
 
     Names: "pi_opt", "release" (TSGD, noisy counts), "laplace", "gaussian", "public",
-    "mixed", and "auto" (the one :func:`dpselect.recommend` picks). ``options``:
+    "mixed", and "auto" (the one :func:`dpselect.recommend` picks) act on counts; the row
+    mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian" and
+    "policy_laplace" act on each user's set of partitions (``select_partitions``, the CLI,
+    :func:`dpselect.select_rows`). ``options``:
     ``pre_threshold`` (pi_opt, release, laplace, gaussian), ``noise_share`` and
     ``sigma_accuracy`` (gaussian), ``public_threshold`` (mixed). ``neighbours="replace"`` gives
     bounded DP. A strategy object dpselect did not build is wrapped in
@@ -90,8 +114,9 @@ def make_strategy(
         choice = recommend(epsilon, delta, max_partitions_contributed, delta_split=delta_split,
                            neighbours=neighbours)
         strategy, options = choice.strategy, dict(choice.options)
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES) + ['auto']}, got {strategy!r}")
+    if strategy not in STRATEGIES and strategy not in ROW_STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES) + ['auto'] + sorted(ROW_STRATEGIES)}, "
+                         f"got {strategy!r}")
     unknown = set(options) - set(_OPTIONS[strategy])
     if unknown:
         raise TypeError(f"strategy {strategy!r} takes the options {list(_OPTIONS[strategy]) or 'none'}, "
@@ -115,4 +140,4 @@ def make_strategy(
 @functools.lru_cache(maxsize=64)
 def _built(name: str, params: PrivacyParams, options: tuple[tuple[str, Any], ...]) -> SelectionStrategy:
     """Strategies are immutable, so one instance per parameter set serves every call."""
-    return STRATEGIES[name](params, **dict(options))
+    return {**STRATEGIES, **ROW_STRATEGIES}[name](params, **dict(options))

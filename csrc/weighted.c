@@ -1,0 +1,47 @@
+#include "weighted.h"
+
+#include <math.h>
+
+int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64_t n_users,
+                       const uint8_t *excluded, uint64_t kappa, const int64_t *weights,
+                       int64_t *histogram, size_t n_partitions) {
+    size_t start = 0;
+    for (uint64_t u = 0; u < n_users; u++) {
+        uint32_t *parts = grouped + start;
+        size_t d = ends[u] - start;
+        start = ends[u];
+        if (excluded != NULL) { /* move the user's remaining partitions to the front */
+            size_t kept = 0;
+            for (size_t i = 0; i < d; i++) {
+                if (parts[i] >= n_partitions) return DPS_ERR_BAD_TABLE;
+                if (!excluded[parts[i]]) {
+                    uint32_t p = parts[i];
+                    parts[i] = parts[kept];
+                    parts[kept++] = p;
+                }
+            }
+            d = kept;
+        }
+        size_t m = (uint64_t)d < kappa ? d : (size_t)kappa;
+        for (size_t i = 0; i < m; i++) {
+            if ((uint64_t)d > kappa) { /* a uniform subset: partial Fisher–Yates */
+                uint64_t j;
+                int rc = dps_rng_uniform_below(s, (uint64_t)(d - i), &j);
+                if (rc != DPS_OK) return rc;
+                uint32_t chosen = parts[i + (size_t)j];
+                parts[i + (size_t)j] = parts[i];
+                parts[i] = chosen;
+            }
+            uint32_t p = parts[i];
+            if (p >= n_partitions) return DPS_ERR_BAD_TABLE;
+            if (histogram[p] > INT64_MAX - weights[m]) return DPS_ERR_BAD_TABLE;
+            histogram[p] += weights[m];
+        }
+    }
+    return DPS_OK;
+}
+
+void dps_normal_upper_tail(const double *z, double *out, size_t n) {
+    const double inv_sqrt2 = 0.70710678118654752440;
+    for (size_t i = 0; i < n; i++) out[i] = 0.5 * erfc(z[i] * inv_sqrt2);
+}

@@ -1,0 +1,326 @@
+"""Weighted partition selection on (user, partition) rows: weighted Gaussian and weighted Laplace
+(Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin, "Differentially private set union", ICML
+2020, Theorem 5.1) and DP-SIPS (Swanberg, Desfontaines, Haney, "DP-SIPS: a simpler, more
+scalable mechanism for differentially private partition selection", 2023);
+docs/privacy/weighted.md.
+
+Each user keeps at most κ of their distinct partitions, chosen uniformly; a user who kept m
+spreads a weight of w_m over each of them, w_m = ⌊2^32 / √m⌋ / 2^32 (Gaussian: the user's
+vector has L2 norm ≤ 1) or ⌊2^32 / m⌋ / 2^32 (Laplace: L1 norm ≤ 1). A partition is released
+iff its weighted count H plus noise exceeds ρ. Unlike count-based mechanisms, a user with few
+partitions gives each of them more weight, so partitions of such users need fewer users.
+
+Privacy (D' = D plus one user who kept m partitions): on the partitions present in both, the
+weighted histograms differ by a vector of norm ≤ 1, so the Gaussian mechanism (σ calibrated by
+the analytic Gaussian bound for sensitivity 1) is (ε, δ_noise)-DP, or the Laplace one ε-DP;
+each of the ≤ m partitions only D' has is released with probability P[w_m + Z > ρ] ≤ δ_p(m),
+where (1 − δ_p(m))^m ≥ 1 − δ_threshold, and ρ = max over m = 1..κ of the smallest value that
+achieves it. Thresholding is post-processing. The decisions are exact Bernoulli draws on the
+tail probabilities (:mod:`dpselect.mechanisms.tail_draws`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect import _weighted
+from dpselect.exact import exp_lower
+from dpselect.guarantee import PrivacyGuarantee
+from dpselect.mechanisms.gaussian import agm_delta_upper, google_sigma, gaussian_threshold
+from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
+from dpselect.params import PrivacyParams, _composition_delta
+from dpselect.rng import resolve_rng
+
+__all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG"]
+
+GOPI = ("Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin, \"Differentially private set union\", "
+        "ICML 2020, Theorem 5.1")
+SWANBERG = ("Swanberg, Desfontaines, Haney, \"DP-SIPS: a simpler, more scalable mechanism for "
+            "differentially private partition selection\", 2023")
+WEIGHT_BITS = 32
+_ONE = 1 << WEIGHT_BITS
+
+
+@dataclass
+class UserSets:
+    """Each user's distinct partition codes, grouped: user u's are ``partitions[start:ends[u]]``
+    (start the previous end). Not private: the input of a mechanism."""
+
+    ends: npt.NDArray[np.uintp]
+    partitions: npt.NDArray[np.uint32]
+    n_partitions: int
+
+    @classmethod
+    def from_codes(cls, users: npt.ArrayLike, partitions: npt.ArrayLike, n_partitions: int | None = None) -> UserSets:
+        """From two integer code arrays of equal length (one row per contribution)."""
+        from dpselect import _count
+
+        u = np.ascontiguousarray(users, dtype=np.uint32)
+        p = np.ascontiguousarray(partitions, dtype=np.uint32)
+        if u.shape != p.shape or u.ndim != 1:
+            raise ValueError("users and partitions must be 1-D arrays of the same length")
+        n = int(p.max()) + 1 if n_partitions is None and p.size else (n_partitions or 0)
+        counter = _count.PairCounter(u.size)
+        counter.feed(u, p)
+        ends, grouped = counter.group(n)
+        return cls(ends, grouped, n)
+
+    def __repr__(self) -> str:
+        return f"UserSets({self.ends.size} users, {self.partitions.size} distinct pairs, {self.n_partitions} partitions)"
+
+
+@functools.lru_cache(maxsize=64)
+def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
+    """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above."""
+    w = [0] + [math.isqrt((_ONE * _ONE) // m) if norm == "l2" else _ONE // m for m in range(1, kappa + 1)]
+    out = np.array(w, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def _histogram(sets: UserSets, kappa: int, weights: npt.NDArray[np.int64], excluded: npt.NDArray[np.bool_] | None,
+               rng: object | None) -> npt.NDArray[np.int64]:
+    generator = resolve_rng(rng)
+    generator._announce()
+    histogram = np.zeros(sets.n_partitions, dtype=np.int64)
+    _weighted.weighted_round(sets.ends, sets.partitions, excluded, kappa, weights, histogram, generator._test_state)
+    return histogram
+
+
+class _RowMechanism:
+    """What every row mechanism shares: parameters, guarantee plumbing, the entry point."""
+
+    name: str
+    params: PrivacyParams
+    releases_counts = False
+    certified_delta: Fraction
+
+    @property
+    def max_partitions_contributed(self) -> int:
+        return self.params.max_partitions_contributed
+
+    def _guarantee(self, mechanism: str, reference: str) -> PrivacyGuarantee:
+        p = self.params
+        return PrivacyGuarantee(mechanism=mechanism, epsilon=float(p.epsilon_exact), delta_exact=self.certified_delta,
+                                max_partitions_contributed=p.max_partitions_contributed, reference=reference,
+                                requested_delta=p.delta, neighbours=p.neighbour_text,
+                                certificate="with rational bounds on the noise's delta and the thresholds' tails; "
+                                            "every decision is an exact draw on its tail probability")
+
+    def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
+        raise NotImplementedError
+
+    def select_rows(self, users: npt.ArrayLike, partitions: npt.ArrayLike, n_partitions: int | None = None,
+                    rng: object | None = None) -> npt.NDArray[np.bool_]:
+        """keep[x] for every partition code x, from one (user code, partition code) per row."""
+        return self.select_sets(UserSets.from_codes(users, partitions, n_partitions), rng=rng)
+
+
+def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
+    if params.delta_exact == 0 or params.epsilon_exact == 0:
+        raise ValueError("weighted partition selection needs epsilon > 0 and delta > 0")
+    if not 0 < noise_share < 1:
+        raise ValueError(f"noise_share must be in (0, 1), got {noise_share!r}")
+    delta_noise = params.delta_exact * Fraction(noise_share)
+    return delta_noise, params.delta_exact - delta_noise
+
+
+def _per_partition(delta: Fraction, m: int) -> Fraction:
+    """A rational δ_p(m) with 1 − (1 − δ_p)^m <= δ, proven."""
+    return _composition_delta(delta, m)
+
+
+class WeightedGaussian(_RowMechanism):
+    """Weighted Gaussian partition selection (Gopi et al., ICML 2020, Theorem 5.1).
+
+    Guarantee: (ε, δ)-DP for adding or removing one user's rows (κ enforced by the bounding
+    inside): σ is calibrated by the analytic Gaussian bound for L2 sensitivity 1 at
+    (ε, δ · noise_share), certified with rational bounds; ρ makes the release of any of a new
+    user's own partitions at most δ · (1 − noise_share), also certified (module docstring)."""
+
+    name = "weighted_gaussian"
+    norm = "l2"
+
+    def __init__(self, params: PrivacyParams, noise_share: float = 0.5) -> None:
+        delta_noise, delta_threshold = _split(params, noise_share)
+        if params.affected_partitions != params.max_partitions_contributed:
+            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        self.params = params
+        eps = params.epsilon_exact
+        sigma = Fraction(google_sigma(float(eps), float(delta_noise), 1.0, 1e-6))
+        for _ in range(400):
+            if agm_delta_upper(sigma, eps, 1) <= delta_noise:
+                break
+            sigma *= 1 + Fraction(1, 2**16)
+        else:
+            raise ValueError("could not calibrate the Gaussian noise: raise delta or use another strategy")
+        self.sigma = sigma
+        self.weights = _weights(params.max_partitions_contributed, self.norm)
+        # ρ = max_m [w_m + σ z_m], P[Z > σ z_m] <= δ_p(m), each proven; on the 2^-32 grid, rounded up.
+        rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma, _per_partition(delta_threshold, m))
+                  for m in range(1, params.max_partitions_contributed + 1))
+        self.rho_units = math.ceil(rho * _ONE)
+        self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
+
+    @property
+    def threshold(self) -> float:
+        return self.rho_units / _ONE
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        return {"threshold": self.threshold, "sigma": float(self.sigma)}
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        return self._guarantee(f"weighted Gaussian partition selection (noise sigma {float(self.sigma):.6g}, "
+                               f"threshold {self.threshold:.6g} on the weighted count)",
+                               f"{GOPI}; docs/privacy/weighted.md")
+
+    def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
+        histogram = _histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
+        return self._decide(histogram, rng)
+
+    def _decide(self, histogram: npt.NDArray[np.int64], rng: object | None) -> npt.NDArray[np.bool_]:
+        keep = np.zeros(histogram.size, dtype=bool)
+        present = np.flatnonzero(histogram > 0)  # absent partitions are never released
+        keep[present] = gaussian_tail_draws(self.rho_units - histogram[present], WEIGHT_BITS, self.sigma, rng)
+        return keep
+
+    def __repr__(self) -> str:
+        return f"WeightedGaussian({self.params!r}, sigma={float(self.sigma):.6g}, threshold={self.threshold:.6g})"
+
+
+class WeightedLaplace(_RowMechanism):
+    """Weighted Laplace partition selection (Gopi et al., ICML 2020): L1-normalised weights,
+    Laplace noise of scale 1/ε (pure ε-DP on partitions present in both neighbours), and ρ such
+    that a new user's own partitions are released with probability at most δ in all."""
+
+    name = "weighted_laplace"
+    norm = "l1"
+
+    def __init__(self, params: PrivacyParams) -> None:
+        if params.delta_exact == 0 or params.epsilon_exact == 0:
+            raise ValueError("weighted partition selection needs epsilon > 0 and delta > 0")
+        if params.affected_partitions != params.max_partitions_contributed:
+            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        self.params = params
+        eps = params.epsilon_exact
+        self.weights = _weights(params.max_partitions_contributed, self.norm)
+        rho = Fraction(0)
+        for m in range(1, params.max_partitions_contributed + 1):
+            delta_p = _per_partition(params.delta_exact, m)
+            # smallest t on the 2^-32 grid with e^{-ε t}/2 <= δ_p, proven with a lower bound on e^{εt}
+            t = Fraction(math.ceil(math.log(1 / (2 * float(delta_p))) / float(eps) * _ONE) + 1, _ONE)
+            while Fraction(1, 2) / exp_lower(eps * t, 128) > delta_p:
+                t += Fraction(max(1, int(t * _ONE) >> 30), _ONE)
+            rho = max(rho, Fraction(int(self.weights[m]), _ONE) + t)
+        self.rho_units = math.ceil(rho * _ONE)
+        self.certified_delta = params.delta_exact
+
+    @property
+    def threshold(self) -> float:
+        return self.rho_units / _ONE
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        return {"threshold": self.threshold, "scale": 1 / float(self.params.epsilon_exact)}
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        return self._guarantee(f"weighted Laplace partition selection (noise scale {1 / self.params.epsilon:.6g}, "
+                               f"threshold {self.threshold:.6g} on the weighted count)",
+                               f"{GOPI}; docs/privacy/weighted.md")
+
+    def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
+        histogram = _histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
+        keep = np.zeros(histogram.size, dtype=bool)
+        present = np.flatnonzero(histogram > 0)
+        keep[present] = laplace_tail_draws(self.rho_units - histogram[present], WEIGHT_BITS,
+                                           self.params.epsilon_exact, rng)
+        return keep
+
+    def __repr__(self) -> str:
+        return f"WeightedLaplace({self.params!r}, threshold={self.threshold:.6g})"
+
+
+class DPSIPS(_RowMechanism):
+    """DP-SIPS (Swanberg, Desfontaines, Haney, 2023): weighted Gaussian selection run for
+    ``rounds`` rounds; partitions released in a round are removed from every user's set before
+    the next round's bounding and weighting, so later rounds spend their weight on what is
+    left. Round j gets the share f_j ∝ ratio^(rounds − 1 − j) of the Gaussian budget (μ_j² = f_j μ²)
+    and of the threshold's δ; the last round is the largest.
+
+    Guarantee: the rounds' Gaussian mechanisms (sensitivity 1 each) compose exactly to one
+    Gaussian mechanism of parameter μ (Σ μ_j² = μ²), certified (ε, δ · noise_share)-DP by the
+    analytic Gaussian bound; the thresholds' δ's add up to δ · (1 − noise_share)."""
+
+    name = "dp_sips"
+
+    def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.3, noise_share: float = 0.5) -> None:
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
+            raise ValueError(f"rounds must be an int between 1 and 20, got {rounds!r}")
+        if not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
+        delta_noise, delta_threshold = _split(params, noise_share)
+        if params.affected_partitions != params.max_partitions_contributed:
+            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        self.params = params
+        self.rounds, self.ratio = rounds, float(ratio)
+        eps = params.epsilon_exact
+        # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
+        sigma = Fraction(google_sigma(float(eps), float(delta_noise), 1.0, 1e-6))
+        for _ in range(400):
+            if agm_delta_upper(sigma, eps, 1) <= delta_noise:
+                break
+            sigma *= 1 + Fraction(1, 2**16)
+        else:
+            raise ValueError("could not calibrate the Gaussian noise: raise delta or use another strategy")
+        shares = [Fraction(self.ratio).limit_denominator(10**6) ** (rounds - 1 - j) for j in range(rounds)]
+        total = sum(shares)
+        fractions = [s / total for s in shares]
+        # Round j: μ_j² = f_j μ², i.e. σ_j = σ / sqrt(f_j) (rounded up: more noise, still composing to ≤ μ²).
+        self.sigmas = [_sqrt_up(sigma * sigma / f) for f in fractions]
+        self.weights = _weights(params.max_partitions_contributed, "l2")
+        self.rhos = []
+        for f, sigma_j in zip(fractions, self.sigmas):
+            delta_j = delta_threshold * f
+            rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma_j, _per_partition(delta_j, m))
+                      for m in range(1, params.max_partitions_contributed + 1))
+            self.rhos.append(math.ceil(rho * _ONE))
+        self.sigma = sigma  # the rounds' σ_j >= σ/sqrt(f_j) compose to a Gaussian at least this noisy
+        self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        return {f"round {j + 1} threshold": r / _ONE for j, r in enumerate(self.rhos)}
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        return self._guarantee(f"DP-SIPS ({self.rounds} rounds of weighted Gaussian selection, ratio {self.ratio:g})",
+                               f"{SWANBERG}; {GOPI}; docs/privacy/weighted.md")
+
+    def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
+        released = np.zeros(sets.n_partitions, dtype=bool)
+        kappa = self.params.max_partitions_contributed
+        for sigma_j, rho_j in zip(self.sigmas, self.rhos):
+            histogram = _histogram(sets, kappa, self.weights, released, rng)
+            present = np.flatnonzero((histogram > 0) & ~released)
+            released[present] |= gaussian_tail_draws(rho_j - histogram[present], WEIGHT_BITS, sigma_j, rng)
+        return released
+
+    def __repr__(self) -> str:
+        return f"DPSIPS({self.params!r}, rounds={self.rounds}, ratio={self.ratio:g})"
+
+
+def _sqrt_up(x: Fraction) -> Fraction:
+    """A dyadic rational >= sqrt(x)."""
+    bits = 64
+    root = math.isqrt(math.ceil(x * 4**bits))
+    if root * root < x * 4**bits:
+        root += 1
+    return Fraction(root, 2**bits)

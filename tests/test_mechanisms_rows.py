@@ -1,0 +1,180 @@
+"""Mechanisms on each user's set of partitions: weighted Gaussian and Laplace, DP-SIPS, the
+policy reference implementations. Thresholds against the published values, the weighted
+histogram and its bounding, exact tail draws (statistics, the refinement path), an empirical
+privacy test that catches a lowered threshold, and the raw-rows and CLI entry points."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import dpselect
+from dpselect import _weighted
+from dpselect.mechanisms import tail_draws
+from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace, _weights
+from dpselect.params import validate_params
+from dpselect.testing import InsecureDeterministicRNG
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
+
+
+# ------------------------------------------------------------------ thresholds and weights
+
+@pytest.mark.parametrize("kappa,gauss,lap", [(1, 18.15692, 11.81978), (3, 18.63524, 12.25172),
+                                             (10, 19.31604, 13.22236), (50, 20.33638, 14.75180)])
+def test_weighted_thresholds_reproduce_the_published_values(kappa, gauss, lap):
+    """ρ of Gopi et al. (ICML 2020, Theorem 5.1) at ε = 1, δ = 1e-5, recomputed at 60 digits."""
+    g = WeightedGaussian(validate_params(1.0, 1e-5, kappa))
+    assert g.threshold == pytest.approx(gauss, rel=2e-6)
+    assert WeightedLaplace(validate_params(1.0, 1e-5, kappa)).threshold == pytest.approx(lap, rel=1e-6)
+    assert g.certified_delta <= Fraction(1, 10**5)
+
+
+@pytest.mark.parametrize("kappa", [1, 2, 7, 64])
+def test_weights_never_give_a_user_more_than_norm_one(kappa):
+    one = 1 << 32
+    l2, l1 = _weights(kappa, "l2"), _weights(kappa, "l1")
+    for m in range(1, kappa + 1):
+        assert m * int(l2[m]) ** 2 <= one * one and (m * (int(l2[m]) + 1) ** 2 > one * one)
+        assert m * int(l1[m]) <= one and m * (int(l1[m]) + 1) > one
+
+
+def test_weighted_histogram_bounds_each_user_to_kappa_uniformly():
+    sets = UserSets.from_codes([0] * 10 + [1, 1], list(range(10)) + [3, 4], n_partitions=10)
+    w = _weights(3, "l2")
+    counts = np.zeros(10)
+    rng = InsecureDeterministicRNG(5)
+    for _ in range(3000):
+        histogram = np.zeros(10, np.int64)
+        fresh = UserSets(sets.ends.copy(), sets.partitions.copy(), 10)
+        _weighted.weighted_round(fresh.ends, fresh.partitions, None, 3, w, histogram, rng._test_state)
+        user0 = histogram.copy()
+        user0[3] -= w[2]  # user 1 always keeps both of its 2 partitions, each with weight w_2
+        user0[4] -= w[2]
+        assert sorted(set(user0.tolist()) - {0}) == [int(w[3])] and np.count_nonzero(user0) == 3
+        counts += user0 > 0
+    # each of user 0's 10 partitions is kept with probability 3/10
+    expected = 3000 * 0.3
+    assert np.all(np.abs(counts - expected) <= 5 * math.sqrt(expected * 0.7))
+
+
+def test_excluded_partitions_are_skipped_and_the_rest_resampled():
+    sets = UserSets.from_codes([0, 0, 0], [0, 1, 2], n_partitions=3)
+    histogram = np.zeros(3, np.int64)
+    excluded = np.array([1, 1, 0], dtype=bool)
+    _weighted.weighted_round(sets.ends, sets.partitions, excluded, 2, _weights(2, "l2"), histogram, None)
+    assert histogram.tolist() == [0, 0, int(_weights(2, "l2")[1])]  # one partition left: full weight w_1
+
+
+# ------------------------------------------------------------------ exact tail draws
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+def test_tail_draws_keep_at_the_exact_rate(kind):
+    distances = np.repeat(np.array([-3 << 32, 0, 1 << 32, 3 << 32], dtype=np.int64), 100_000)
+    draw = tail_draws.gaussian_tail_draws if kind == "gaussian" else tail_draws.laplace_tail_draws
+    scale = Fraction(2) if kind == "gaussian" else Fraction(1, 2)
+    keep = draw(distances, 32, scale)
+    for i, d in enumerate((-3, 0, 1, 3)):
+        if kind == "gaussian":
+            p = 0.5 * math.erfc(d / 2 / math.sqrt(2))
+        else:
+            p = 0.5 * math.exp(-d / 2) if d >= 0 else 1 - 0.5 * math.exp(d / 2)
+        got = keep[i * 100_000:(i + 1) * 100_000].mean()
+        assert abs(got - p) <= 5 * math.sqrt(p * (1 - p) / 100_000), (d, got, p)
+
+
+def test_the_refinement_path_is_exact_too(monkeypatch):
+    """With the float interval blown up to half the unit interval, most draws are finished by
+    the integer-arithmetic refinement: the rate must still be exactly p."""
+    monkeypatch.setattr(tail_draws, "_MARGIN", 0.9)
+    size = 20_000
+    keep = tail_draws.gaussian_tail_draws(np.full(size, 1 << 31, np.int64), 32, Fraction(1))  # d = 0.5
+    p = 0.5 * math.erfc(0.5 / math.sqrt(2))
+    assert abs(keep.mean() - p) <= 5 * math.sqrt(p * (1 - p) / size)
+
+
+def test_tail_draws_follow_the_test_rng_exactly():
+    d = np.arange(-50, 50, dtype=np.int64) << 28
+    a = tail_draws.gaussian_tail_draws(d, 32, Fraction(3), InsecureDeterministicRNG(8))
+    b = tail_draws.gaussian_tail_draws(d, 32, Fraction(3), InsecureDeterministicRNG(8))
+    np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ empirical privacy
+
+def _clopper_pearson_lower(k: int, n: int, alpha: float = 1e-6) -> float:
+    stats = pytest.importorskip("scipy.stats")
+    return 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+
+
+class _LoweredThreshold(WeightedGaussian):
+    """A deliberately broken weighted Gaussian: its threshold is one unit of weight too low."""
+
+    def __init__(self, params):  # type: ignore[no-untyped-def]
+        super().__init__(params)
+        self.rho_units -= 1 << 32
+
+
+@pytest.mark.parametrize("mechanism", [WeightedGaussian, WeightedLaplace, DPSIPS])
+def test_a_users_own_partition_is_released_no_more_often_than_claimed(mechanism):
+    """200,000 users with one partition each that nobody else has: each release of such a
+    partition is exactly what a neighbour without that user cannot produce, so the rate must
+    stay below the certified δ (a lower confidence bound above it would refute the claim)."""
+    size = 200_000
+    strat = mechanism(validate_params(1.0, 0.01, 1))
+    released = int(strat.select_rows(np.arange(size), np.arange(size)).sum())
+    assert _clopper_pearson_lower(released, size) <= float(strat.certified_delta)
+
+
+def test_the_empirical_test_catches_a_lowered_threshold():
+    size = 200_000
+    broken = _LoweredThreshold(validate_params(1.0, 0.01, 1))
+    released = int(broken.select_rows(np.arange(size), np.arange(size)).sum())
+    assert _clopper_pearson_lower(released, size) > float(broken.certified_delta)
+
+
+# ------------------------------------------------------------------ entry points
+
+def test_select_rows_and_guarantees():
+    users = np.repeat(np.arange(2000), 3)
+    parts = np.tile(np.array([0, 1, 2]), 2000)
+    for name in ("weighted_gaussian", "weighted_laplace", "dp_sips"):
+        keep = dpselect.select_rows(users, parts, 1.0, 1e-5, strategy=name, max_partitions_contributed=2)
+        assert keep.tolist() == [True, True, True]
+        g = dpselect.make_strategy(name, epsilon=1.0, delta=1e-5).guarantee
+        assert g.certified and "docs/privacy/weighted.md" in g.reference and "exact draw" in str(g)
+    policy = dpselect.make_strategy("policy_gaussian", epsilon=1.0, delta=1e-5).guarantee
+    assert not policy.certified and str(policy).startswith("NOT CERTIFIED BY DPSELECT (a reference")
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        dpselect.select_rows(users, parts, 1.0, 1e-5, strategy="pi_opt")
+    with pytest.raises(ValueError, match="rounds"):
+        dpselect.make_strategy("dp_sips", epsilon=1.0, delta=1e-5, rounds=0)
+    with pytest.raises(ValueError, match="add_remove"):
+        dpselect.make_strategy("weighted_gaussian", epsilon=1.0, delta=1e-5, neighbours="replace")
+
+
+@pytest.mark.parametrize("name", ["weighted_gaussian", "dp_sips", "policy_laplace"])
+def test_select_partitions_runs_row_mechanisms_with_kappa_enforced(name):
+    pa = pytest.importorskip("pyarrow")
+    users = [f"u{i}" for i in range(3000) for _ in range(4)]
+    items = ["a", "b", "c", "d"] * 3000
+    table = pa.table({"user": users, "item": items})
+    out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
+                                     max_partitions_contributed=2, strategy=name)
+    assert out.column("item").to_pylist() == ["a", "b", "c", "d"]
+    text = out.schema.metadata[b"dpselect.guarantee"].decode()
+    assert "bounded by dpselect to at most 2 partition" in text
+
+
+def test_cli_runs_a_row_mechanism(tmp_path):
+    pytest.importorskip("pyarrow")
+    from dpselect.cli import main
+
+    source = tmp_path / "rows.csv"
+    source.write_text("user,item\n" + "".join(f"{i},{'x' if i % 2 else 'y'}\n" for i in range(400)))
+    out = tmp_path / "out.csv"
+    assert main(["select", str(source), "--privacy-unit", "user", "--by", "item", "--epsilon", "1",
+                  "--delta", "1e-5", "--strategy", "weighted_gaussian", "-o", str(out), "-q"]) == 0
+    assert [line.strip('"') for line in out.read_text().splitlines()] == ["item", "x", "y"]
