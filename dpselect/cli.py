@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "ranks first), 'public' or 'mixed' (with --public-partitions), or a mechanism on "
                      "each user's set: 'weighted_gaussian', 'weighted_laplace', 'dp_sips', "
                      "'policy_gaussian', 'policy_laplace' (keys only)")
+    sel.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                     help="a mechanism option, repeatable: noise_share=0.6 (gaussian, weighted_gaussian, "
+                     "dp_sips), sigma_accuracy=1e-9 (gaussian), rounds=4 and ratio=0.5 (dp_sips), alpha=2 "
+                     "(policy_*)")
     sel.add_argument("--public-partitions", metavar="FILE",
                      help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the "
                      "--by columns: released with noisy counts whether or not they occur (--strategy "
@@ -323,6 +327,14 @@ def _check_parameters(args: argparse.Namespace) -> Any:
         options["pre_threshold"] = args.pre_threshold
     if args.public_threshold is not None:
         options["public_threshold"] = args.public_threshold
+    for item in args.option:
+        name, sep, text = item.partition("=")
+        if not sep or not name or name in options:
+            raise _Fail(EXIT_USAGE, f"--option expects NAME=VALUE, once per name; got {item!r}")
+        try:
+            options[name] = int(text) if text.lstrip("-").isdigit() else float(text) if text != "optimal" else text
+        except ValueError:
+            raise _Fail(EXIT_USAGE, f"--option {name}: expected a number, got {text!r}") from None
     try:
         strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, False,
                                **options)
@@ -336,6 +348,7 @@ def _check_parameters(args: argparse.Namespace) -> Any:
 
 def _flags(message: str) -> str:
     """A message from the Python API, with parameter names turned into the CLI's flags."""
+    message = message.replace("takes the options", "takes only --option").replace("strategy '", "--strategy '")
     for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "epsilon", "delta"):
         message = message.replace(f"{name}=", f"--{name.replace('_', '-')} ").replace(
             f" {name} ", f" --{name.replace('_', '-')} ")

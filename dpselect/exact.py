@@ -82,19 +82,20 @@ _INV_SQRT_2PI = Fraction(
     "333907306936430302558862635182685510991954555837242996212730625507706345"
 )
 _INV_SQRT_2PI_ERROR = Fraction(1, 10**150)
-# Beyond this |z| the upper tail is below 2^-290: bound it by the Mills ratio instead of a series.
-_TAIL_Z = 20
+# Beyond this |z| the upper tail is below 2^-1150: bound it by the Mills ratio instead of a series.
+_TAIL_Z = 40
 
 
 def normal_cdf_bounds(z: Fraction, bits: int = 256) -> tuple[Fraction, Fraction]:
-    """Rational bounds L <= Φ(z) <= U on the standard normal CDF, with U − L <= 2^-bits
-    (absolute), in integer arithmetic only.
+    """Rational bounds L <= Φ(z) <= U on the standard normal CDF, in integer arithmetic only,
+    with U − L <= 2^-bits for |z| <= 40 (beyond, the bounds are [1 − t, 1] with t < 2^-1150:
+    their width stops at the tail itself).
 
     Φ(z) = 1/2 + z/sqrt(2π) · Σ_{n>=0} (−y)^n / (n! (2n + 1)),  y = z²/2,
     summed in fixed point with enough guard bits for the alternating series' cancellation
     (its largest term is below e^y); the omitted tail of an alternating series with decreasing
-    terms is below the first omitted term. For |z| > 20 the far tail uses the Mills-ratio bound
-    0 <= 1 − Φ(z) <= φ(z)/z, which is below 2^-290."""
+    terms is below the first omitted term. For |z| > 40 the far tail uses the Mills-ratio bound
+    0 <= 1 − Φ(z) <= φ(z)/z, which is below 2^-1150."""
     z = Fraction(z)
     if z < 0:
         lo, hi = normal_cdf_bounds(-z, bits)

@@ -127,7 +127,7 @@ class PrivacyGuarantee:
         text = f"delta is certified {self.certificate}"
         if self.requested_delta is not None and as_fraction(self.requested_delta) != self.delta_exact:
             text += (f" (shown rounded up); the requested delta was {self.requested_delta:g}: every rounding "
-                     "in the table, the noise and the budget split goes toward privacy")
+                     "(of tables, noise, thresholds and the budget split) goes toward privacy")
         return text
 
     def __str__(self) -> str:

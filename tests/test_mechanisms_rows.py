@@ -178,3 +178,47 @@ def test_cli_runs_a_row_mechanism(tmp_path):
     assert main(["select", str(source), "--privacy-unit", "user", "--by", "item", "--epsilon", "1",
                   "--delta", "1e-5", "--strategy", "weighted_gaussian", "-o", str(out), "-q"]) == 0
     assert [line.strip('"') for line in out.read_text().splitlines()] == ["item", "x", "y"]
+
+
+class _FixedBytes:
+    """A stand-in generator serving chosen 64-bit values, to aim draws at the cut points."""
+
+    privacy_guaranteed = False
+    _test_state = None
+
+    def __init__(self, values: list[int]) -> None:
+        self.data = b"".join(v.to_bytes(8, "big") for v in values)
+
+    def _announce(self) -> None:
+        pass
+
+    def random_bytes(self, n: int) -> bytes:
+        out, self.data = self.data[:n], self.data[n:]
+        return out + bytes(n - len(out))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+def test_draws_near_one_are_decided_by_integer_cut_points(kind, monkeypatch):
+    """Where 1 − p is tiny (between 2^-53 and 2^-24), a complement taken in doubles rounded by
+    more than the margin; the cut points are now integers. U just below p must keep, U just
+    above must drop, for p computed in 60 digits."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    distances = np.array([-(int(x * 2**32)) for x in (5.6, 6.3, 7.1, 7.9)], dtype=np.int64)
+    sigma = Fraction(1)
+    values, expected = [], []
+    for d in distances.tolist():
+        z = mpmath.mpf(d) / 2**32
+        p = 1 - mpmath.ncdf(z) if kind == "gaussian" else 1 - mpmath.exp(z) / 2
+        scaled = p * mpmath.mpf(2) ** 64
+        values += [int(mpmath.floor(scaled)) - 2, int(mpmath.ceil(scaled)) + 1]
+        expected += [True, False]
+    stub = _FixedBytes(values)
+    monkeypatch.setattr(tail_draws, "resolve_rng", lambda rng: stub)
+    doubled = np.repeat(distances, 2)
+    if kind == "gaussian":
+        keep = tail_draws.gaussian_tail_draws(doubled, 32, sigma)
+    else:
+        keep = tail_draws.laplace_tail_draws(doubled, 32, Fraction(1))
+    assert keep.tolist() == expected

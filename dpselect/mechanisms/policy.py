@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
-from dpselect.mechanisms.weighted import GOPI, WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _RowMechanism
+from dpselect.mechanisms.weighted import WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _RowMechanism
 from dpselect.params import PrivacyParams
 from dpselect.rng import resolve_rng
 
@@ -69,8 +69,10 @@ class _Policy(_RowMechanism):
         return PrivacyGuarantee(
             mechanism=mechanism, epsilon=float(self.params.epsilon_exact), delta_exact=self._base.certified_delta,
             max_partitions_contributed=self.params.max_partitions_contributed,
-            reference=f"{GOPI} (policy mechanisms, §4-5); docs/privacy/weighted.md",
+            reference=("Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin, \"Differentially private set union\", "
+                       "ICML 2020, §4-5 (policy mechanisms); docs/privacy/weighted.md"),
             requested_delta=self.params.delta, neighbours=self.params.neighbour_text, certified=False,
+            contribution_bound="enforced",
             uncertified_reason="a reference implementation: its sequential updates are computed in floating "
                                "point, so the contraction argument of the proof is not certified on the values "
                                "that run")

@@ -30,18 +30,29 @@ _TINY = 2.0**-990  # absolute slack: covers underflow of tails below the double 
 _TWO64 = 2.0**64
 
 
-def _draw(p_lo: npt.NDArray[np.float64], p_hi: npt.NDArray[np.float64],
+def _draw(q_lo: npt.NDArray[np.float64], q_hi: npt.NDArray[np.float64], complement: npt.NDArray[np.bool_],
           exact: Callable[[int, int], tuple[Fraction, Fraction]], rng: object | None) -> npt.NDArray[np.bool_]:
-    """keep[i] = U_i < p_i, for p_i in [p_lo[i], p_hi[i]]; ``exact(i, bits)`` gives rational
-    bounds on p_i of width <= 2^-bits, for the rare U_i inside the float interval."""
+    """keep[i] = U_i < p_i exactly, where p_i lies in [q_lo[i], q_hi[i]] (q_hi <= 1/2), or in
+    [1 − q_hi[i], 1 − q_lo[i]] where ``complement``; ``exact(i, bits)`` gives rational bounds
+    on p_i of width <= 2^-bits, for the rare U_i between the float bounds.
+
+    The bounds become integer cut points on U's 64-bit scale before anything is compared: a
+    complement 1 − q is 2^64 − ⌈q 2^64⌉ in integers (a subtraction in doubles would round by up
+    to 2^-54, more than the margin when 1 − p is small)."""
     generator = resolve_rng(rng)
-    n = p_lo.size
+    n = q_lo.size
     u = np.frombuffer(generator.random_bytes(8 * n), dtype=">u8").astype(np.uint64)
-    lo = np.floor(np.clip(p_lo, 0.0, 1.0) * _TWO64)
-    hi = np.ceil(np.clip(p_hi, 0.0, 1.0) * _TWO64)
-    lo_int = np.minimum(lo, _TWO64 - 2048).astype(np.uint64)  # floats at 2^64 round: stay below
-    keep = u < lo_int
-    settled_drop = (hi < _TWO64 - 2048) & (u >= np.minimum(hi, _TWO64 - 2048).astype(np.uint64))
+    # q <= 1/2, so q 2^64 <= 2^63: exact in doubles after scaling, exact as uint64 after floor/ceil.
+    low = np.floor(np.clip(q_lo, 0.0, 0.5) * _TWO64).astype(np.uint64)
+    high = np.ceil(np.clip(q_hi, 0.0, 0.5) * _TWO64).astype(np.uint64)
+    top = np.uint64(np.iinfo(np.uint64).max)  # 2^64 − 1
+    # keep surely when U < cut_keep; drop surely when U >= cut_drop (cut_drop = 2^64: never)
+    cut_keep = np.where(complement, top - high + np.uint64(1), low)  # 2^64 − ⌈q_hi 2^64⌉ (high >= 1 here)
+    never = complement & (low == 0)  # 1 − q_lo = 1: no U is surely dropped
+    cut_drop = np.where(complement, top - low + np.uint64(1), high)
+    cut_keep = np.where(complement & (high == 0), top, cut_keep)  # q_hi = 0: p = 1 (U = 2^64 − 1 refined)
+    keep = u < cut_keep
+    settled_drop = ~never & (u >= cut_drop)
     for i in np.flatnonzero(~keep & ~settled_drop):
         keep[i] = _finish(int(u[i]), lambda bits, i=i: exact(int(i), bits), generator)
     return keep
@@ -71,15 +82,12 @@ def gaussian_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, sigma: 
     z = distance.astype(np.float64) / scale
     q = _weighted.normal_upper_tail(np.ascontiguousarray(np.abs(z)))  # the tail beyond |z|
     q_lo, q_hi = q * (1 - _MARGIN), np.minimum(q * (1 + _MARGIN) + _TINY, 0.5)
-    positive = z >= 0
-    p_lo = np.where(positive, q_lo, 1 - q_hi)
-    p_hi = np.where(positive, q_hi, 1 - q_lo)
 
     def exact(i: int, bits: int) -> tuple[Fraction, Fraction]:
         low, high = normal_cdf_bounds(Fraction(int(distance[i]), 1 << unit_bits) / sigma, bits)
         return 1 - high, 1 - low  # P[Z > d] = 1 − Φ(d/σ)
 
-    return _draw(p_lo, p_hi, exact, rng)
+    return _draw(q_lo, q_hi, z < 0, exact, rng)
 
 
 def laplace_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, epsilon: Fraction,
@@ -89,9 +97,6 @@ def laplace_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, epsilon:
     x = distance.astype(np.float64) * (float(epsilon) / 2.0**unit_bits)
     half = 0.5 * np.exp(-np.abs(x))
     h_lo, h_hi = half * (1 - _MARGIN), np.minimum(half * (1 + _MARGIN) + _TINY, 0.5)
-    positive = x >= 0
-    p_lo = np.where(positive, h_lo, 1 - h_hi)
-    p_hi = np.where(positive, h_hi, 1 - h_lo)
 
     def exact(i: int, bits: int) -> tuple[Fraction, Fraction]:
         arg = abs(Fraction(int(distance[i]), 1 << unit_bits) * epsilon)
@@ -99,4 +104,4 @@ def laplace_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, epsilon:
         high = Fraction(1, 2) / exp_lower(arg, bits + 8)
         return (low, high) if distance[i] >= 0 else (1 - high, 1 - low)
 
-    return _draw(p_lo, p_hi, exact, rng)
+    return _draw(h_lo, h_hi, x < 0, exact, rng)

@@ -109,6 +109,7 @@ class _RowMechanism:
         return PrivacyGuarantee(mechanism=mechanism, epsilon=float(p.epsilon_exact), delta_exact=self.certified_delta,
                                 max_partitions_contributed=p.max_partitions_contributed, reference=reference,
                                 requested_delta=p.delta, neighbours=p.neighbour_text,
+                                contribution_bound="enforced",  # every user's set is bounded inside
                                 certificate="with rational bounds on the noise's delta and the thresholds' tails; "
                                             "every decision is an exact draw on its tail probability")
 
@@ -214,7 +215,8 @@ class WeightedLaplace(_RowMechanism):
         rho = Fraction(0)
         for m in range(1, params.max_partitions_contributed + 1):
             delta_p = _per_partition(params.delta_exact, m)
-            # smallest t on the 2^-32 grid with e^{-ε t}/2 <= δ_p, proven with a lower bound on e^{εt}
+            # a t on the 2^-32 grid with e^{-ε t}/2 <= δ_p, proven with a lower bound on e^{εt} (found
+            # from a float guess stepping up: possibly a hair above the smallest, never below it)
             t = Fraction(math.ceil(math.log(1 / (2 * float(delta_p))) / float(eps) * _ONE) + 1, _ONE)
             while Fraction(1, 2) / exp_lower(eps * t, 128) > delta_p:
                 t += Fraction(max(1, int(t * _ONE) >> 30), _ONE)
