@@ -2,6 +2,7 @@
 
 #include "bernoulli.h"
 #include "release_avx512.h"
+#include "select_avx2.h"
 #include "select_avx512.h"
 
 /* Counts may sit at any address (a numpy view of a byte buffer, say): load them with memcpy,
@@ -41,7 +42,13 @@ int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32
     t->certain_from = tail_certain ? n : UINT64_MAX;
     t->limbs = limbs;
     t->top = top;
+    t->top32 = NULL;
     return DPS_OK;
+}
+
+void dps_keep_table_attach_top32(dps_keep_table *t, uint32_t *top32) {
+    for (uint64_t i = 0; i < t->n_entries; i++) top32[i] = t->top[i];
+    t->top32 = top32;
 }
 
 /* After a batch met a negative count: zero every output and find the first offender. */
@@ -211,6 +218,7 @@ int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, siz
 
 /* CPU support is a property of the machine: a benign race on first use is harmless. */
 static int avx512_state = -1;
+static int avx2_state = -1;
 
 int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                ptrdiff_t count_stride, size_t n, uint8_t *keep, ptrdiff_t keep_stride,
@@ -223,6 +231,23 @@ int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *count
         int negative = 0;
         long long done = dps_select_blocks_avx512(s, t, (const int64_t *)counts, n,
                                                   dtype == DPS_I64, keep, &negative);
+        if (done < 0) return (int)done;
+        int rc = dtype == DPS_I64
+                     ? select_i64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
+                                  keep + done, 1, bad_index)
+                     : select_u64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
+                                  keep + done, 1, bad_index);
+        if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
+            return fail_i64((const char *)counts, 8, n, keep, 1, NULL, 0, bad_index);
+        return rc;
+    }
+    if (avx2_state < 0) avx2_state = dps_select_avx2_available();
+    if (avx2_state && t->top32 != NULL && (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 &&
+        keep_stride == 1 && t->n_entries <= (uint64_t)INT32_MAX) {
+        /* same byte consumption as the portable loop: whole blocks here, the rest below */
+        int negative = 0;
+        long long done = dps_select_blocks_avx2(s, t, (const int64_t *)counts, n, dtype == DPS_I64, keep,
+                                                &negative);
         if (done < 0) return (int)done;
         int rc = dtype == DPS_I64
                      ? select_i64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,

@@ -36,6 +36,7 @@ typedef struct dps_keep_table {
                               probability 1 (pi_opt), UINT64_MAX for those that never do */
     uint32_t limbs;      /* 1 .. DPS_KEEP_MAX_LIMBS */
     uint8_t *top;        /* n_entries slots: the most significant byte of q[n] */
+    uint32_t *top32;     /* the same as 32-bit values, for gathers (optional: NULL) */
 } dps_keep_table;
 
 /* What the release publishes. The noise table holds X = idx - k for idx in [0, 2k]; a value is
@@ -68,6 +69,10 @@ static inline void dps_emit_release(uint64_t n, uint32_t idx, const dps_release_
  * keeps pointing at q: the caller owns both and keeps them alive and unchanged. */
 int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
                         int tail_certain, uint8_t *top);
+
+/* Give the table a 32-bit copy of its top bytes (n_entries slots, caller-owned), for the AVX2
+ * loop's gathers. */
+void dps_keep_table_attach_top32(dps_keep_table *t, uint32_t *top32);
 
 /* First negative count, scanning before any randomness is drawn: returns 1 and sets *index if there is one, 0 otherwise (always 0 for unsigned types). */
 int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, size_t n,

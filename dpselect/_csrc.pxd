@@ -76,6 +76,7 @@ cdef extern from "select.h" nogil:
     int dps_find_negative(int dtype, const void *counts, Py_ssize_t count_stride, size_t n, size_t *index)
     int dps_keep_table_init(dps_keep_table *t, const uint64_t *q, uint64_t n, uint32_t limbs,
                             int tail_certain, uint8_t *top)
+    void dps_keep_table_attach_top32(dps_keep_table *t, uint32_t *top32)
     int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                    Py_ssize_t count_stride, size_t n, uint8_t *keep, Py_ssize_t keep_stride,
                    size_t *bad_index)

@@ -81,6 +81,7 @@ cdef class KeepTableHandle:
     cdef dps_keep_table table
     cdef uint64_t *words
     cdef uint8_t *top
+    cdef uint32_t *top32
 
     def __cinit__(self, q, bint tail_certain=True):
         arr = np.asarray(q)
@@ -95,15 +96,18 @@ cdef class KeepTableHandle:
         cdef Py_ssize_t n = qv.shape[0], limbs = qv.shape[1]
         self.words = <uint64_t *>malloc(n * limbs * sizeof(uint64_t))
         self.top = <uint8_t *>malloc(n * sizeof(uint8_t))
-        if self.words == NULL or self.top == NULL:
+        self.top32 = <uint32_t *>malloc(n * sizeof(uint32_t))
+        if self.words == NULL or self.top == NULL or self.top32 == NULL:
             raise MemoryError("could not allocate the keep table")
         memcpy(self.words, &qv[0, 0], n * limbs * sizeof(uint64_t))
         check_status(dps_keep_table_init(&self.table, self.words, <uint64_t>n, <uint32_t>limbs,
                                          tail_certain, self.top))
+        dps_keep_table_attach_top32(&self.table, self.top32)
 
     def __dealloc__(self):
         free(self.words)
         free(self.top)
+        free(self.top32)
 
     @property
     def length(self):

@@ -81,6 +81,8 @@ def build_strategy(
         if epsilon is None or delta is None:
             raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
         kappa = 1 if max_partitions_contributed is None else max_partitions_contributed
+        if strategy == "auto":  # raw rows: a row mechanism may be the best choice, unless counts are wanted
+            options = {**options, "rows": True, "with_counts": counts}
         strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa,
                               allow_no_release=allow_no_release, **options)
     else:

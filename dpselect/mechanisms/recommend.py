@@ -92,13 +92,38 @@ def recommend(
     max_partitions_contributed: int = 1,
     *,
     counts: bool = False,
+    rows: bool = False,
     delta_split: str = "composition",
     neighbours: str = "add_remove",
 ) -> Recommendation:
     """The count-based mechanism that releases the most at these parameters, with the numbers
     behind the choice. ``counts=True`` restricts the choice to mechanisms that also release noisy
-    counts. Depends on the public parameters only."""
+    counts. ``rows=True``: the input is raw rows (each user's set of partitions is available), so
+    the row mechanisms are candidates too (see below). Depends on the public parameters only.
+
+    For rows the recommendation is DP-SIPS (3 rounds, ratio 0.1) whenever it can run: its later
+    rounds redirect the weight of users whose partitions were already released, which the
+    midpoints of a single partition cannot show. In dpselect's utility benchmark (ε = 1,
+    δ = 1e-5, κ = 1..16) it released 1.8–3.3× what every single-round mechanism did on synthetic
+    users with 1–50 items, and matched the best of them within noise on the Python standard
+    library corpus; where every user has at most κ partitions it cannot gain and costs the ~5 %
+    higher threshold of its last round."""
     from dpselect.mechanisms.registry import make_strategy
+
+    if rows and not counts and neighbours == "add_remove":
+        base = recommend(epsilon, delta, max_partitions_contributed, delta_split=delta_split)
+        try:
+            sips = make_strategy("dp_sips", epsilon=epsilon, delta=delta,
+                                 max_partitions_contributed=max_partitions_contributed)
+        except ValueError:
+            return base
+        last = list(sips.thresholds.values())[-1]
+        reason = (f"On raw rows, DP-SIPS ({sips.rounds} rounds, ratio {sips.ratio:g}; last-round threshold "
+                  f"{last:.4g} on the weighted count): its later rounds give the weight of users whose "
+                  "partitions were already released to their other partitions. On counts alone, "
+                  f"{base.label} would be the choice: {base.reason[0].lower()}{base.reason[1:]}")
+        return Recommendation("dp_sips", {"rounds": sips.rounds, "ratio": sips.ratio}, "dp_sips", base.candidates,
+                              reason)
 
     built: list[Candidate] = []
     for label, name, options in _COUNT_CANDIDATES:

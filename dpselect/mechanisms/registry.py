@@ -75,6 +75,8 @@ def make_strategy(
     delta_split: str = "composition",
     neighbours: str = "add_remove",
     allow_no_release: bool = False,
+    rows: bool = False,
+    with_counts: bool = False,
     **options: Any,
 ) -> SelectionStrategy:
     """Build a strategy by name from validated parameters, or pass an already built strategy
@@ -87,7 +89,9 @@ def make_strategy(
     :func:`dpselect.select_rows`). ``options``:
     ``pre_threshold`` (pi_opt, release, laplace, gaussian), ``noise_share`` and
     ``sigma_accuracy`` (gaussian), ``public_threshold`` (mixed). ``neighbours="replace"`` gives
-    bounded DP. A strategy object dpselect did not build is wrapped in
+    bounded DP. ``rows=True`` tells "auto" that each user's set of partitions is available (raw
+    rows), so it may choose a row mechanism; ``with_counts=True`` makes it choose one that releases
+    noisy counts. A strategy object dpselect did not build is wrapped in
     :class:`UserSuppliedStrategy`: its guarantee is relayed as user-supplied, never certified."""
     if not isinstance(strategy, str):
         if not isinstance(strategy, SelectionStrategy):
@@ -112,7 +116,7 @@ def make_strategy(
         if options:
             raise ValueError(f"strategy='auto' takes no mechanism options, got {sorted(options)}")
         choice = recommend(epsilon, delta, max_partitions_contributed, delta_split=delta_split,
-                           neighbours=neighbours)
+                           neighbours=neighbours, rows=rows, counts=with_counts)
         strategy, options = choice.strategy, dict(choice.options)
     if strategy not in STRATEGIES and strategy not in ROW_STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES) + ['auto'] + sorted(ROW_STRATEGIES)}, "

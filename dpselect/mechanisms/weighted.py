@@ -255,7 +255,10 @@ class DPSIPS(_RowMechanism):
     ``rounds`` rounds; partitions released in a round are removed from every user's set before
     the next round's bounding and weighting, so later rounds spend their weight on what is
     left. Round j gets the share f_j ∝ ratio^(rounds − 1 − j) of the Gaussian budget (μ_j² = f_j μ²)
-    and of the threshold's δ; the last round is the largest.
+    and of the threshold's δ; the last round is the largest. Defaults: 3 rounds, ratio 0.1 (the
+    last round keeps 90 % of the budget: in dpselect's utility benchmark this matched single-round
+    weighted Gaussian where redistribution cannot help and beat it by 2–3× where it can; a
+    third-party implementation uses 0.3).
 
     Guarantee: the rounds' Gaussian mechanisms (sensitivity 1 each) compose exactly to one
     Gaussian mechanism of parameter μ (Σ μ_j² = μ²), certified (ε, δ · noise_share)-DP by the
@@ -263,7 +266,7 @@ class DPSIPS(_RowMechanism):
 
     name = "dp_sips"
 
-    def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.3, noise_share: float = 0.5) -> None:
+    def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.1, noise_share: float = 0.5) -> None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
             raise ValueError(f"rounds must be an int between 1 and 20, got {rounds!r}")
         if not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
