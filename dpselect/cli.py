@@ -320,6 +320,9 @@ def _check_parameters(args: argparse.Namespace) -> Any:
     if args.counts and (args.count_column in by or args.count_column == args.privacy_unit or not args.count_column):
         raise _Fail(EXIT_USAGE, f"--count-column {args.count_column!r} clashes with an input column; "
                                 "choose another name with --count-column")
+    if args.counts and args.strategy not in ("release", "public", "mixed", "auto"):
+        raise _Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release, "
+                                f"public or mixed); --strategy {args.strategy} selects keys only")
     options: dict[str, Any] = {"neighbours": args.neighbours}
     if args.pre_threshold != 1:
         if args.strategy in ("public", "mixed", "auto"):
@@ -336,8 +339,8 @@ def _check_parameters(args: argparse.Namespace) -> Any:
         except ValueError:
             raise _Fail(EXIT_USAGE, f"--option {name}: expected a number, got {text!r}") from None
     try:
-        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed, False,
-                               **options)
+        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed,
+                               args.counts, **options)
     except (ValueError, TypeError) as exc:
         raise _Fail(EXIT_USAGE, _flags(str(exc))) from exc
     if args.counts and not strat.releases_counts:

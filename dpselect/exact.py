@@ -7,6 +7,7 @@ computed with integers and :class:`fractions.Fraction`. The table verifiers of
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from numbers import Real
@@ -74,14 +75,39 @@ def _ceil_to(value: Fraction, bits: int) -> Fraction:
 
 
 # ------------------------------------------------------------------ the normal distribution
-#
-# 1/sqrt(2π) to 150 decimal places (the test suite re-derives it at 200 digits). Every bound
-# below widens by this constant's error, 10^-150.
-_INV_SQRT_2PI = Fraction(
-    "0.398942280401432677939946059934381868475858631164934657665925829670657925899301838501252"
-    "333907306936430302558862635182685510991954555837242996212730625507706345"
-)
-_INV_SQRT_2PI_ERROR = Fraction(1, 10**150)
+
+def _arctan_inverse_scaled(x: int, one: int) -> tuple[int, int]:
+    """floor-based arctan(1/x) * one by its alternating series, and a bound on the error."""
+    total, power, n, sign, terms = 0, one // x, 1, 1, 0
+    x2 = x * x
+    while power:
+        total += sign * (power // n)
+        power //= x2
+        n += 2
+        sign = -sign
+        terms += 1
+    return total, terms + 2  # each term floored once; the omitted tail is below the last one
+
+
+@functools.lru_cache(maxsize=16)
+def _inv_sqrt_2pi_bounds(bits: int) -> tuple[Fraction, Fraction]:
+    """Rational bounds on 1/sqrt(2π) of width about 2^-bits: π by Machin's formula
+    π = 16 arctan(1/5) − 4 arctan(1/239) in integers with an error bound, then an integer square
+    root with rounding on each side."""
+    guard = bits + 32
+    one = 1 << guard
+    a, ea = _arctan_inverse_scaled(5, one)
+    b, eb = _arctan_inverse_scaled(239, one)
+    pi_mid = 16 * a - 4 * b
+    error = 16 * ea + 4 * eb
+    pi_lo, pi_hi = Fraction(pi_mid - error, one), Fraction(pi_mid + error, one)
+    # 1/sqrt(2π): lower from the upper π, upper from the lower π
+    scale = 1 << (2 * guard)
+    low = Fraction(math.isqrt(math.floor(scale / (2 * pi_hi))), 1 << guard)
+    high = Fraction(math.isqrt(math.ceil(scale / (2 * pi_lo))) + 1, 1 << guard)
+    return low, high
+
+
 # Beyond this |z| the upper tail is below 2^-1150: bound it by the Mills ratio instead of a series.
 _TAIL_Z = 40
 
@@ -94,20 +120,22 @@ def normal_cdf_bounds(z: Fraction, bits: int = 256) -> tuple[Fraction, Fraction]
     Φ(z) = 1/2 + z/sqrt(2π) · Σ_{n>=0} (−y)^n / (n! (2n + 1)),  y = z²/2,
     summed in fixed point with enough guard bits for the alternating series' cancellation
     (its largest term is below e^y); the omitted tail of an alternating series with decreasing
-    terms is below the first omitted term. For |z| > 40 the far tail uses the Mills-ratio bound
+    terms is below the first omitted term; 1/sqrt(2π) is computed to the precision asked (π by
+    Machin's formula). For |z| > 40 the far tail uses the Mills-ratio bound
     0 <= 1 − Φ(z) <= φ(z)/z, which is below 2^-1150."""
     z = Fraction(z)
     if z < 0:
         lo, hi = normal_cdf_bounds(-z, bits)
         return 1 - hi, 1 - lo
+    c_lo, c_hi = _inv_sqrt_2pi_bounds(max(bits, 256) + 16)
     if z > _TAIL_Z:
         # φ(z)/z <= (1/sqrt(2π)) e^{-z²/2} / z, and e^{z²/2} >= 2^m with m = floor(z²/2 / c),
         # c = 0.69314718056 > ln 2
         m = math.floor(z * z / 2 / Fraction("0.69314718056"))
-        tail = (_INV_SQRT_2PI + _INV_SQRT_2PI_ERROR) / (z * 2**m)
+        tail = c_hi / (z * 2**m)
         return 1 - _ceil_to(tail, bits + 8), Fraction(1)
     y = z * z / 2
-    guard = math.ceil(float(y) * 1.4427) + 72
+    guard = math.ceil(y * Fraction("1.4427")) + 72
     frac_bits = bits + guard
     one = 1 << frac_bits
     p, q = y.numerator, y.denominator
@@ -121,10 +149,10 @@ def normal_cdf_bounds(z: Fraction, bits: int = 256) -> tuple[Fraction, Fraction]
         term = term * p // (q * n)
         if n > 2 * y + 2 and term // (2 * n + 1) == 0:
             break
-    # Each term carries < e^y + 1 units of flooring error, and the omitted tail is < 1 unit.
-    slack = (n + 2) * (math.ceil(math.exp(min(float(y), 700.0))) + 2)
+    # Each term carries < e^y + 1 <= 2^(ceil(1.4427 y) + 1) units of flooring error (log2 e <
+    # 1.4427), and the omitted tail is < 1 unit.
+    slack = (n + 2) * ((1 << (math.ceil(y * Fraction("1.4427")) + 1)) + 2)
     s_lo, s_hi = Fraction(total - slack, one), Fraction(total + slack, one)
-    c_lo, c_hi = _INV_SQRT_2PI - _INV_SQRT_2PI_ERROR, _INV_SQRT_2PI + _INV_SQRT_2PI_ERROR
     products = [z * c * s for c in (c_lo, c_hi) for s in (s_lo, s_hi)]
     lo = Fraction(1, 2) + min(products)
     hi = Fraction(1, 2) + max(products)

@@ -117,7 +117,7 @@ class PrivacyGuarantee:
         k = self.max_partitions_contributed
         if self.contribution_bound == "enforced":
             return (f"each user's rows are bounded by dpselect to at most {k} partition(s), chosen "
-                    "uniformly at random, before counting")
+                    "uniformly at random, before counting or weighting")
         return (f"each user is assumed to contribute to at most {k} partition(s) of the counts "
                 "(bound contributions before counting; dpselect.select_partitions does)")
 

@@ -186,15 +186,17 @@ class KeepQ(list):  # type: ignore[type-arg]
         self.width = width
 
 
-def model_select(stream: ModelStream, q: list[int], counts: np.ndarray, log: list[int] | None = None) -> np.ndarray:
+def model_select(stream: ModelStream, q: list[int], counts: np.ndarray, log: list[int] | None = None,
+                 tail_certain: bool = True) -> np.ndarray:
     """The blocked lazy-Bernoulli select of csrc/select.c (log: bytes used by each tie). ``q`` is
-    a list of 64-bit entries, or a :class:`KeepQ` of wider ones."""
+    a list of 64-bit entries, or a :class:`KeepQ` of wider ones. Without ``tail_certain``, counts
+    >= N keep q[N − 1]'s probability (saturating tables: Laplace, Gaussian)."""
     width = getattr(q, "width", 8)
     n_entries = len(q)
     top = np.array([v >> (8 * width - 8) for v in q], dtype=np.int64)
     values = _as_u64_list(counts)
     idx_top = np.array([min(v, n_entries - 1) for v in values], dtype=np.int64)
-    certain = np.array([v >= n_entries for v in values], dtype=bool)
+    certain = np.array([tail_certain and v >= n_entries for v in values], dtype=bool)
     keep = np.zeros(len(values), dtype=bool)
     for start in range(0, len(values), BLOCK):
         length = min(BLOCK, len(values) - start)
@@ -210,14 +212,17 @@ def model_select(stream: ModelStream, q: list[int], counts: np.ndarray, log: lis
     return keep | certain
 
 
-def _emit(count: int, idx: int, k: int) -> tuple[bool, int]:
+def _emit(count: int, idx: int, k: int, cut: int | None = None, keep_all: bool = False) -> tuple[bool, int]:
+    """One released value under the rule: kept iff n + X + k > cut (cut = 2k: n + X > k) or
+    keep_all; the noisy count n + X, negative allowed, saturating at INT64_MAX."""
     total = min(count + idx, U64 - 1)  # n + X + k, saturating like the kernel
-    kept = total > 2 * k
+    kept = total > (2 * k if cut is None else cut) or keep_all
     return kept, (min(total - k, INT64_MAX) if kept else 0)
 
 
 def model_release(
-    stream: ModelStream, table: WeightModel, k: int, counts: np.ndarray, log: list[str] | None = None
+    stream: ModelStream, table: WeightModel, k: int, counts: np.ndarray, log: list[str] | None = None,
+    threshold: int | None = None, keep_all: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The blocked TSGD release of csrc/select.c."""
     size = len(counts)
@@ -234,6 +239,10 @@ def model_release(
             idx[j] = table.finish(stream, int(u_hi[j]), log)
         index[start : start + length] = idx
     values = np.asarray(counts)
+    if threshold is not None or keep_all:
+        cut = k + (k if threshold is None else threshold)
+        out = [_emit(v, int(i), k, cut, keep_all) for v, i in zip(_as_u64_list(values), index)]
+        return np.array([o[0] for o in out], dtype=bool), np.array([o[1] for o in out], dtype=np.int64)
     if size and values.min() >= 0 and int(values.max()) < 2**62:  # no saturation: vectorised
         total = values.astype(np.int64) + index  # n + X + k
         keep = total > 2 * k
@@ -916,3 +925,36 @@ def test_kernel_rejects_bad_tables() -> None:
     handle = _kernel.WeightTableHandle(np.array([1, 2, U64 - 1], dtype=np.uint64))
     with pytest.raises(ValueError, match="2k\\+1"):
         _kernel.release_into(np.zeros(3, np.int64), handle, 2, np.zeros(3, bool), np.zeros(3, np.int64))
+
+
+# =============================================================================== saturating tables, rules
+
+@pytest.mark.parametrize("name", ["laplace", "gaussian"])
+def test_saturating_tables_match_the_model(name):
+    """Laplace and Gaussian tables never reach 1: counts >= N keep the last entry's probability,
+    with nothing OR-ed in. Byte for byte against the model, counts spanning the table's end."""
+    strategy = dpselect.make_strategy(name, epsilon=1.0, delta=1e-5)
+    table = strategy.table
+    q = KeepQ([table.numerator(n) for n in range(table.length)], 8 * table.limbs)
+    counts = _counts(31, 9000, np.int64, table.length + 40)
+    rng, model = _twins(31)
+    expected = model_select(model, q, counts, tail_certain=False)
+    np.testing.assert_array_equal(dpselect.select(counts, 1.0, 1e-5, strategy=name, rng=rng), expected)
+    assert rng.random_bytes(64) == model.fill(64)
+
+
+@pytest.mark.parametrize("threshold,keep_all", [(-11, True), (-5, False), (0, False), (30, False)])
+def test_release_rules_match_the_model(threshold, keep_all):
+    """The public release (keep every value) and the mixed release's analyst threshold t."""
+    table, k = _tsgd()
+    handle = _kernel.WeightTableHandle(np.array(table.cum, dtype=np.uint64))
+    counts = _counts(32, 3000, np.int64, 60)
+    rng, model = _twins(32)
+    expected = model_release(model, table, k, counts, threshold=threshold, keep_all=keep_all)
+    keep = np.empty(counts.size, bool)
+    noisy = np.empty(counts.size, np.int64)
+    _kernel.release_into(counts, handle, k, keep, noisy, rng._test_state, threshold, keep_all)
+    np.testing.assert_array_equal(keep, expected[0])
+    np.testing.assert_array_equal(noisy, expected[1])
+    if keep_all:
+        assert keep.all() and (noisy[counts == 0] <= 0).any()  # an absent key's noisy count can be negative

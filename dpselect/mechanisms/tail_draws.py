@@ -4,7 +4,7 @@ The row mechanisms keep a partition iff H + Z > ρ for a real weighted count H: 
 p = P[Z > ρ − H], a different irrational number for every partition. Each draw here is exactly
 Bernoulli(p): a uniform U from the CSPRNG is compared with an interval [p_lo, p_hi] ∋ p computed
 in double precision with a wide safety margin (relative 2^-30, a million times the documented
-error of the C library's erfc and exp); when U falls inside the interval — rarely, with
+error of the C library's erfc and of numpy's exp); when U falls inside the interval — rarely, with
 probability at most the interval's width — the comparison is finished with more random bits
 against integer-arithmetic bounds on p (:func:`dpselect.exact.normal_cdf_bounds`,
 :func:`dpselect.exact.exp_lower`) refined until they separate. No floating-point value ever
