@@ -1,6 +1,8 @@
 /* Contribution bounding and distinct-user counting; see count.h. */
 #include "count.h"
 
+#include "subset.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,23 +30,13 @@ static inline void add_one(int64_t *counts, uint32_t p, uint64_t cap) {
     if (cap == 0 || (uint64_t)counts[p] < cap) counts[p]++;
 }
 
-/* Keep min(d, kappa) of the d partitions in parts[0 .. d), uniformly among all subsets of that
- * size: step i swaps a uniform pick of parts[i .. d) into place i (partial Fisher–Yates). */
+/* Keep min(d, kappa) of the user's d partitions, a uniform subset, and count them. */
 static int bound_user(dps_rng *s, uint32_t *parts, size_t d, uint64_t kappa, uint64_t cap,
                       int64_t *counts) {
-    if ((uint64_t)d <= kappa) {
-        for (size_t i = 0; i < d; i++) add_one(counts, parts[i], cap);
-        return DPS_OK;
-    }
-    for (size_t i = 0; i < (size_t)kappa; i++) {
-        uint64_t j;
-        int rc = dps_rng_uniform_below(s, (uint64_t)(d - i), &j);
-        if (rc != DPS_OK) return rc;
-        uint32_t chosen = parts[i + (size_t)j];
-        parts[i + (size_t)j] = parts[i];
-        parts[i] = chosen;
-        add_one(counts, chosen, cap);
-    }
+    int rc = dps_uniform_subset(s, parts, d, kappa);
+    if (rc != DPS_OK) return rc;
+    size_t kept = (uint64_t)d < kappa ? d : (size_t)kappa;
+    for (size_t i = 0; i < kept; i++) add_one(counts, parts[i], cap);
     return DPS_OK;
 }
 

@@ -220,44 +220,36 @@ int dps_find_negative(int dtype, const void *counts, ptrdiff_t count_stride, siz
 static int avx512_state = -1;
 static int avx2_state = -1;
 
+typedef long long (*select_blocks_fn)(dps_rng *, const dps_keep_table *, const int64_t *, size_t, int,
+                                      uint8_t *, int *);
+
+/* A vector loop does the whole blocks of 64 (same byte consumption as the portable loop), the
+ * portable loop the rest; a negative count seen by either fails the batch as usual. */
+static int select_vector(select_blocks_fn blocks, dps_rng *s, const dps_keep_table *t, int dtype,
+                         const void *counts, size_t n, uint8_t *keep, size_t *bad_index) {
+    int negative = 0;
+    long long done = blocks(s, t, (const int64_t *)counts, n, dtype == DPS_I64, keep, &negative);
+    if (done < 0) return (int)done;
+    const char *rest = (const char *)counts + 8 * done;
+    int rc = dtype == DPS_I64
+                 ? select_i64(s, t, rest, 8, n - (size_t)done, keep + done, 1, bad_index)
+                 : select_u64(s, t, rest, 8, n - (size_t)done, keep + done, 1, bad_index);
+    if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
+        return fail_i64((const char *)counts, 8, n, keep, 1, NULL, 0, bad_index);
+    return rc;
+}
+
 int dps_select(dps_rng *s, const dps_keep_table *t, int dtype, const void *counts,
                ptrdiff_t count_stride, size_t n, uint8_t *keep, ptrdiff_t keep_stride,
                size_t *bad_index) {
     if (s->initialised != DPS_RNG_MAGIC) return DPS_ERR_BAD_STATE;
+    const int contiguous64 = (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 && keep_stride == 1;
     if (avx512_state < 0) avx512_state = dps_select_avx512_available();
-    if (avx512_state && (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 &&
-        keep_stride == 1 && t->n_entries <= 128) {
-        /* same byte consumption as the portable loop: whole blocks here, the rest below */
-        int negative = 0;
-        long long done = dps_select_blocks_avx512(s, t, (const int64_t *)counts, n,
-                                                  dtype == DPS_I64, keep, &negative);
-        if (done < 0) return (int)done;
-        int rc = dtype == DPS_I64
-                     ? select_i64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
-                                  keep + done, 1, bad_index)
-                     : select_u64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
-                                  keep + done, 1, bad_index);
-        if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
-            return fail_i64((const char *)counts, 8, n, keep, 1, NULL, 0, bad_index);
-        return rc;
-    }
     if (avx2_state < 0) avx2_state = dps_select_avx2_available();
-    if (avx2_state && t->top32 != NULL && (dtype == DPS_I64 || dtype == DPS_U64) && count_stride == 8 &&
-        keep_stride == 1 && t->n_entries <= (uint64_t)INT32_MAX) {
-        /* same byte consumption as the portable loop: whole blocks here, the rest below */
-        int negative = 0;
-        long long done = dps_select_blocks_avx2(s, t, (const int64_t *)counts, n, dtype == DPS_I64, keep,
-                                                &negative);
-        if (done < 0) return (int)done;
-        int rc = dtype == DPS_I64
-                     ? select_i64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
-                                  keep + done, 1, bad_index)
-                     : select_u64(s, t, (const char *)counts + 8 * done, 8, n - (size_t)done,
-                                  keep + done, 1, bad_index);
-        if (rc == DPS_ERR_NEGATIVE || (rc == DPS_OK && negative))
-            return fail_i64((const char *)counts, 8, n, keep, 1, NULL, 0, bad_index);
-        return rc;
-    }
+    if (contiguous64 && avx512_state && t->n_entries <= 128)
+        return select_vector(dps_select_blocks_avx512, s, t, dtype, counts, n, keep, bad_index);
+    if (contiguous64 && avx2_state && t->top32 != NULL && t->n_entries <= (uint64_t)INT32_MAX)
+        return select_vector(dps_select_blocks_avx2, s, t, dtype, counts, n, keep, bad_index);
     DISPATCH(select, s, t, (const char *)counts, count_stride, n, keep, keep_stride, bad_index)
 }
 

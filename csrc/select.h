@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bernoulli.h"
 #include "csprng.h"
 #include "tsgd.h"
 
@@ -62,6 +63,28 @@ static inline void dps_emit_release(uint64_t n, uint32_t idx, const dps_release_
     int64_t out = (int64_t)(diff & ((uint64_t)0 - kept));
     *keep = (uint8_t)kept;
     memcpy(noisy, &out, sizeof out); /* the output may be unaligned */
+}
+
+/* Finish the decisions of one block of contiguous 64-bit counts whose first random byte tied
+ * with q's top byte (bit j of ties: element j), in index order from fresh bytes, exactly as the
+ * portable loop does; "kept surely" is OR-ed in. Shared by the vector loops. */
+static inline int dps_finish_ties(dps_rng *s, const dps_keep_table *t, const int64_t *counts,
+                                  uint64_t ties, uint8_t *keep) {
+    const uint64_t last = t->n_entries - 1;
+    while (ties) {
+        size_t j = (size_t)dps_ctz64(ties);
+        ties &= ties - 1;
+        uint64_t u;
+        memcpy(&u, counts + j, sizeof u); /* counts may be unaligned */
+        int rc = dps_rng_reserve(s, 8 * t->limbs - 1);
+        if (rc != DPS_OK) return rc;
+        uint32_t used;
+        int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * t->limbs, t->limbs,
+                                        &used);
+        s->pos += used;
+        keep[j] = (uint8_t)(k | (u >= t->certain_from));
+    }
+    return DPS_OK;
 }
 
 /* Check q (n >= 1 entries of `limbs` words: q[0] == 0, non-decreasing) and fill top (n slots).

@@ -24,7 +24,6 @@ static const uint32_t spread4[16] = {
 TARGET long long dps_select_blocks_avx2(dps_rng *s, const dps_keep_table *t, const int64_t *counts,
                                         size_t n, int is_signed, uint8_t *keep, int *negative_seen) {
     const uint64_t last = t->n_entries - 1, sure = t->certain_from;
-    const uint32_t limbs = t->limbs;
     const int *top32 = (const int *)t->top32;
     /* Unsigned 64-bit order through the signed compare: flip the sign bits first. */
     const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ull);
@@ -54,19 +53,8 @@ TARGET long long dps_select_blocks_avx2(dps_rng *s, const dps_keep_table *t, con
             ties |= (uint64_t)equal << (4 * g);
         }
         s->pos += 64;
-        while (ties) { /* first byte equal to q's top byte: the later bytes decide */
-            size_t j = (size_t)dps_ctz64(ties);
-            ties &= ties - 1;
-            uint64_t u;
-            memcpy(&u, counts + done + j, sizeof u);
-            rc = dps_rng_reserve(s, 8 * limbs - 1);
-            if (rc != DPS_OK) return rc;
-            uint32_t used;
-            int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs,
-                                            limbs, &used);
-            s->pos += used;
-            keep[done + j] = (uint8_t)(k | (u >= sure));
-        }
+        rc = dps_finish_ties(s, t, counts + done, ties, keep + done); /* bytes 1.. decide */
+        if (rc != DPS_OK) return rc;
     }
     *negative_seen = negative != 0;
     return (long long)done;

@@ -19,7 +19,6 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
                                           const int64_t *counts, size_t n, int is_signed,
                                           uint8_t *keep, int *negative_seen) {
     const uint64_t N = t->n_entries, last = N - 1, sure = t->certain_from; /* N <= 128 */
-    const uint32_t limbs = t->limbs;
     uint8_t table[128] = {0};
     for (uint64_t i = 0; i < N; i++) table[i] = t->top[i];
     const __m512i lo = _mm512_loadu_si512(table), hi = _mm512_loadu_si512(table + 64);
@@ -49,19 +48,8 @@ TARGET long long dps_select_blocks_avx512(dps_rng *s, const dps_keep_table *t,
         uint64_t ties = (uint64_t)_mm512_cmpeq_epi8_mask(bytes, top); /* whatever the counts */
         _mm512_storeu_si512(keep + done, _mm512_maskz_mov_epi8(kept, one));
         s->pos += 64;
-        while (ties) { /* first byte equal to q's top byte: the later bytes decide */
-            size_t j = (size_t)dps_ctz64(ties);
-            ties &= ties - 1;
-            uint64_t u;
-            memcpy(&u, counts + done + j, sizeof u);
-            rc = dps_rng_reserve(s, 8 * limbs - 1);
-            if (rc != DPS_OK) return rc;
-            uint32_t used;
-            int k = dps_bernoulli_rest_wide(s->buf + s->pos, t->q + (u < last ? u : last) * limbs,
-                                            limbs, &used);
-            s->pos += used;
-            keep[done + j] = (uint8_t)(k | (u >= sure));
-        }
+        rc = dps_finish_ties(s, t, counts + done, ties, keep + done); /* bytes 1.. decide */
+        if (rc != DPS_OK) return rc;
     }
     *negative_seen = negative != 0;
     return (long long)done;

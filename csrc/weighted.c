@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "subset.h"
+
 int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64_t n_users,
                        const uint8_t *excluded, uint64_t kappa, const int64_t *weights,
                        int64_t *histogram, size_t n_partitions) {
@@ -23,15 +25,9 @@ int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64
             d = kept;
         }
         size_t m = (uint64_t)d < kappa ? d : (size_t)kappa;
+        int rc = dps_uniform_subset(s, parts, d, kappa);
+        if (rc != DPS_OK) return rc;
         for (size_t i = 0; i < m; i++) {
-            if ((uint64_t)d > kappa) { /* a uniform subset: partial Fisher–Yates */
-                uint64_t j;
-                int rc = dps_rng_uniform_below(s, (uint64_t)(d - i), &j);
-                if (rc != DPS_OK) return rc;
-                uint32_t chosen = parts[i + (size_t)j];
-                parts[i + (size_t)j] = parts[i];
-                parts[i] = chosen;
-            }
             uint32_t p = parts[i];
             if (p >= n_partitions) return DPS_ERR_BAD_TABLE;
             if (histogram[p] > INT64_MAX - weights[m]) return DPS_ERR_BAD_TABLE;

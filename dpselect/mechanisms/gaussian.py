@@ -30,7 +30,8 @@ from dpselect.mechanisms.base import TabledSelection
 from dpselect.params import PrivacyParams, composed_delta_upper, _composition_delta
 from dpselect.tables import MAX_TABLE_ENTRIES, KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
 
-__all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "gaussian_threshold", "optimal_noise_share"]
+__all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "certified_sigma", "gaussian_threshold",
+           "optimal_noise_share"]
 
 BALLE_WANG = ("Balle, Wang, \"Improving the Gaussian mechanism for differential privacy: analytical "
               "calibration and optimal denoising\", ICML 2018, Theorem 8")
@@ -92,6 +93,19 @@ def agm_delta_upper(sigma: Fraction, epsilon: Fraction, kappa: int) -> Fraction:
     first = normal_cdf_bounds(a_hi - b_lo)[1]
     second = normal_cdf_bounds(-a_hi - b_hi)[0]
     return max(Fraction(0), first - exp_lower(epsilon, 256) * second)
+
+
+def certified_sigma(epsilon: Fraction, delta_noise: Fraction, kappa: int, accuracy: float) -> Fraction:
+    """Google's σ for L2 sensitivity √κ at (ε, δ_noise), then raised in small steps until the
+    rational bound proves its analytic-Gaussian δ is at most δ_noise (float rounding in the
+    bisection can leave it a hair short). ValueError when that cannot be proven."""
+    sigma = Fraction(google_sigma(float(epsilon), float(delta_noise), math.sqrt(kappa), accuracy))
+    for _ in range(400):
+        if agm_delta_upper(sigma, epsilon, kappa) <= delta_noise:
+            return sigma
+        sigma *= 1 + Fraction(1, 2**16)
+    raise ValueError(f"could not calibrate Gaussian noise for delta {float(delta_noise):.3g} at epsilon "
+                     f"{float(epsilon):.3g}: use strategy='pi_opt'")
 
 
 def _upper_tail_upper(z: Fraction) -> Fraction:
@@ -221,14 +235,7 @@ class GaussianThresholding(TabledSelection):
         if delta_threshold <= 0:
             raise ValueError(f"delta = {params.delta:g} is too small for Gaussian thresholding at epsilon = "
                              f"{params.epsilon:g}: use strategy='pi_opt', or raise delta")
-        sigma = Fraction(google_sigma(float(eps), float(delta_noise), math.sqrt(kappa), sigma_accuracy))
-        for _ in range(400):  # float rounding in the bisection: raise σ until its δ is proven
-            if agm_delta_upper(sigma, eps, kappa) <= delta_noise:
-                break
-            sigma *= 1 + Fraction(1, 2**16)
-        else:
-            raise ValueError(f"could not calibrate Gaussian noise for delta = {params.delta:g} at epsilon = "
-                             f"{params.epsilon:g}: use strategy='pi_opt'")
+        sigma = certified_sigma(eps, delta_noise, kappa, sigma_accuracy)
         self.sigma = sigma
         self.delta_p = _composition_delta(delta_threshold, kappa) if params.delta_split == "composition" \
             else delta_threshold / kappa

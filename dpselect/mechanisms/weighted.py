@@ -31,7 +31,7 @@ import numpy.typing as npt
 from dpselect import _weighted
 from dpselect.exact import exp_lower
 from dpselect.guarantee import PrivacyGuarantee
-from dpselect.mechanisms.gaussian import agm_delta_upper, google_sigma, gaussian_threshold
+from dpselect.mechanisms.gaussian import agm_delta_upper, certified_sigma, gaussian_threshold
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
 from dpselect.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
@@ -153,13 +153,7 @@ class WeightedGaussian(_RowMechanism):
             raise ValueError("weighted mechanisms support neighbours='add_remove' only")
         self.params = params
         eps = params.epsilon_exact
-        sigma = Fraction(google_sigma(float(eps), float(delta_noise), 1.0, 1e-6))
-        for _ in range(400):
-            if agm_delta_upper(sigma, eps, 1) <= delta_noise:
-                break
-            sigma *= 1 + Fraction(1, 2**16)
-        else:
-            raise ValueError("could not calibrate the Gaussian noise: raise delta or use another strategy")
+        sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         self.sigma = sigma
         self.weights = _weights(params.max_partitions_contributed, self.norm)
         # ρ = max_m [w_m + σ z_m], P[Z > σ z_m] <= δ_p(m), each proven; on the 2^-32 grid, rounded up.
@@ -278,13 +272,7 @@ class DPSIPS(_RowMechanism):
         self.rounds, self.ratio = rounds, float(ratio)
         eps = params.epsilon_exact
         # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
-        sigma = Fraction(google_sigma(float(eps), float(delta_noise), 1.0, 1e-6))
-        for _ in range(400):
-            if agm_delta_upper(sigma, eps, 1) <= delta_noise:
-                break
-            sigma *= 1 + Fraction(1, 2**16)
-        else:
-            raise ValueError("could not calibrate the Gaussian noise: raise delta or use another strategy")
+        sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         shares = [Fraction(self.ratio).limit_denominator(10**6) ** (rounds - 1 - j) for j in range(rounds)]
         total = sum(shares)
         fractions = [s / total for s in shares]
