@@ -118,10 +118,12 @@ void dps_keep_table_attach_top32(dps_keep_table *t, uint32_t *top32) {
 #define NOISY_AT(i) ((int64_t *)((char *)noisy + (ptrdiff_t)(i) * ns))
 
 #define DEFINE_RELEASE(NAME, FAIL, SUFFIX, T, SIGNED)                                                     \
-    static int NAME(dps_rng *s, const dps_weight_table *w, const dps_release_rule *rule,         \
+    static int NAME(dps_rng *s, const dps_weight_table *w, const dps_release_rule *rule_in,      \
                     const char *counts,                                                          \
                     ptrdiff_t cs, size_t n, uint8_t *keep, ptrdiff_t ks, int64_t *noisy,         \
                     ptrdiff_t ns, size_t *bad) {                                                 \
+        const dps_release_rule local_rule = *rule_in; /* a copy no output store can alias */   \
+        const dps_release_rule *rule = &local_rule;                                              \
         int64_t neg = 0;                                                                         \
         uint32_t u_hi[BLOCK];                                                                    \
         for (size_t i = 0; i < n; i += BLOCK) {                                                  \

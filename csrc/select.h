@@ -57,10 +57,10 @@ static inline void dps_emit_release(uint64_t n, uint32_t idx, const dps_release_
     uint64_t sum = n + idx;                   /* n + X + k */
     sum |= (uint64_t)0 - (uint64_t)(sum < n); /* saturate */
     uint64_t kept = (uint64_t)(sum > rule->cut) | rule->keep_all;
-    uint64_t diff = sum - rule->k;            /* n + X, negative (two's complement) if sum < k */
-    uint64_t big = (uint64_t)0 - (uint64_t)((sum >= rule->k) & (diff > (uint64_t)INT64_MAX));
-    diff = (diff & ~big) | ((uint64_t)INT64_MAX & big);
-    int64_t out = (int64_t)(diff & ((uint64_t)0 - kept));
+    /* Clamped to INT64_MAX + k, sum - k is n + X in [-k, INT64_MAX]: exact as int64 both ways. */
+    const uint64_t top = (uint64_t)INT64_MAX + rule->k;
+    sum = sum < top ? sum : top;
+    int64_t out = (int64_t)((sum - rule->k) & ((uint64_t)0 - kept));
     *keep = (uint8_t)kept;
     memcpy(noisy, &out, sizeof out); /* the output may be unaligned */
 }
