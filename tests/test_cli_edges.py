@@ -368,15 +368,23 @@ def test_a_fifo_output_is_written_through_not_replaced(tmp_path, capsys):
     fifo = tmp_path / "released"  # no extension: like standard output, CSV
     os.mkfifo(fifo)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     try:
         code = run("select", str(src), *PI_OPT, "-o", str(fifo))
     finally:
-        if reader.is_alive():  # unblock the reader if the writer never opened the pipe
-            with open(fifo, "wb"):
+        # After a successful write the reader is finishing on its own: wait for it. Only a reader
+        # still blocked in open() (the writer never opened the pipe) needs a writer to come and
+        # go. That open must not block: a blocking open for writing after the reader has left
+        # would wait forever for a reader that never comes.
+        reader.join(timeout=30)
+        if reader.is_alive():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # ENXIO: no reader has the pipe open any more
                 pass
-        reader.join()
+            reader.join(timeout=30)
+    assert not reader.is_alive(), "the reader of the FIFO never finished"
     assert code == 0, capsys.readouterr().err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert got == [b'"key"\n"popular"\n'] and leftovers(tmp_path) == []

@@ -199,16 +199,17 @@ def test_two_threads_get_different_streams() -> None:
     def worker(slot: int) -> None:
         try:
             rng = SecureRNG()
-            barrier.wait()
+            barrier.wait(timeout=CHILD_DEADLINE_S)
             results[slot] = [rng.random_bytes(32) for _ in range(200)]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=CHILD_DEADLINE_S)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock)"
     assert not errors, errors
     a, b = results[0], results[1]
     assert len(set(a)) == len(a) and len(set(b)) == len(b)
@@ -221,14 +222,15 @@ def test_two_threads_running_the_kernel_concurrently_get_different_decisions() -
     results: dict[int, np.ndarray] = {}
 
     def worker(slot: int) -> None:
-        barrier.wait()
+        barrier.wait(timeout=CHILD_DEADLINE_S)
         results[slot] = dpselect.select(counts, 1.0, 1e-5)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=CHILD_DEADLINE_S)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock)"
     assert not np.array_equal(results[0], results[1])
 
 
@@ -239,9 +241,10 @@ def test_test_rng_is_one_stream_across_threads() -> None:
     expected = reference.random_bytes(64)
     rng = InsecureDeterministicRNG(3)
     out: list[bytes] = []
-    t = threading.Thread(target=lambda: out.append(rng.random_bytes(32)))
+    t = threading.Thread(target=lambda: out.append(rng.random_bytes(32)), daemon=True)
     t.start()
-    t.join()
+    t.join(timeout=CHILD_DEADLINE_S)
+    assert not t.is_alive(), "the thread did not finish (deadlock)"
     SecureRNG().random_bytes(100)
     out.append(rng.random_bytes(32))
     assert b"".join(out) == expected

@@ -47,11 +47,12 @@ def test_shared_test_rng_across_threads_raises_instead_of_crashing():
         except RuntimeError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock)"
     assert all("already in use" in str(e) for e in errors)
     # the generator is still usable afterwards, from one thread
     assert dpselect.select(counts[:100], 1.0, 1e-5, rng=rng).shape == (100,)
