@@ -28,14 +28,17 @@ import time
 ENGINES = ("dpselect", "duckdb", "polars")
 
 
-def make_table(rows: int, keys: int, users: int, seed: int):
+def make_table(rows: int, keys: int, users: int, seed: int, key_type: str = "string"):
     import numpy as np
     import pyarrow as pa
 
     gen = np.random.Generator(np.random.PCG64(seed))  # input data only
     ranks = gen.zipf(1.1, rows) % keys
-    names = np.char.add("key-", np.arange(keys).astype(str)).astype(object)
-    key = pa.array(names, pa.string()).take(pa.array(ranks))
+    if key_type == "int":
+        key = pa.array(ranks * 104729 + 7)
+    else:
+        names = np.char.add("key-", np.arange(keys).astype(str)).astype(object)
+        key = pa.array(names, pa.string()).take(pa.array(ranks))
     user = pa.array(gen.integers(0, users, rows) * 7919 + 12345)
     return pa.table({"user": user, "key": key})
 
@@ -49,8 +52,9 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int) -> dict:
-    table = make_table(rows, keys, users, seed)
+def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int, kappa: int = 3,
+           key_type: str = "string") -> dict:
+    table = make_table(rows, keys, users, seed, key_type)
     input_bytes = table.nbytes
     if engine == "dpselect":
         import dpselect.strategies  # noqa: F401  (import cost outside the timing)
@@ -58,7 +62,7 @@ def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int
 
         def run():
             return select_partitions(table, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
-                                     max_partitions_contributed=3, counts=True)
+                                     max_partitions_contributed=kappa, counts=True)
     elif engine == "duckdb":
         import duckdb
 
@@ -107,15 +111,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--kappa", type=int, default=3, help="dpselect's max_partitions_contributed")
+    parser.add_argument("--key-type", choices=("string", "int"), default="string")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.rows, args.keys, args.users, args.seed, args.repeat)))
+        print(json.dumps(worker(args.worker, args.rows, args.keys, args.users, args.seed, args.repeat,
+                                args.kappa, args.key_type)))
         return
     results = []
     for engine in args.engines.split(","):
         cmd = [sys.executable, __file__, "--worker", engine, "--rows", str(args.rows), "--keys", str(args.keys),
-               "--users", str(args.users), "--seed", str(args.seed), "--repeat", str(args.repeat)]
+               "--users", str(args.users), "--seed", str(args.seed), "--repeat", str(args.repeat),
+               "--kappa", str(args.kappa), "--key-type", args.key_type]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             print(f"{engine}: failed\n{proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}", file=sys.stderr)
@@ -123,7 +131,7 @@ def main() -> None:
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     fastest_baseline = min((r["best_s"] for r in results if r["engine"] != "dpselect"), default=None)
     load = os.getloadavg()[0]
-    print(f"rows={args.rows:,} keys~{args.keys:,} users~{args.users:,} cores={os.cpu_count()} "
+    print(f"rows={args.rows:,} {args.key_type} keys~{args.keys:,} users~{args.users:,} kappa={args.kappa} cores={os.cpu_count()} "
           f"repeat={args.repeat} load average after run={load:.2f}")
     print("| engine | best wall (s) | CPU (s) | ns/row | vs fastest baseline | peak extra memory "
           "| / input columns | output rows |")

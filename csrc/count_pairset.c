@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigalloc.h"
 #include "csprng.h" /* status codes */
 
 #define MIN_CAPACITY ((size_t)1 << 10)
@@ -25,14 +26,13 @@ static inline uint64_t mix64(uint64_t k) {
     return k;
 }
 
-/* Largest number of pairs a table of this capacity may hold (70 % load). */
-static inline size_t max_size(size_t capacity) { return capacity / 10 * 7; }
+/* Largest number of pairs a table of this capacity may hold (80 % load: fresh memory is what
+ * costs most on a large table, more than the longer probe runs, which stay within cache lines). */
+static inline size_t max_size(size_t capacity) { return capacity / 10 * 8; }
 
 static uint64_t *alloc_slots(size_t capacity) {
     if (capacity > SIZE_MAX / sizeof(uint64_t)) return NULL;
-    uint64_t *slots = (uint64_t *)malloc(capacity * sizeof(uint64_t));
-    if (slots != NULL) memset(slots, 0xFF, capacity * sizeof(uint64_t)); /* all DPS_PAIR_EMPTY */
-    return slots;
+    return (uint64_t *)dps_big_alloc(capacity * sizeof(uint64_t), 0xFF); /* all DPS_PAIR_EMPTY */
 }
 
 /* Insert a key known not to be the empty marker; returns 1 if it was new. */

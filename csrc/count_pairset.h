@@ -3,7 +3,7 @@
  * Contribution bounding needs every distinct partition of every user before it can choose κ of
  * them uniformly, and rows may arrive in many batches (files larger than memory). This set keeps
  * exactly the distinct pairs seen so far, so its memory is proportional to distinct pairs, not to
- * rows: 8 bytes per slot, slots a power of two kept at most 70 % full (so between 11.4 and 22.9
+ * rows: 8 bytes per slot, slots a power of two kept at most 80 % full (so between 10 and 20
  * bytes per distinct pair; never more than twice that while growing).
  *
  * A pair is packed into one 64-bit word, user code in the high half, partition code in the low

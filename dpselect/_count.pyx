@@ -4,7 +4,7 @@ counting; docs/privacy/contribution-bounding.md). Thin: checks arguments, releas
 around the loops, maps status codes to exceptions. Use :mod:`dpselect.rows`, not this."""
 import numpy as np
 
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
@@ -172,3 +172,169 @@ cdef class PairCounter:
             self.busy = False
         _check(rc)
         return counts[:n_partitions]
+
+
+# ------------------------------------------------------------------ column codes (csrc/keymap.h)
+
+cdef extern from "keymap.h" nogil:
+    enum: DPS_KEYMAP_WORD
+    enum: DPS_KEYMAP_BYTES
+    enum: DPS_ERR_KEYMAP_FULL
+    enum: DPS_ERR_KEYMAP_OFFSETS
+    enum: DPS_ERR_KEYMAP_KIND
+    enum: DPS_ERR_KEYMAP_LONG
+    ctypedef struct dps_keymap:
+        size_t size
+        uint32_t n_codes
+    int dps_keymap_init(dps_keymap *m, int kind, uint64_t seed)
+    void dps_keymap_free(dps_keymap *m)
+    size_t dps_keymap_bytes(const dps_keymap *m)
+    int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
+                                int all_null, const uint8_t *values, size_t width, uint32_t *codes,
+                                uint32_t *new_rows, size_t *n_new)
+    int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
+                              const void *offsets, int offsets64, const uint8_t *data, size_t data_len,
+                              uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row)
+
+
+cdef int _check_keymap(int rc, object name, size_t bad_row) except -1:
+    if rc == DPS_OK:
+        return 0
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError(f"out of memory while encoding column {name!r}")
+    if rc == DPS_ERR_KEYMAP_FULL:
+        raise ValueError(f"column {name!r} has more than {DPS_CODE_LIMIT - 1} distinct values")
+    if rc == DPS_ERR_KEYMAP_OFFSETS:
+        raise ValueError(f"column {name!r}: the Arrow offsets of row {bad_row} are out of range or "
+                         "decreasing (a corrupt array); nothing was counted from this batch")
+    if rc == DPS_ERR_KEYMAP_LONG:
+        raise ValueError(f"column {name!r} has a value of 4 GiB or more; such values cannot be keys")
+    if rc == DPS_ERR_KEYMAP_KIND:
+        raise ValueError(f"column {name!r}: this value width or batch size cannot be encoded here")
+    return check_status(rc)
+
+
+cdef object _bytes_view(object buf):
+    """Any contiguous buffer as unsigned bytes (pyarrow buffers say 'b', numpy uint8 'B')."""
+    return memoryview(buf).cast("B")
+
+
+cdef const uint8_t *_buffer(object buf, size_t need, object what, object name) except? NULL:
+    """The address of an Arrow buffer holding at least `need` bytes (NULL for None)."""
+    cdef const uint8_t[::1] view
+    if buf is None:
+        if need:
+            raise ValueError(f"column {name!r}: the {what} buffer is missing")
+        return NULL
+    view = _bytes_view(buf)
+    if <size_t>view.shape[0] < need:
+        raise ValueError(f"column {name!r}: the {what} buffer holds {view.shape[0]} bytes, "
+                         f"{need} are needed (a corrupt array)")
+    if view.shape[0] == 0:
+        return NULL
+    return &view[0]
+
+
+cdef class KeyMap:
+    """Dense uint32 codes, in order of first appearance, for the values of one column, read
+    straight from Arrow buffers and kept across batches; nulls share one code. ``kind`` is
+    ``"word"`` (values of 1, 2, 4 or 8 bytes compared as integers) or ``"bytes"`` (strings,
+    binaries and other fixed widths compared byte for byte). ``seed`` only places values in the
+    hash table; codes never depend on it."""
+
+    cdef dps_keymap m
+    cdef bint busy
+    cdef readonly object name
+
+    def __cinit__(self, str kind, uint64_t seed, object name="column"):
+        if kind not in ("word", "bytes"):
+            raise ValueError(f"kind must be 'word' or 'bytes', got {kind!r}")
+        self.busy = False
+        self.name = name
+        _check_keymap(dps_keymap_init(&self.m, DPS_KEYMAP_WORD if kind == "word" else DPS_KEYMAP_BYTES, seed),
+                      name, 0)
+
+    def __dealloc__(self):
+        dps_keymap_free(&self.m)
+
+    def __len__(self):
+        return self.m.n_codes
+
+    @property
+    def nbytes(self) -> int:
+        return dps_keymap_bytes(&self.m)
+
+    cdef int _enter(self) except -1:
+        if self.busy:
+            raise RuntimeError("a KeyMap cannot be used by two threads at once")
+        self.busy = True
+        return 0
+
+    def encode_fixed(self, Py_ssize_t n, Py_ssize_t offset, object validity, object values,
+                     Py_ssize_t width, bint all_null=False):
+        """(codes, new_rows) for n values of `width` bytes starting at element `offset` of the
+        Arrow buffers (validity may be None: no nulls; all_null: Arrow's null type)."""
+        if n < 0 or offset < 0 or width <= 0 or n >= DPS_CODE_LIMIT or width > 1 << 20:
+            raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}, width={width}")
+        cdef size_t sn = <size_t>n, soff = <size_t>offset, sw = <size_t>width
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+                                            "validity", self.name)
+        cdef const uint8_t *vals = NULL
+        if not all_null:
+            vals = _buffer(values, (soff + sn) * sw, "values", self.name)
+            if vals != NULL:
+                vals += soff * sw
+        codes = np.empty(n, dtype=np.uint32)
+        new_rows = np.empty(n, dtype=np.uint32)
+        if n == 0:
+            return codes, new_rows
+        cdef uint32_t[::1] c = codes
+        cdef uint32_t[::1] r = new_rows
+        cdef size_t n_new = 0
+        cdef int rc
+        self._enter()
+        try:
+            with nogil:
+                rc = dps_keymap_encode_fixed(&self.m, sn, valid, soff, all_null, vals, sw, &c[0], &r[0], &n_new)
+        finally:
+            self.busy = False
+        _check_keymap(rc, self.name, 0)
+        return codes, new_rows[:n_new]
+
+    def encode_var(self, Py_ssize_t n, Py_ssize_t offset, object validity, object offsets,
+                   bint offsets64, object data):
+        """(codes, new_rows) for n variable-length values (Arrow string/binary layout with 32-
+        or 64-bit offsets) starting at element `offset`."""
+        if n < 0 or offset < 0 or n >= DPS_CODE_LIMIT:
+            raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}")
+        cdef size_t sn = <size_t>n, soff = <size_t>offset
+        cdef size_t osize = 8 if offsets64 else 4
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+                                            "validity", self.name)
+        cdef const uint8_t *offs = _buffer(offsets, (soff + sn + 1) * osize, "offsets", self.name)
+        cdef const uint8_t[::1] data_view
+        cdef const uint8_t *dat = NULL
+        cdef size_t data_len = 0
+        if data is not None:
+            data_view = _bytes_view(data)
+            data_len = <size_t>data_view.shape[0]
+            if data_len:
+                dat = &data_view[0]
+        codes = np.empty(n, dtype=np.uint32)
+        new_rows = np.empty(n, dtype=np.uint32)
+        if n == 0:
+            return codes, new_rows
+        cdef uint32_t[::1] c = codes
+        cdef uint32_t[::1] r = new_rows
+        cdef size_t n_new = 0, bad = 0
+        cdef int rc
+        offs += soff * osize
+        self._enter()
+        try:
+            with nogil:
+                rc = dps_keymap_encode_var(&self.m, sn, valid, soff, <const void *>offs, offsets64, dat,
+                                           data_len, &c[0], &r[0], &n_new, &bad)
+        finally:
+            self.busy = False
+        _check_keymap(rc, self.name, soff + bad)
+        return codes, new_rows[:n_new]

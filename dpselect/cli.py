@@ -496,12 +496,10 @@ def _select(args: argparse.Namespace) -> int:
                          null_privacy_units="drop" if args.drop_null_privacy_units else "error")
     counter.check_schema(source.schema)
 
-    def min_rows() -> int:
-        largest = max([counter.n_users, counter.n_partitions])
-        return max(args.batch_size, 2 * largest)
-
     try:
-        for table in coalesce(source.batches, min_rows):
+        # Encoding a batch costs O(its rows) whatever was seen before (csrc/keymap.h), so the
+        # batches stay at --batch-size rows however many distinct values accumulate.
+        for table in coalesce(source.batches, lambda: args.batch_size):
             counter.feed(table)
             progress.update(counter.rows, source.progress())
     except InputError as exc:

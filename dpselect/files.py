@@ -474,8 +474,8 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
 
 def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:
     """Group consecutive batches into tables of at least ``min_rows()`` rows (the last may be
-    smaller). Dictionary lookups cost O(dictionary size) per table, so keeping tables at least
-    as large as the dictionaries keeps the total cost linear in the rows."""
+    smaller): a reader's small blocks become batches large enough that the per-batch overhead
+    (thread hand-off, Arrow calls) is small beside the per-row work."""
     pa = import_pyarrow()
     pending: list[Any] = []
     rows = 0

@@ -6,10 +6,10 @@ The expensive part of a real job is not the decision but what comes before it. H
    row is read: whether a job can run must never depend on one person's values. Keys may be of
    any scalar Arrow type that compares exactly (strings, integers, dates, decimals, …); privacy
    units are integers, strings or bytes (a float id could merge ``0.0`` and ``-0.0``, two people).
-2. **Factorize** every key column to dense integer codes with pyarrow's hash kernels
-   (``pyarrow.compute.dictionary_encode`` and ``index_in``), one persistent dictionary per
-   column, so that rows can arrive in any number of batches. **A null is a key like any other**
-   (all nulls of a column form one partition) and so is NaN (every NaN of a column is one key).
+2. **Factorize** every column to dense integer codes in C, reading the Arrow buffers
+   directly (:class:`KeyFactorizer`, csrc/keymap.h): one persistent code map per column, so
+   that rows can arrive in any number of batches. **A null is a key like any other** (all
+   nulls of a column form one partition) and so is NaN (every NaN of a column is one key).
    Several ``by`` columns form one composite key (GROUP BY a, b), factorized pairwise.
 3. **A null privacy unit is not a person.** Treating all such rows as one user would let a new
    person with a missing id change which partitions that merged "user" keeps, moving up to 2κ
@@ -25,8 +25,8 @@ The expensive part of a real job is not the decision but what comes before it. H
 5. Partitions whose count is 0 (every contribution dropped by bounding) are removed here: they
    are indistinguishable from partitions absent from the data and must never be released.
 
-Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 70 %
-load (11.4–22.9 bytes per distinct pair); the dictionaries hold each distinct key value once.
+Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 80 %
+load (10–20 bytes per distinct pair); the code maps hold each distinct key value once (a hash slot and a copy of its bytes).
 Neither depends on the number of rows, which is what lets the CLI stream files larger than memory.
 
 The counts returned by :meth:`RowCounter.finish` are **exact and not private**: they are the
@@ -66,6 +66,10 @@ __all__ = [
 MAX_CODES = _count.CODE_LIMIT
 
 NullPolicy = Literal["error", "drop"]
+
+# Rows per step of the encoding pipeline in RowCounter.feed: large enough that the per-piece
+# Python work is negligible, small enough that the two threads overlap for most of a batch.
+_PIECE_ROWS = 1 << 20
 NULL_PRIVACY_UNITS: tuple[str, ...] = ("error", "drop")
 
 
@@ -195,55 +199,50 @@ def _normalize(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
     return column
 
 
-def _same_values(a: pa.Array, b: pa.Array) -> bool:
-    """Equality of two dictionaries, value by value. Floats are compared by bit pattern (after
-    :func:`_normalize`, one per value class): ``Array.equals`` says NaN != NaN, so a single NaN
-    key would otherwise look like a corrupt dictionary and fail the whole job."""
+def _layout(typ: Any) -> tuple[str, str, int]:
+    """How a normalised column is read from its Arrow buffers: (map kind, layout, width).
+    Layouts: "null" (Arrow's null type, no buffers), "bool" (bit-packed: read as uint8),
+    "var" (string/binary offsets, width 4 or 8 = offset size) and "fixed" (width bytes a value).
+    Values of 1, 2, 4 or 8 bytes go to a "word" map, anything else to a "bytes" map."""
     pa = import_pyarrow()
-    if a.type == pa.float64():
-        return a.view(pa.int64()).equals(b.view(pa.int64()))
-    if a.type == pa.float32():
-        return a.view(pa.int32()).equals(b.view(pa.int32()))
-    return a.equals(b)
+    t = pa.types
+    if t.is_null(typ):
+        return "word", "null", 1
+    if t.is_boolean(typ):
+        return "word", "bool", 1
+    if t.is_string(typ) or t.is_binary(typ):
+        return "bytes", "var", 4
+    if t.is_large_string(typ) or t.is_large_binary(typ):
+        return "bytes", "var", 8
+    width = typ.byte_width if t.is_fixed_size_binary(typ) else typ.bit_width // 8
+    return ("word" if width in (1, 2, 4, 8) else "bytes"), "fixed", width
 
 
-def _dictionary_encode(column: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.int32], pa.Array]:
-    """(indices, dictionary) of a column, nulls encoded as a value of their own."""
-    pa = import_pyarrow()
-    pc = pa.compute
-    encoded = pc.dictionary_encode(column, null_encoding="encode")
-    if isinstance(encoded, pa.ChunkedArray):
-        if encoded.num_chunks == 0:
-            return np.zeros(0, dtype=np.int32), pa.array([], type=column.type)
-        # Arrow encodes a chunked column with one growing dictionary: every chunk's indices
-        # refer to (a prefix of) the last chunk's dictionary. Check it rather than trust it.
-        dictionary = encoded.chunk(encoded.num_chunks - 1).dictionary
-        for chunk in encoded.chunks:
-            d = chunk.dictionary
-            if len(d) > len(dictionary) or not _same_values(d, dictionary.slice(0, len(d))):
-                raise RuntimeError("pyarrow returned chunk dictionaries that are not prefixes of one another")
-        parts = [np.asarray(chunk.indices.cast(pa.int32())) for chunk in encoded.chunks]
-        indices = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    else:
-        dictionary = encoded.dictionary
-        indices = np.asarray(encoded.indices.cast(pa.int32()))
-    return indices, dictionary
+def _hash_seed() -> int:
+    """A fresh seed for a code map's slot positions, from the package CSPRNG: values crafted to
+    collide cannot be aimed at one probe chain. Codes never depend on it."""
+    from dpselect.rng import SecureRNG
+
+    return int.from_bytes(SecureRNG().random_bytes(8), "little")
 
 
 class KeyFactorizer:
     """Dense codes 0, 1, 2, … for the distinct values of one column, stable across batches.
 
-    Within a batch, pyarrow's hash kernel finds the batch's distinct values; they are looked up
-    in the values seen before (``index_in``, nulls matching nulls, NaN matching NaN) and new
-    ones get the next codes. A batch costs O(rows + distinct values so far): callers streaming
-    many batches should make batches at least as large as the dictionary (see
-    :mod:`dpselect.files`)."""
+    The values are read straight from the column's Arrow buffers by the C code map
+    (:class:`dpselect._count.KeyMap`, csrc/keymap.h): one pass, no intermediate dictionary,
+    with the GIL released. Codes are given in order of first appearance, so a value keeps its
+    code across batches and codes never depend on hashing. All nulls of a column are one value,
+    and so are all NaNs (:func:`_normalize`). The distinct values are kept as Arrow arrays
+    taken from the batches (value i has code i), for the output keys."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._chunks: list[Any] = []  # pa.Array pieces of the dictionary, in code order
         self._size = 0
         self._type: Any = None
+        self._map: _count.KeyMap | None = None
+        self._map_type: Any = None
 
     def __len__(self) -> int:
         return self._size
@@ -255,6 +254,11 @@ class KeyFactorizer:
     def type(self) -> Any:
         """The values' Arrow type (None before the first batch)."""
         return self._type
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the C code map (its hash table and a copy of each distinct value)."""
+        return 0 if self._map is None else self._map.nbytes
 
     def declare(self, typ: Any) -> None:
         """Fix the column's type before any value is seen (from the input's schema), so an
@@ -295,6 +299,36 @@ class KeyFactorizer:
                 pass
         raise TypeError(f"column {self.name!r} changed type from {old} to {new} between batches")
 
+    def _code_map(self) -> _count.KeyMap:
+        """The C map for the current type. When the type changes (a first batch of nulls, then
+        real values), a new map is built by encoding the values seen so far in code order,
+        which gives every one of them its old code."""
+        if self._map is not None and self._map_type == self._type:
+            return self._map
+        kind, _, _ = _layout(self._type)
+        fresh = _count.KeyMap(kind, _hash_seed(), self.name)
+        if self._size:
+            codes, _ = self._encode_array(fresh, self.values)
+            if not np.array_equal(codes, np.arange(self._size, dtype=np.uint32)):
+                raise RuntimeError(f"column {self.name!r}: re-encoding the values seen so far changed their codes")
+        self._map, self._map_type = fresh, self._type
+        return fresh
+
+    @staticmethod
+    def _encode_array(code_map: _count.KeyMap, array: pa.Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+        """(codes, rows where a code first appeared) of one Arrow array."""
+        pa = import_pyarrow()
+        _, layout, width = _layout(array.type)
+        n = len(array)
+        if layout == "null":
+            return code_map.encode_fixed(n, 0, None, None, 1, all_null=True)
+        if layout == "bool":  # bit-packed: one byte a value, same validity
+            array = array.cast(pa.uint8())
+        buffers = array.buffers()
+        if layout == "var":
+            return code_map.encode_var(n, array.offset, buffers[0], buffers[1], width == 8, buffers[2])
+        return code_map.encode_fixed(n, array.offset, buffers[0], buffers[1], width)
+
     def encode(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values."""
         pa = import_pyarrow()
@@ -303,25 +337,18 @@ class KeyFactorizer:
             self._type = column.type
         elif column.type != self._type:
             column = self._same_kind(column)
-        indices, dictionary = _dictionary_encode(column)
-        if self._size == 0:
-            mapping = None  # the first batch's codes are the dictionary's own
-            new_values = dictionary
-        else:
-            found = pa.compute.index_in(dictionary, value_set=self.values, skip_nulls=False)
-            is_new = np.asarray(found.is_null())
-            mapping = np.asarray(found.fill_null(0)).astype(np.int64)
-            n_new = int(is_new.sum())
-            mapping[is_new] = np.arange(self._size, self._size + n_new, dtype=np.int64)
-            new_values = dictionary.filter(pa.array(is_new))
-        if self._size + len(new_values) > MAX_CODES:
-            raise ValueError(f"column {self.name!r} has more than {MAX_CODES} distinct values")
-        if len(new_values):
-            self._chunks.append(new_values)
-            self._size += len(new_values)
-        if mapping is None:
-            return indices.view(np.uint32)  # non-negative int32: same bits
-        return mapping.astype(np.uint32)[indices]
+        code_map = self._code_map()
+        arrays = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        parts = []
+        for array in arrays:
+            codes, new_rows = self._encode_array(code_map, array)
+            if len(new_rows):
+                self._chunks.append(array.take(pa.array(new_rows, type=pa.uint32())))
+            parts.append(codes)
+        self._size = len(code_map)
+        if not parts:
+            return np.zeros(0, dtype=np.uint32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class _CompositeKey:
@@ -459,15 +486,25 @@ class RowCounter:
             batch = batch.filter(pa.compute.is_valid(units))
             if batch.num_rows == 0:
                 return
-        names = [self.privacy_unit, *self.by]
-        factorizers = [self._users, *self._key.columns]
-        columns = [batch.column(n) for n in names]
-        # pyarrow's kernels release the GIL: the columns are hashed side by side.
-        with ThreadPoolExecutor(max_workers=min(len(columns), 2)) as pool:
-            codes = list(pool.map(lambda fc: fc[0].encode(fc[1]), zip(factorizers, columns)))
-        users, partitions = codes[0], self._key.encode_codes(codes[1:])
-        del codes
-        self._pair_counter().feed(np.ascontiguousarray(users), np.ascontiguousarray(partitions))
+        counter = self._pair_counter()
+        pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
+        # A pipeline on two cores (the C code releases the GIL): one thread encodes the keys of
+        # piece after piece, while this one encodes the users of a piece and inserts its pairs.
+        # Keys are the costlier column (strings, several columns), so this thread mostly waits.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-keys") as keys:
+            futures = [keys.submit(self._encode_keys, piece) for piece in pieces]
+            try:
+                for piece, future in zip(pieces, futures):
+                    users = self._users.encode(piece.column(self.privacy_unit))
+                    counter.feed(users, future.result())
+            finally:
+                for future in futures:
+                    future.cancel()
+
+    def _encode_keys(self, piece: Any) -> npt.NDArray[np.uint32]:
+        """Partition codes of one piece of rows (composite over every ``by`` column)."""
+        codes = [factorizer.encode(piece.column(name)) for factorizer, name in zip(self._key.columns, self.by)]
+        return np.ascontiguousarray(self._key.encode_codes(codes))
 
     def check_null_units(self) -> None:
         """Raise :class:`NullPrivacyUnitError` if rows with a null privacy unit were fed and the
