@@ -52,10 +52,23 @@ static int grow_to(dps_pairset *set, size_t capacity) {
     uint64_t *slots = alloc_slots(capacity);
     if (slots == NULL) return DPS_ERR_NOMEM;
     size_t mask = capacity - 1;
+    /* Re-insert in blocks whose new slots are prefetched first: without it every move waits
+     * for its own cache miss, and growing costs several times the inserts it makes room for. */
+    uint64_t keys[BLOCK];
+    size_t where[BLOCK];
+    size_t m = 0;
     for (size_t i = 0; i < set->capacity; i++) {
         uint64_t key = set->slots[i];
-        if (key != DPS_PAIR_EMPTY) put(slots, mask, key, (size_t)mix64(key) & mask);
+        if (key == DPS_PAIR_EMPTY) continue;
+        keys[m] = key;
+        where[m] = (size_t)mix64(key) & mask;
+        PREFETCH_W(slots + where[m]);
+        if (++m == BLOCK) {
+            for (size_t j = 0; j < m; j++) put(slots, mask, keys[j], where[j]);
+            m = 0;
+        }
     }
+    for (size_t j = 0; j < m; j++) put(slots, mask, keys[j], where[j]);
     free(set->slots);
     set->slots = slots;
     set->capacity = capacity;

@@ -92,19 +92,32 @@ static int rehash(dps_keymap *m, size_t capacity) {
     size_t mask = capacity - 1;
     unsigned bits = log2_of(capacity);
     m->bits = bits;
-    for (size_t i = 0; i < old_capacity; i++) {
-        if (old[i].code == 0) continue;
-        size_t j;
-        if (m->kind == DPS_KEYMAP_WORD) {
-            j = slot_of_word(m, old[i].key);
-        } else if (bits <= 32) {
-            j = slot_of_hash((uint64_t)old[i].tag << 32, bits);
-        } else {
-            const uint8_t *entry = m->arena + old[i].key;
-            j = slot_of_hash(hash_bytes(entry + 4, arena_length(entry), m->seed), bits);
+    /* Moves in blocks whose new slots are prefetched first (see count_pairset.c). */
+    size_t from[BLOCK], to[BLOCK];
+    size_t b = 0;
+    for (size_t i = 0; i <= old_capacity; i++) {
+        if (i < old_capacity && old[i].code != 0) {
+            size_t j;
+            if (m->kind == DPS_KEYMAP_WORD) {
+                j = slot_of_word(m, old[i].key);
+            } else if (bits <= 32) {
+                j = slot_of_hash((uint64_t)old[i].tag << 32, bits);
+            } else {
+                const uint8_t *entry = m->arena + old[i].key;
+                j = slot_of_hash(hash_bytes(entry + 4, arena_length(entry), m->seed), bits);
+            }
+            PREFETCH_W(slots + j);
+            from[b] = i;
+            to[b++] = j;
         }
-        while (slots[j].code != 0) j = (j + 1) & mask;
-        slots[j] = old[i];
+        if (b == BLOCK || (i == old_capacity && b)) {
+            for (size_t t = 0; t < b; t++) {
+                size_t j = to[t];
+                while (slots[j].code != 0) j = (j + 1) & mask;
+                slots[j] = old[from[t]];
+            }
+            b = 0;
+        }
     }
     dps_big_free(old);
     return DPS_OK;

@@ -445,6 +445,7 @@ def _select(args: argparse.Namespace) -> int:
         coalesce,
         detect_format,
         open_batches,
+        read_ahead,
         write_table,
     )
     from dpselect.frames import result_schema
@@ -496,10 +497,14 @@ def _select(args: argparse.Namespace) -> int:
                          null_privacy_units="drop" if args.drop_null_privacy_units else "error")
     counter.check_schema(source.schema)
 
+    # The next batch is read while this one is counted. Encoding a batch costs O(its rows)
+    # whatever was seen before (csrc/keymap.h), so batches stay at --batch-size rows.
+    batches = read_ahead(source.batches)
     try:
-        # Encoding a batch costs O(its rows) whatever was seen before (csrc/keymap.h), so the
-        # batches stay at --batch-size rows however many distinct values accumulate.
-        for table in coalesce(source.batches, lambda: args.batch_size):
+        for table in coalesce(batches, lambda: args.batch_size):
+            if counter.rows == 0:  # size the pair set once: from the metadata, or extrapolated
+                fraction = source.progress()
+                counter.expect_rows(source.rows or (int(table.num_rows / fraction) if fraction else 0))
             counter.feed(table)
             progress.update(counter.rows, source.progress())
     except InputError as exc:
@@ -513,6 +518,8 @@ def _select(args: argparse.Namespace) -> int:
     except BaseException:
         progress.close()
         raise
+    finally:
+        batches.close()  # stops the reader thread if counting ended early
 
     try:
         counter.check_null_units()

@@ -20,10 +20,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
 import signal
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -42,6 +44,7 @@ __all__ = [
     "OutputError",
     "check_destination",
     "coalesce",
+    "read_ahead",
     "csv_delimiter",
     "detect_format",
     "open_batches",
@@ -118,6 +121,7 @@ class BatchSource:
     batches: Iterator[Any]
     schema: Any  # pyarrow schema of the needed columns, as every batch will have it
     progress: Callable[[], float | None]  # fraction of the input consumed, if known
+    rows: int | None = None  # rows in the input, where the format says (Parquet metadata)
 
     def __repr__(self) -> str:
         return f"BatchSource(columns={self.schema.names})"
@@ -179,7 +183,7 @@ def _parquet(path: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
         finally:
             handle.close()
 
-    return BatchSource(batches(), schema, lambda: done[0] / total if total else None)
+    return BatchSource(batches(), schema, lambda: done[0] / total if total else None, rows=total)
 
 
 class _LineTally:
@@ -470,6 +474,48 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
                 raw.close()
 
     return BatchSource(batches(), schema, lambda: min(1.0, position[0] / size) if size else None)
+
+
+def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
+    """The same batches, the next one read (parsed, decompressed) on a thread of its own while
+    the caller counts the current one. Exceptions of the reader come out here, in order; when
+    the caller stops early (an error, a signal), the reader stops after its current batch."""
+    done = object()
+    slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(("batch", batch)):
+                    return
+            put(("end", done))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put(("error", exc))
+
+    reader = threading.Thread(target=read, name="dpselect-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = slots.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        # A reader blocked on a slow input (a pipe) must not hold up an exit: it is a daemon.
+        reader.join(timeout=1.0)
 
 
 def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:

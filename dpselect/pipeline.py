@@ -23,6 +23,7 @@ from dpselect.rows import (
     NullPrivacyUnitsDropped,
     PartitionCounts,
     RowCounter,
+    arrow_from_numpy,
     import_pyarrow,
 )
 
@@ -154,12 +155,12 @@ def release_table(
     else:
         result = strat.apply(partitions.counts, rng=rng)
     keep = np.asarray(result.keep, dtype=bool)
-    table = partitions.keys.filter(pa.array(keep, type=pa.bool_()))
+    table = partitions.keys.filter(arrow_from_numpy(np.asarray(keep, dtype=np.bool_)))
     if counts:
         if result.noisy_counts is None:
             raise ValueError("the strategy returned no noisy counts although it releases counts")
         noisy = np.asarray(result.noisy_counts, dtype=np.int64)[keep]
-        table = table.append_column(count_column, pa.array(noisy, type=pa.int64()))
+        table = table.append_column(count_column, arrow_from_numpy(np.asarray(noisy, dtype=np.int64)))
     by = partitions.keys.schema.names
     if table.num_rows > 1:
         table = table.sort_by([(name, "ascending") for name in by])

@@ -57,6 +57,7 @@ __all__ = [
     "NullPrivacyUnitsDropped",
     "PartitionCounts",
     "RowCounter",
+    "arrow_from_numpy",
     "check_column_types",
     "import_pyarrow",
     "key_type",
@@ -69,7 +70,11 @@ NullPolicy = Literal["error", "drop"]
 
 # Rows per step of the encoding pipeline in RowCounter.feed: large enough that the per-piece
 # Python work is negligible, small enough that the two threads overlap for most of a batch.
-_PIECE_ROWS = 1 << 20
+_PIECE_ROWS = 1 << 18
+
+# Largest pre-size of the pair set taken from a hint (RowCounter.expect_rows): 2^24 pairs, a
+# table of 2^25 slots (256 MiB). Above it the set grows as it fills.
+_PRESIZE_CAP = 1 << 24
 NULL_PRIVACY_UNITS: tuple[str, ...] = ("error", "drop")
 
 
@@ -197,6 +202,18 @@ def _normalize(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
         column = pc.if_else(pc.equal(column, zero), zero, column)
         column = pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), target), column)
     return column
+
+
+def arrow_from_numpy(values: npt.NDArray[Any]) -> pa.Array:
+    """A 1-D numpy array of numbers or booleans (no nulls) as an Arrow array, without a copy for
+    numbers. ``pa.array(ndarray)`` would do the same but first imports pandas to look for pandas
+    types: a third of a second of every CLI run, for nothing."""
+    pa = import_pyarrow()
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def _layout(typ: Any) -> tuple[str, str, int]:
@@ -343,7 +360,7 @@ class KeyFactorizer:
         for array in arrays:
             codes, new_rows = self._encode_array(code_map, array)
             if len(new_rows):
-                self._chunks.append(array.take(pa.array(new_rows, type=pa.uint32())))
+                self._chunks.append(array.take(arrow_from_numpy(new_rows)))
             parts.append(codes)
         self._size = len(code_map)
         if not parts:
@@ -368,7 +385,7 @@ class _CompositeKey:
         codes = per_column[0]
         for combiner, right in zip(self.combiners, per_column[1:]):
             word = (codes.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
-            codes = combiner.encode(pa.array(word.view(np.int64)))
+            codes = combiner.encode(arrow_from_numpy(word.view(np.int64)))
         return codes
 
     def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:
@@ -381,7 +398,7 @@ class _CompositeKey:
             component[i + 1] = (words & np.uint64(0xFFFFFFFF)).astype(np.int64)
             current = (words >> np.uint64(32)).astype(np.int64)
         component[0] = current
-        return [col.values.take(pa.array(c, type=pa.int64())) for col, c in zip(self.columns, component)]
+        return [col.values.take(arrow_from_numpy(c.astype(np.int64, copy=False))) for col, c in zip(self.columns, component)]
 
 
 @dataclass(frozen=True, repr=False)
@@ -448,6 +465,14 @@ class RowCounter:
     def key_types(self) -> list[Any]:
         """The Arrow type of each ``by`` column's values (None before the first batch)."""
         return [c.type for c in self._key.columns]
+
+    def expect_rows(self, rows: int) -> None:
+        """A hint, before the first :meth:`feed`, of how many rows will come (e.g. from a file's
+        metadata): the pair set is then sized once instead of doubling its way up, each
+        doubling moving every pair. Ignored after the first feed; capped, so that a wrong hint
+        (many rows, few distinct pairs) costs at most a few hundred MiB."""
+        if self._counter is None and rows > 0:
+            self._expected_rows = max(self._expected_rows, min(int(rows), _PRESIZE_CAP))
 
     def _pair_counter(self) -> _count.PairCounter:
         if self._counter is None:
