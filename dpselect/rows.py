@@ -513,18 +513,34 @@ class RowCounter:
                 return
         counter = self._pair_counter()
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
-        # A pipeline on two cores (the C code releases the GIL): one thread encodes the keys of
-        # piece after piece, while this one encodes the users of a piece and inserts its pairs.
-        # Keys are the costlier column (strings, several columns), so this thread mostly waits.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-keys") as keys:
-            futures = [keys.submit(self._encode_keys, piece) for piece in pieces]
+        # A pipeline on two cores (the C code releases the GIL): a worker encodes one side of
+        # piece after piece while this thread encodes the other side and inserts the pairs. The
+        # worker takes the costlier side: the keys when a key column holds strings or other
+        # byte values, else the privacy units (as costly as the keys, and this thread also
+        # inserts the pairs).
+        keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
+        there, here = (self._encode_keys, self._encode_users)
+        if not keys_on_worker:
+            there, here = here, there
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
+            futures = [worker.submit(there, piece) for piece in pieces]
             try:
                 for piece, future in zip(pieces, futures):
-                    users = self._users.encode(piece.column(self.privacy_unit))
-                    counter.feed(users, future.result())
+                    mine = here(piece)
+                    theirs = future.result()
+                    users, partitions = (mine, theirs) if keys_on_worker else (theirs, mine)
+                    counter.feed(users, partitions)
             finally:
                 for future in futures:
                     future.cancel()
+
+    @staticmethod
+    def _is_bytes(batch: Any, name: str) -> bool:
+        """Whether a column's values are compared as bytes (strings, binaries, wide values)."""
+        return _layout(key_type(batch.schema.field(name).type))[0] == "bytes"
+
+    def _encode_users(self, piece: Any) -> npt.NDArray[np.uint32]:
+        return self._users.encode(piece.column(self.privacy_unit))
 
     def _encode_keys(self, piece: Any) -> npt.NDArray[np.uint32]:
         """Partition codes of one piece of rows (composite over every ``by`` column)."""
