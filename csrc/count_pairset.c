@@ -5,26 +5,11 @@
 #include <string.h>
 
 #include "bigalloc.h"
+#include "hashing.h"
 #include "csprng.h" /* status codes */
 
 #define MIN_CAPACITY ((size_t)1 << 10)
 #define BLOCK 16 /* inserts whose slots are prefetched together */
-
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH_W(p) __builtin_prefetch((p), 1, 1)
-#else
-#define PREFETCH_W(p) ((void)(p))
-#endif
-
-static inline uint64_t mix64(uint64_t k) {
-    /* murmur3 fmix64: a bijection on 64-bit words with full avalanche */
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-}
 
 /* Largest number of pairs a table of this capacity may hold (80 % load: fresh memory is what
  * costs most on a large table, more than the longer probe runs, which stay within cache lines). */
@@ -61,8 +46,8 @@ static int grow_to(dps_pairset *set, size_t capacity) {
         uint64_t key = set->slots[i];
         if (key == DPS_PAIR_EMPTY) continue;
         keys[m] = key;
-        where[m] = (size_t)mix64(key) & mask;
-        PREFETCH_W(slots + where[m]);
+        where[m] = (size_t)dps_fmix64(key) & mask;
+        DPS_PREFETCH_W(slots + where[m]);
         if (++m == BLOCK) {
             for (size_t j = 0; j < m; j++) put(slots, mask, keys[j], where[j]);
             m = 0;
@@ -118,8 +103,8 @@ int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *
                 return DPS_ERR_BAD_CODE;
             }
             keys[j] = ((uint64_t)u << 32) | p;
-            where[j] = (size_t)mix64(keys[j]) & mask;
-            PREFETCH_W(set->slots + where[j]);
+            where[j] = (size_t)dps_fmix64(keys[j]) & mask;
+            DPS_PREFETCH_W(set->slots + where[j]);
         }
         for (size_t j = 0; j < m; j++) set->size += (size_t)put(set->slots, mask, keys[j], where[j]);
     }

@@ -5,28 +5,11 @@
 #include <string.h>
 
 #include "bigalloc.h"
+#include "hashing.h"
 #include "csprng.h" /* status codes */
 
 #define MIN_CAPACITY ((size_t)1 << 10)
 #define BLOCK 32 /* rows whose slots (and copies) are prefetched together */
-
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH_W(p) __builtin_prefetch((p), 1, 1)
-#define PREFETCH_R(p) __builtin_prefetch((p), 0, 1)
-#else
-#define PREFETCH_W(p) ((void)(p))
-#define PREFETCH_R(p) ((void)(p))
-#endif
-
-static inline uint64_t fmix64(uint64_t k) {
-    /* murmur3's finaliser: a bijection with full avalanche */
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-}
 
 /* A seeded hash of a byte string, 8 bytes at a time; only slot positions depend on it. */
 static inline uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
@@ -34,7 +17,7 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        h = (h ^ fmix64(w)) * 0x9E3779B97F4A7C15ull;
+        h = (h ^ dps_fmix64(w)) * 0x9E3779B97F4A7C15ull;
         h ^= h >> 29;
         p += 8;
         len -= 8;
@@ -42,9 +25,9 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
     if (len) {
         uint64_t w = 0;
         memcpy(&w, p, len);
-        h = (h ^ fmix64(w ^ ((uint64_t)len << 56))) * 0x9E3779B97F4A7C15ull;
+        h = (h ^ dps_fmix64(w ^ ((uint64_t)len << 56))) * 0x9E3779B97F4A7C15ull;
     }
-    return fmix64(h);
+    return dps_fmix64(h);
 }
 
 static inline uint64_t load_word(const uint8_t *p, size_t width) {
@@ -61,7 +44,7 @@ static inline int is_valid(const uint8_t *validity, size_t bit) {
 }
 
 static inline size_t slot_of_word(const dps_keymap *m, uint64_t value) {
-    return (size_t)fmix64(value ^ m->seed) & (m->capacity - 1);
+    return (size_t)dps_fmix64(value ^ m->seed) & (m->capacity - 1);
 }
 
 /* A BYTES value's home slot: the top `bits` bits of its hash. While the table has at most 2^32
@@ -106,7 +89,7 @@ static int rehash(dps_keymap *m, size_t capacity) {
                 const uint8_t *entry = m->arena + old[i].key;
                 j = slot_of_hash(hash_bytes(entry + 4, arena_length(entry), m->seed), bits);
             }
-            PREFETCH_W(slots + j);
+            DPS_PREFETCH_W(slots + j);
             from[b] = i;
             to[b++] = j;
         }
@@ -234,7 +217,7 @@ static inline int probe_bytes(dps_keymap *m, size_t i, uint64_t h, const uint8_t
 /* Between the slot prefetch and the probe: if the home slot may hold the value, fetch its copy. */
 static inline void prefetch_copy(const dps_keymap *m, size_t i, uint64_t h) {
     const dps_keymap_slot *s = &m->slots[i];
-    if (s->code != 0 && s->tag == (uint32_t)(h >> 32)) PREFETCH_R(m->arena + s->key);
+    if (s->code != 0 && s->tag == (uint32_t)(h >> 32)) DPS_PREFETCH_R(m->arena + s->key);
 }
 
 static inline int probe_word(dps_keymap *m, size_t i, uint64_t value, size_t row, uint32_t *code,
@@ -260,6 +243,41 @@ static inline int probe_word(dps_keymap *m, size_t i, uint64_t value, size_t row
     }
 }
 
+/* One block of rows (b <= BLOCK, table already reserved): value j is null when ptr[j] is NULL,
+ * else ptr[j][0 .. len[j]). Hashes and prefetches every row's slot, then (BYTES) the copies
+ * those slots point to, then probes, so the cache misses of the block overlap. */
+static int encode_block(dps_keymap *m, size_t first_row, size_t b, const uint8_t *const *ptr,
+                        const size_t *len, size_t width, uint32_t *codes, uint32_t *new_rows, size_t *n_new) {
+    size_t slot[BLOCK];
+    uint64_t key[BLOCK];
+    for (size_t j = 0; j < b; j++) {
+        if (ptr[j] == NULL) continue;
+        if (m->kind == DPS_KEYMAP_WORD) {
+            key[j] = load_word(ptr[j], width);
+            slot[j] = slot_of_word(m, key[j]);
+        } else {
+            key[j] = hash_bytes(ptr[j], len[j], m->seed);
+            slot[j] = slot_of_hash(key[j], m->bits);
+        }
+        DPS_PREFETCH_W(m->slots + slot[j]);
+    }
+    if (m->kind == DPS_KEYMAP_BYTES)
+        for (size_t j = 0; j < b; j++)
+            if (ptr[j] != NULL) prefetch_copy(m, slot[j], key[j]);
+    for (size_t j = 0; j < b; j++) {
+        size_t row = first_row + j;
+        int rc;
+        if (ptr[j] == NULL)
+            rc = code_null(m, row, &codes[row], new_rows, n_new);
+        else if (m->kind == DPS_KEYMAP_WORD)
+            rc = probe_word(m, slot[j], key[j], row, &codes[row], new_rows, n_new);
+        else
+            rc = probe_bytes(m, slot[j], key[j], ptr[j], len[j], row, &codes[row], new_rows, n_new);
+        if (rc != DPS_OK) return rc;
+    }
+    return DPS_OK;
+}
+
 int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
                             int all_null, const uint8_t *values, size_t width, uint32_t *codes,
                             uint32_t *new_rows, size_t *n_new) {
@@ -267,44 +285,20 @@ int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, si
     if (n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND; /* rows are reported as 32-bit */
     if (width == 0 || (m->kind == DPS_KEYMAP_WORD && width != 1 && width != 2 && width != 4 && width != 8))
         return DPS_ERR_KEYMAP_KIND;
-    size_t slot[BLOCK];
-    uint64_t key[BLOCK];
+    const uint8_t *ptr[BLOCK];
+    size_t len[BLOCK];
     for (size_t start = 0; start < n; start += BLOCK) {
         size_t b = n - start < BLOCK ? n - start : BLOCK;
         int rc = reserve(m, b);
         if (rc != DPS_OK) return rc;
-        unsigned bits = m->bits;
         for (size_t j = 0; j < b; j++) {
             size_t row = start + j;
-            if (all_null || !is_valid(validity, validity_offset + row)) {
-                slot[j] = SIZE_MAX;
-                continue;
-            }
-            const uint8_t *p = values + row * width;
-            if (m->kind == DPS_KEYMAP_WORD) {
-                key[j] = load_word(p, width);
-                slot[j] = slot_of_word(m, key[j]);
-            } else {
-                key[j] = hash_bytes(p, width, m->seed);
-                slot[j] = slot_of_hash(key[j], bits);
-            }
-            PREFETCH_W(m->slots + slot[j]);
+            int null = all_null || !is_valid(validity, validity_offset + row);
+            ptr[j] = null ? NULL : values + row * width;
+            len[j] = width;
         }
-        if (m->kind == DPS_KEYMAP_BYTES)
-            for (size_t j = 0; j < b; j++)
-                if (slot[j] != SIZE_MAX) prefetch_copy(m, slot[j], key[j]);
-        for (size_t j = 0; j < b; j++) {
-            size_t row = start + j;
-            if (slot[j] == SIZE_MAX) {
-                rc = code_null(m, row, &codes[row], new_rows, n_new);
-            } else if (m->kind == DPS_KEYMAP_WORD) {
-                rc = probe_word(m, slot[j], key[j], row, &codes[row], new_rows, n_new);
-            } else {
-                rc = probe_bytes(m, slot[j], key[j], values + row * width, width, row, &codes[row],
-                                 new_rows, n_new);
-            }
-            if (rc != DPS_OK) return rc;
-        }
+        rc = encode_block(m, start, b, ptr, len, width, codes, new_rows, n_new);
+        if (rc != DPS_OK) return rc;
     }
     return DPS_OK;
 }
@@ -320,9 +314,8 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                           uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row) {
     *n_new = 0;
     if (m->kind != DPS_KEYMAP_BYTES || n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND;
-    size_t slot[BLOCK];
-    uint64_t hash[BLOCK];
-    uint64_t begin[BLOCK], length[BLOCK];
+    const uint8_t *ptr[BLOCK];
+    size_t len[BLOCK];
     uint64_t previous = n ? offset_at(offsets, offsets64, 0) : 0;
     if (n && previous > data_len) {
         *bad_row = 0;
@@ -332,7 +325,6 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
         size_t b = n - start < BLOCK ? n - start : BLOCK;
         int rc = reserve(m, b);
         if (rc != DPS_OK) return rc;
-        unsigned bits = m->bits;
         for (size_t j = 0; j < b; j++) {
             size_t row = start + j;
             /* A null's offsets are checked too: Arrow requires them ordered like any other. */
@@ -341,29 +333,13 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                 *bad_row = row;
                 return DPS_ERR_KEYMAP_OFFSETS;
             }
-            begin[j] = previous;
-            length[j] = end - previous;
+            /* data may be NULL only when it is empty: every value is then empty too */
+            ptr[j] = is_valid(validity, validity_offset + row) ? (data ? data + previous : (const uint8_t *)"") : NULL;
+            len[j] = (size_t)(end - previous);
             previous = end;
-            if (!is_valid(validity, validity_offset + row)) {
-                slot[j] = SIZE_MAX;
-                continue;
-            }
-            hash[j] = hash_bytes(data + begin[j], (size_t)length[j], m->seed);
-            slot[j] = slot_of_hash(hash[j], bits);
-            PREFETCH_W(m->slots + slot[j]);
         }
-        for (size_t j = 0; j < b; j++)
-            if (slot[j] != SIZE_MAX) prefetch_copy(m, slot[j], hash[j]);
-        for (size_t j = 0; j < b; j++) {
-            size_t row = start + j;
-            if (slot[j] == SIZE_MAX) {
-                rc = code_null(m, row, &codes[row], new_rows, n_new);
-            } else {
-                rc = probe_bytes(m, slot[j], hash[j], data + begin[j], (size_t)length[j], row,
-                                 &codes[row], new_rows, n_new);
-            }
-            if (rc != DPS_OK) return rc;
-        }
+        rc = encode_block(m, start, b, ptr, len, 0, codes, new_rows, n_new);
+        if (rc != DPS_OK) return rc;
     }
     return DPS_OK;
 }
