@@ -343,3 +343,41 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
     }
     return DPS_OK;
 }
+
+static inline int64_t load_index(const uint8_t *p, size_t width) {
+    switch (width) {
+    case 1: { int8_t v; memcpy(&v, p, 1); return v; }
+    case 2: { int16_t v; memcpy(&v, p, 2); return v; }
+    case 4: { int32_t v; memcpy(&v, p, 4); return v; }
+    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    }
+}
+
+int dps_dictionary_codes(size_t n, const uint8_t *validity, size_t validity_offset, const uint8_t *indices,
+                         size_t index_width, size_t dict_len, uint32_t *slot_of, uint32_t *next_code,
+                         uint32_t *null_code, uint32_t *codes, uint32_t *new_rows, size_t *n_new,
+                         size_t *bad_row) {
+    *n_new = 0;
+    if (n > DPS_KEYMAP_MAX_CODES || (index_width != 1 && index_width != 2 && index_width != 4 && index_width != 8))
+        return DPS_ERR_KEYMAP_KIND;
+    for (size_t row = 0; row < n; row++) {
+        uint32_t *code;
+        if (!is_valid(validity, validity_offset + row)) {
+            code = null_code;
+        } else {
+            int64_t index = load_index(indices + row * index_width, index_width);
+            if (index < 0 || (uint64_t)index >= dict_len) {
+                *bad_row = row;
+                return DPS_ERR_KEYMAP_OFFSETS;
+            }
+            code = &slot_of[index];
+        }
+        if (*code == DPS_KEYMAP_NO_CODE) {
+            if (*next_code >= DPS_KEYMAP_MAX_CODES - 1) return DPS_ERR_KEYMAP_FULL;
+            *code = (*next_code)++;
+            new_rows[(*n_new)++] = (uint32_t)row;
+        }
+        codes[row] = *code;
+    }
+    return DPS_OK;
+}

@@ -75,6 +75,20 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                           const void *offsets, int offsets64, const uint8_t *data, size_t data_len,
                           uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row);
 
+/* First-appearance codes of the indices of an Arrow dictionary column (dictionary of dict_len
+ * values; indices of index_width = 1, 2, 4 or 8 bytes, signed, from element validity_offset):
+ * codes[i] is the code of row i's index, a null index having one code of its own, and
+ * new_rows[0 .. *n_new) the rows where a code first appeared. A direct table replaces the hash:
+ * slot_of holds dict_len entries, DPS_KEYMAP_NO_CODE for an index not seen yet; it, *next_code
+ * and *null_code carry over between calls on batches that share one dictionary. An index
+ * outside [0, dict_len) is DPS_ERR_KEYMAP_OFFSETS with *bad_row. The caller then encodes only
+ * the values at new_rows, so unused dictionary values (a pandas categorical keeps the categories
+ * of rows it no longer has) never become keys. */
+int dps_dictionary_codes(size_t n, const uint8_t *validity, size_t validity_offset, const uint8_t *indices,
+                         size_t index_width, size_t dict_len, uint32_t *slot_of, uint32_t *next_code,
+                         uint32_t *null_code, uint32_t *codes, uint32_t *new_rows, size_t *n_new,
+                         size_t *bad_row);
+
 #define DPS_ERR_KEYMAP_FULL (-30)    /* more distinct values than 32-bit codes allow */
 #define DPS_ERR_KEYMAP_OFFSETS (-31) /* Arrow offsets out of range or decreasing */
 #define DPS_ERR_KEYMAP_KIND (-32)    /* wrong call or width for the map's kind */

@@ -195,6 +195,10 @@ cdef extern from "keymap.h" nogil:
     int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
                               const void *offsets, int offsets64, const uint8_t *data, size_t data_len,
                               uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row)
+    int dps_dictionary_codes(size_t n, const uint8_t *validity, size_t validity_offset, const uint8_t *indices,
+                             size_t index_width, size_t dict_len, uint32_t *slot_of, uint32_t *next_code,
+                             uint32_t *null_code, uint32_t *codes, uint32_t *new_rows, size_t *n_new,
+                             size_t *bad_row)
 
 
 cdef int _check_keymap(int rc, object name, size_t bad_row) except -1:
@@ -337,4 +341,55 @@ cdef class KeyMap:
         finally:
             self.busy = False
         _check_keymap(rc, self.name, soff + bad)
+        return codes, new_rows[:n_new]
+
+
+cdef class DictionaryCodes:
+    """First-appearance codes of the indices of dictionary arrays that share one dictionary of
+    ``dict_len`` values (the batches and slices of one pandas categorical): an index keeps its
+    code from one batch to the next; a null index has a code of its own."""
+
+    cdef object slot_of
+    cdef uint32_t next_code
+    cdef uint32_t null_code
+    cdef readonly Py_ssize_t dict_len
+    cdef readonly object name
+
+    def __cinit__(self, Py_ssize_t dict_len, object name="column"):
+        if dict_len < 0 or dict_len >= DPS_CODE_LIMIT:
+            raise ValueError(f"column {name!r}: bad dictionary length {dict_len}")
+        self.slot_of = np.full(max(dict_len, 1), DPS_CODE_LIMIT, dtype=np.uint32)
+        self.next_code = 0
+        self.null_code = DPS_CODE_LIMIT
+        self.dict_len = dict_len
+        self.name = name
+
+    def __len__(self):
+        return self.next_code
+
+    def encode(self, Py_ssize_t n, Py_ssize_t offset, object validity, object indices, Py_ssize_t index_width):
+        """(codes, new_rows) of n indices of `index_width` bytes from element `offset`."""
+        if n < 0 or offset < 0 or n >= DPS_CODE_LIMIT or index_width not in (1, 2, 4, 8):
+            raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}, index width={index_width}")
+        cdef size_t sn = <size_t>n, soff = <size_t>offset, sw = <size_t>index_width
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+                                            "validity", self.name)
+        cdef const uint8_t *idx = _buffer(indices, (soff + sn) * sw, "indices", self.name)
+        codes = np.empty(n, dtype=np.uint32)
+        new_rows = np.empty(n, dtype=np.uint32)
+        if n == 0:
+            return codes, new_rows
+        cdef uint32_t[::1] c = codes
+        cdef uint32_t[::1] r = new_rows
+        cdef uint32_t[::1] slots = self.slot_of
+        cdef size_t n_new = 0, bad = 0
+        cdef int rc
+        idx += soff * sw
+        with nogil:
+            rc = dps_dictionary_codes(sn, valid, soff, idx, sw, <size_t>self.dict_len, &slots[0], &self.next_code,
+                                      &self.null_code, &c[0], &r[0], &n_new, &bad)
+        if rc == DPS_ERR_KEYMAP_OFFSETS:
+            raise ValueError(f"column {self.name!r}: the dictionary index of row {soff + bad} is outside its "
+                             f"dictionary of {self.dict_len} values (a corrupt array)")
+        _check_keymap(rc, self.name, 0)
         return codes, new_rows[:n_new]

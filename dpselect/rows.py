@@ -186,8 +186,8 @@ def check_column_types(schema: Any, privacy_unit: str, by: Sequence[str]) -> Non
 
 def _normalize(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A column whose values can be hashed consistently across batches: dictionary columns
-    (pandas categoricals) are decoded, views become plain strings, and every float class is
-    one bit pattern."""
+    are decoded (KeyFactorizer passes only one row per category), views become plain
+    strings, and every float class is one bit pattern."""
     pa = import_pyarrow()
     typ = column.type
     target = key_type(typ)
@@ -260,6 +260,9 @@ class KeyFactorizer:
         self._type: Any = None
         self._map: _count.KeyMap | None = None
         self._map_type: Any = None
+        # (identity of the last dictionary, its index codes, the global code of each index code,
+        # the dictionary itself)
+        self._dictionary: tuple[Any, _count.DictionaryCodes, list[npt.NDArray[np.uint32]], Any] | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -349,6 +352,8 @@ class KeyFactorizer:
     def encode(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values."""
         pa = import_pyarrow()
+        if pa.types.is_dictionary(column.type):
+            return self._encode_dictionary(column)
         column = _normalize(column)
         if self._type is None:
             self._type = column.type
@@ -364,6 +369,41 @@ class KeyFactorizer:
             parts.append(codes)
         self._size = len(code_map)
         if not parts:
+            return np.zeros(0, dtype=np.uint32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+    def _encode_dictionary(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
+        """A dictionary column (a pandas categorical, a Polars Categorical) without decoding every
+        row: its indices get codes in C through a direct table (kept while the batches share
+        one dictionary, as the chunks and slices of one categorical do), and only one row per
+        index seen for the first time is decoded and encoded as usual. Dictionary values no
+        row uses (a categorical keeps the categories of rows filtered away) never become keys."""
+        pa = import_pyarrow()
+        arrays = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        parts = []
+        for array in arrays:
+            dictionary = array.dictionary
+            # The same buffers (immutable in Arrow) mean the same dictionary. The cache holds the
+            # dictionary itself, so its buffers cannot be freed and their addresses reused by a
+            # different dictionary while they serve as its identity.
+            identity = (str(dictionary.type), dictionary.offset, len(dictionary),
+                        tuple((b.address, b.size) if b is not None else None for b in dictionary.buffers()))
+            if self._dictionary is None or self._dictionary[0] != identity:
+                self._dictionary = (identity, _count.DictionaryCodes(len(dictionary), self.name), [], dictionary)
+            _, local_codes, known, _ = self._dictionary
+            indices = array.indices
+            buffers = indices.buffers()
+            local, first_rows = local_codes.encode(len(indices), indices.offset, buffers[0], buffers[1],
+                                                   indices.type.bit_width // 8)
+            if len(first_rows):
+                representatives = array.take(arrow_from_numpy(first_rows)).dictionary_decode()
+                known.append(self.encode(representatives))
+                if len(known) > 1:
+                    known[:] = [np.concatenate(known)]
+            parts.append(known[0][local] if known else np.zeros(0, dtype=np.uint32))
+        if not parts:
+            self.encode(pa.array([], type=column.type.value_type))  # fixes the type, as for plain columns
             return np.zeros(0, dtype=np.uint32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -536,8 +576,11 @@ class RowCounter:
 
     @staticmethod
     def _is_bytes(batch: Any, name: str) -> bool:
-        """Whether a column's values are compared as bytes (strings, binaries, wide values)."""
-        return _layout(key_type(batch.schema.field(name).type))[0] == "bytes"
+        """Whether a column's values are compared as bytes (strings, binaries, wide values) row
+        by row; a dictionary column is encoded by its integer indices."""
+        pa = import_pyarrow()
+        typ = batch.schema.field(name).type
+        return not pa.types.is_dictionary(typ) and _layout(key_type(typ))[0] == "bytes"
 
     def _encode_users(self, piece: Any) -> npt.NDArray[np.uint32]:
         return self._users.encode(piece.column(self.privacy_unit))

@@ -166,3 +166,40 @@ def test_word_maps_take_only_word_widths():
         _count.KeyMap("word", 1, "unit").encode_fixed(1, 0, None, b"abc", 3)
     with pytest.raises(ValueError, match="kind must be"):
         _count.KeyMap("dict", 1)
+
+
+# ----------------------------------------------------------------------------- dictionary columns
+
+def dictionary_batches() -> list[pa.Array]:
+    values = ["b", None, "a", "b", "c", None, "a"]
+    one = pa.array(values).dictionary_encode()
+    unused = pa.DictionaryArray.from_arrays(pa.array([0, None, 2, 0], type=pa.int8()),
+                                            pa.array(["z", "never used", "y"]))
+    nulls_in_dictionary = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1], type=pa.int64()),
+                                                         pa.array([None, "b"]))
+    return [one.slice(0, 3), one.slice(3), unused, pa.chunked_array([one, one.slice(2)]), nulls_in_dictionary]
+
+
+def test_dictionary_columns_get_the_codes_of_their_decoded_values():
+    batches = dictionary_batches()
+    codes, distinct = encode_batches(batches)
+    expected, expected_distinct = reference_codes([b.to_pylist() for b in batches])
+    assert codes == expected and distinct == expected_distinct
+    assert "never used" not in distinct  # a category no row has never becomes a key
+
+
+def test_a_new_dictionary_at_a_recycled_address_is_not_taken_for_the_old_one():
+    factorizer = KeyFactorizer("k")
+    for i in range(50):  # each dictionary dies after its batch; its memory may be reused
+        values = [f"v{i}-{j}" for j in range(3)]
+        batch = pa.array(values * 2).dictionary_encode()
+        codes = factorizer.encode(batch).tolist()
+        assert [factorizer.values[c].as_py() for c in codes] == values * 2
+
+
+def test_corrupt_dictionary_indices_are_refused():
+    local = _count.DictionaryCodes(3, "key")
+    with pytest.raises(ValueError, match="dictionary index of row 1 is outside its dictionary of 3"):
+        local.encode(2, 0, None, np.array([0, 3], dtype=np.int32), 4)
+    with pytest.raises(ValueError, match="outside"):
+        local.encode(1, 0, None, np.array([-1], dtype=np.int8), 1)
