@@ -12,9 +12,10 @@ int dps_counter_init(dps_counter *c, size_t expected_pairs) {
 }
 
 int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions, size_t n,
-                     size_t *bad_index) {
+                     uint32_t shard_mask, uint32_t shard, size_t *bad_index) {
     if (c->finished) return DPS_ERR_FINISHED;
-    return dps_pairset_insert(&c->pairs, users, partitions, n, bad_index);
+    if ((shard & ~shard_mask) || (shard_mask & (shard_mask + 1u))) return DPS_ERR_BAD_ARG;
+    return dps_pairset_insert(&c->pairs, users, partitions, n, shard_mask, shard, bad_index);
 }
 
 size_t dps_counter_pairs(const dps_counter *c) { return c->pairs.size; }
@@ -70,6 +71,69 @@ static int renumber_users(uint64_t *keys, size_t n_pairs, uint64_t *n_users) {
     return DPS_OK;
 }
 
+/* Counting sort of the pairs by user, in two passes that stay in the caches: first into
+ * buckets of up to 2^shift consecutive users (at most a few thousand buckets, so the scatter
+ * writes to a few thousand places, not one per user), then each bucket by user on its own. Both
+ * passes are stable, so the result is exactly the one-pass counting sort's: user u's partitions,
+ * in the order of the pairs, at group[end[u - 1] .. end[u]) (end[-1] read as 0), and
+ * end[n_users] = n_pairs. end must hold n_users + 1 zeros. */
+static int group_by_user(const uint64_t *keys, size_t n_pairs, uint64_t n_users, size_t *end, uint32_t *group) {
+    unsigned bits = 0;
+    while (bits < 32 && ((uint64_t)1 << bits) < n_users) bits++;
+    unsigned shift = bits > 8 ? bits - 8 : 0;
+    if (shift > 16) shift = 16; /* a user's rank in its bucket fits 16 bits */
+    size_t n_buckets = (size_t)((n_users + ((uint64_t)1 << shift) - 1) >> shift);
+    size_t *bucket_end = (size_t *)calloc(n_buckets + 1, sizeof(size_t));
+    uint16_t *low = shift ? (uint16_t *)malloc((n_pairs ? n_pairs : 1) * sizeof(uint16_t)) : NULL;
+    if (bucket_end == NULL || (shift && low == NULL)) {
+        free(bucket_end);
+        free(low);
+        return DPS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n_pairs; i++) bucket_end[(keys[i] >> 32 >> shift) + 1]++;
+    for (size_t b = 0; b < n_buckets; b++) bucket_end[b + 1] += bucket_end[b];
+    /* bucket_end[b] now starts bucket b; the scatter moves it to the bucket's end. */
+    uint32_t low_mask = ((uint32_t)1 << shift) - 1;
+    for (size_t i = 0; i < n_pairs; i++) {
+        uint32_t u = (uint32_t)(keys[i] >> 32);
+        size_t d = bucket_end[u >> shift]++;
+        group[d] = (uint32_t)keys[i];
+        if (shift) low[d] = (uint16_t)(u & low_mask);
+    }
+    int rc = DPS_OK;
+    if (shift == 0) { /* one user per bucket: already grouped */
+        for (uint64_t u = 0; u < n_users; u++) end[u] = bucket_end[u];
+    } else {
+        size_t largest = 0;
+        for (size_t b = 0, lo = 0; b < n_buckets; lo = bucket_end[b++])
+            if (bucket_end[b] - lo > largest) largest = bucket_end[b] - lo;
+        uint32_t *tmp = (uint32_t *)malloc((largest ? largest : 1) * sizeof(uint32_t));
+        if (tmp == NULL) {
+            rc = DPS_ERR_NOMEM;
+        } else {
+            for (size_t b = 0, lo = 0; b < n_buckets; lo = bucket_end[b++]) {
+                size_t hi = bucket_end[b];
+                uint64_t first = (uint64_t)b << shift;
+                uint64_t last = first + ((uint64_t)1 << shift) < n_users ? first + ((uint64_t)1 << shift) : n_users;
+                for (size_t d = lo; d < hi; d++) end[first + low[d]]++;
+                size_t running = lo; /* end[u] := where user u starts */
+                for (uint64_t u = first; u < last; u++) {
+                    size_t count = end[u];
+                    end[u] = running;
+                    running += count;
+                }
+                memcpy(tmp, group + lo, (hi - lo) * sizeof(uint32_t));
+                for (size_t d = lo; d < hi; d++) group[end[first + low[d]]++] = tmp[d - lo];
+            }
+            free(tmp);
+        }
+    }
+    end[n_users] = n_pairs;
+    free(bucket_end);
+    free(low);
+    return rc;
+}
+
 int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32_t **grouped,
                       uint64_t *n_users_out, size_t *n_pairs_out) {
     *ends = NULL;
@@ -78,21 +142,16 @@ int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32
     *n_pairs_out = 0;
     if (c->finished) return DPS_ERR_FINISHED;
     c->finished = 1;
-    int rc = dps_pairset_compact(&c->pairs);
+    uint32_t max_user, max_partition;
+    int rc = dps_pairset_compact(&c->pairs, &max_user, &max_partition);
     if (rc != DPS_OK) return rc;
     const uint64_t *keys = c->pairs.slots;
     size_t n_pairs = c->pairs.size;
-
-    /* Check codes and find the largest user code in use. */
-    uint64_t n_users = 0;
-    for (size_t i = 0; i < n_pairs; i++) {
-        uint64_t u = keys[i] >> 32;
-        if ((keys[i] & 0xFFFFFFFFu) >= n_partitions) {
-            dps_pairset_free(&c->pairs);
-            return DPS_ERR_BAD_CODE;
-        }
-        if (u + 1 > n_users) n_users = u + 1;
+    if (n_pairs && max_partition >= n_partitions) {
+        dps_pairset_free(&c->pairs);
+        return DPS_ERR_BAD_CODE;
     }
+    uint64_t n_users = n_pairs ? (uint64_t)max_user + 1 : 0;
     /* The grouping below keeps one offset per user code up to the largest. Codes from
      * dpselect's factorizer are dense, but a caller may pass any code below DPS_CODE_LIMIT, and
      * one pair with a code near 2^32 would then ask for 32 GiB: sparse codes are first renumbered
@@ -115,10 +174,13 @@ int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32
         dps_pairset_free(&c->pairs);
         return DPS_ERR_NOMEM;
     }
-    for (size_t i = 0; i < n_pairs; i++) end[(keys[i] >> 32) + 1]++;
-    for (uint64_t u = 0; u < n_users; u++) end[u + 1] += end[u];
-    for (size_t i = 0; i < n_pairs; i++) group[end[keys[i] >> 32]++] = (uint32_t)keys[i];
+    rc = group_by_user(keys, n_pairs, n_users, end, group);
     dps_pairset_free(&c->pairs); /* keys are no longer needed: lower the peak */
+    if (rc != DPS_OK) {
+        free(end);
+        free(group);
+        return rc;
+    }
     *ends = end;
     *grouped = group;
     *n_users_out = n_users;

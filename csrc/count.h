@@ -38,9 +38,11 @@ typedef struct dps_counter {
 /* Empty counter with room for about `expected_pairs` distinct pairs (0: grow as needed). */
 int dps_counter_init(dps_counter *c, size_t expected_pairs);
 
-/* Add n rows. Codes must be < DPS_CODE_LIMIT (else DPS_ERR_BAD_CODE with *bad_index). */
+/* Add the n rows of this shard: those with (users[i] & shard_mask) == shard (mask 0: all; else
+ * 2^b - 1, and the user is stored as users[i] >> b, so a shard's user codes stay dense).
+ * Codes must be < DPS_CODE_LIMIT in every row (else DPS_ERR_BAD_CODE with *bad_index). */
 int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions, size_t n,
-                     size_t *bad_index);
+                     uint32_t shard_mask, uint32_t shard, size_t *bad_index);
 
 /* Distinct pairs fed so far, and bytes held. */
 size_t dps_counter_pairs(const dps_counter *c);

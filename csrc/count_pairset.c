@@ -9,7 +9,7 @@
 #include "csprng.h" /* status codes */
 
 #define MIN_CAPACITY ((size_t)1 << 10)
-#define BLOCK 16 /* inserts whose slots are prefetched together */
+#define BLOCK 32 /* inserts whose slots are prefetched together */
 
 /* Largest number of pairs a table of this capacity may hold (80 % load: fresh memory is what
  * costs most on a large table, more than the longer probe runs, which stay within cache lines). */
@@ -85,38 +85,85 @@ void dps_pairset_free(dps_pairset *set) {
     set->size = 0;
 }
 
-int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *partitions,
-                       size_t n, size_t *bad_index) {
-    uint64_t keys[BLOCK];
-    size_t where[BLOCK];
-    for (size_t start = 0; start < n; start += BLOCK) {
-        size_t m = n - start < BLOCK ? n - start : BLOCK;
-        /* Growing before a block keeps every probe below inside one table. */
-        int rc = reserve(set, m);
-        if (rc != DPS_OK) return rc;
-        size_t mask = set->capacity - 1;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t u = users[start + j], p = partitions[start + j];
-            if (u >= DPS_CODE_LIMIT || p >= DPS_CODE_LIMIT) {
-                *bad_index = start + j;
-                for (size_t t = 0; t < j; t++) set->size += (size_t)put(set->slots, mask, keys[t], where[t]);
-                return DPS_ERR_BAD_CODE;
-            }
-            keys[j] = ((uint64_t)u << 32) | p;
-            where[j] = (size_t)dps_fmix64(keys[j]) & mask;
-            DPS_PREFETCH_W(set->slots + where[j]);
+/* Rows go in blocks, two in flight: the next block's slots are prefetched while this block's
+ * pairs are put, so each miss has a block of other work to hide behind. */
+typedef struct pair_block {
+    uint64_t key[BLOCK];
+    size_t n;
+} pair_block;
+
+/* Pack the pairs of this shard among rows [start, start + m) into k and prefetch their home
+ * slots. On a code >= DPS_CODE_LIMIT, k keeps the pairs before it, *bad_index is its row and
+ * DPS_ERR_BAD_CODE is returned. */
+static int gather(const dps_pairset *set, pair_block *k, const uint32_t *users, const uint32_t *partitions,
+                  size_t start, size_t m, uint32_t shard_mask, uint32_t shard, unsigned shift, size_t *bad_index) {
+    k->n = 0;
+    size_t mask = set->capacity - 1;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t u = users[start + j], p = partitions[start + j];
+        if (u >= DPS_CODE_LIMIT || p >= DPS_CODE_LIMIT) {
+            *bad_index = start + j;
+            return DPS_ERR_BAD_CODE;
         }
-        for (size_t j = 0; j < m; j++) set->size += (size_t)put(set->slots, mask, keys[j], where[j]);
+        if ((u & shard_mask) != shard) continue;
+        uint64_t key = ((uint64_t)(u >> shift) << 32) | p;
+        k->key[k->n++] = key;
+        if (set->capacity != 0) DPS_PREFETCH_W(set->slots + ((size_t)dps_fmix64(key) & mask));
     }
     return DPS_OK;
 }
 
-int dps_pairset_compact(dps_pairset *set) {
+static int put_block(dps_pairset *set, const pair_block *k) {
+    /* Growing before a block keeps every probe below inside one table; the slot is computed
+     * again, as the table may have grown since the prefetch. */
+    int rc = reserve(set, k->n);
+    if (rc != DPS_OK) return rc;
+    size_t mask = set->capacity - 1;
+    for (size_t j = 0; j < k->n; j++)
+        set->size += (size_t)put(set->slots, mask, k->key[j], (size_t)dps_fmix64(k->key[j]) & mask);
+    return DPS_OK;
+}
+
+int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *partitions,
+                       size_t n, uint32_t shard_mask, uint32_t shard, size_t *bad_index) {
+    pair_block ring[2];
+    unsigned shift = 0; /* the user bits the shard fixes are dropped: user codes stay dense */
+    while (shift < 32 && ((shard_mask >> shift) & 1u)) shift++;
+    if (n == 0) return DPS_OK;
+    int bad = gather(set, &ring[0], users, partitions, 0, n < BLOCK ? n : BLOCK, shard_mask, shard, shift, bad_index);
+    for (size_t k = 0, start = 0;; k++, start += BLOCK) {
+        size_t next = start + BLOCK;
+        int more = bad == DPS_OK && next < n;
+        if (more)
+            bad = gather(set, &ring[(k + 1) & 1], users, partitions, next, n - next < BLOCK ? n - next : BLOCK,
+                         shard_mask, shard, shift, bad_index);
+        int rc = put_block(set, &ring[k & 1]);
+        if (rc != DPS_OK) return rc;
+        if (!more) return bad; /* the end, or this block held the bad row (and its pairs before it) */
+        if (bad != DPS_OK) {   /* the next block held it: its pairs before the bad row go in too */
+            rc = put_block(set, &ring[(k + 1) & 1]);
+            return rc != DPS_OK ? rc : bad;
+        }
+    }
+}
+
+int dps_pairset_compact(dps_pairset *set, uint32_t *max_user, uint32_t *max_partition) {
+    /* One pass, without a branch on the slot's state (about half the slots are empty, at
+     * random): every slot is copied down and the write position advances only past a pair. */
     size_t out = 0;
+    uint32_t top_user = 0, top_partition = 0;
     for (size_t i = 0; i < set->capacity; i++) {
         uint64_t key = set->slots[i];
-        if (key != DPS_PAIR_EMPTY) set->slots[out++] = key;
+        uint64_t full = (uint64_t)(key != DPS_PAIR_EMPTY);
+        set->slots[out] = key;
+        out += (size_t)full;
+        uint64_t kept = key & (0 - full); /* the empty marker counts as (0, 0) */
+        uint32_t u = (uint32_t)(kept >> 32), p = (uint32_t)kept;
+        top_user = u > top_user ? u : top_user;
+        top_partition = p > top_partition ? p : top_partition;
     }
+    *max_user = top_user;
+    *max_partition = top_partition;
     set->capacity = out;
     if (out == 0) {
         free(set->slots);

@@ -32,15 +32,20 @@ int dps_pairset_init(dps_pairset *set, size_t expected);
 /* Release the slots (the set is then empty and may be reused after init). */
 void dps_pairset_free(dps_pairset *set);
 
-/* Insert n pairs (users[i], partitions[i]); duplicates are ignored. Every code must be
- * < DPS_CODE_LIMIT: otherwise nothing past the offending row is inserted, *bad_index is set to its
- * row and DPS_ERR_BAD_CODE is returned (rows before it stay inserted). */
+/* Insert the pairs (users[i], partitions[i]) of this shard, those with
+ * (users[i] & shard_mask) == shard (mask 0, shard 0: every pair); duplicates are ignored. Sharding
+ * by user code lets two threads fill two sets from the same rows, each user's pairs in one set.
+ * shard_mask must be 2^b - 1; the set stores users[i] >> b (dense again within the shard).
+ * Every code of every row must be < DPS_CODE_LIMIT: otherwise nothing past the offending row is
+ * inserted, *bad_index is set to its row and DPS_ERR_BAD_CODE is returned (rows before it stay
+ * inserted). */
 int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *partitions,
-                       size_t n, size_t *bad_index);
+                       size_t n, uint32_t shard_mask, uint32_t shard, size_t *bad_index);
 
 /* Move the stored pairs to the front of the slot array (any order) and shrink it to exactly
- * `size` words; the set can then only be read through set->slots[0 .. size) and freed. */
-int dps_pairset_compact(dps_pairset *set);
+ * `size` words; the set can then only be read through set->slots[0 .. size) and freed. Sets the
+ * largest user and partition codes stored (0 when empty). */
+int dps_pairset_compact(dps_pairset *set, uint32_t *max_user, uint32_t *max_partition);
 
 /* Bytes currently held. */
 size_t dps_pairset_bytes(const dps_pairset *set);

@@ -243,36 +243,70 @@ static inline int probe_word(dps_keymap *m, size_t i, uint64_t value, size_t row
     }
 }
 
-/* One block of rows (b <= BLOCK, table already reserved): value j is null when ptr[j] is NULL,
- * else ptr[j][0 .. len[j]). Hashes and prefetches every row's slot, then (BYTES) the copies
- * those slots point to, then probes, so the cache misses of the block overlap. */
-static int encode_block(dps_keymap *m, size_t first_row, size_t b, const uint8_t *const *ptr,
-                        const size_t *len, size_t width, uint32_t *codes, uint32_t *new_rows, size_t *n_new) {
-    size_t slot[BLOCK];
-    uint64_t key[BLOCK];
-    for (size_t j = 0; j < b; j++) {
-        if (ptr[j] == NULL) continue;
-        if (m->kind == DPS_KEYMAP_WORD) {
-            key[j] = load_word(ptr[j], width);
-            slot[j] = slot_of_word(m, key[j]);
-        } else {
-            key[j] = hash_bytes(ptr[j], len[j], m->seed);
-            slot[j] = slot_of_hash(key[j], m->bits);
-        }
-        DPS_PREFETCH_W(m->slots + slot[j]);
+/* Rows go through the table in blocks of BLOCK, three blocks in flight: block k + 2 is hashed
+ * and its home slots prefetched, block k + 1 has the copies its slots point to prefetched
+ * (BYTES), and block k is probed. Each miss so gets two blocks of other work to hide behind,
+ * where one block's three loops back to back would wait for most of them. The earlier stages
+ * only hint the cache: the probe recomputes the slot from the hash (the table may have grown
+ * in between) and reads the slot again (an earlier row may have just filled it). */
+typedef struct row_block {
+    size_t first_row, b;
+    const uint8_t *ptr[BLOCK]; /* NULL for a null value */
+    size_t len[BLOCK];
+    uint64_t key[BLOCK];       /* WORD: the value; BYTES: its seeded hash */
+} row_block;
+
+static inline size_t home_slot(const dps_keymap *m, uint64_t key) {
+    return m->kind == DPS_KEYMAP_WORD ? slot_of_word(m, key) : slot_of_hash(key, m->bits);
+}
+
+static void hash_block(const dps_keymap *m, row_block *k, size_t width) {
+    for (size_t j = 0; j < k->b; j++) {
+        if (k->ptr[j] == NULL) continue;
+        k->key[j] = m->kind == DPS_KEYMAP_WORD ? load_word(k->ptr[j], width)
+                                              : hash_bytes(k->ptr[j], k->len[j], m->seed);
+        if (m->capacity != 0) DPS_PREFETCH_W(m->slots + home_slot(m, k->key[j]));
     }
-    if (m->kind == DPS_KEYMAP_BYTES)
-        for (size_t j = 0; j < b; j++)
-            if (ptr[j] != NULL) prefetch_copy(m, slot[j], key[j]);
-    for (size_t j = 0; j < b; j++) {
-        size_t row = first_row + j;
-        int rc;
-        if (ptr[j] == NULL)
+}
+
+static void prefetch_copies(const dps_keymap *m, const row_block *k) {
+    if (m->kind != DPS_KEYMAP_BYTES || m->capacity == 0) return;
+    for (size_t j = 0; j < k->b; j++)
+        if (k->ptr[j] != NULL) prefetch_copy(m, home_slot(m, k->key[j]), k->key[j]);
+}
+
+static int probe_block(dps_keymap *m, const row_block *k, uint32_t *codes, uint32_t *new_rows, size_t *n_new) {
+    int rc = reserve(m, k->b);
+    if (rc != DPS_OK) return rc;
+    for (size_t j = 0; j < k->b; j++) {
+        size_t row = k->first_row + j;
+        if (k->ptr[j] == NULL)
             rc = code_null(m, row, &codes[row], new_rows, n_new);
         else if (m->kind == DPS_KEYMAP_WORD)
-            rc = probe_word(m, slot[j], key[j], row, &codes[row], new_rows, n_new);
+            rc = probe_word(m, home_slot(m, k->key[j]), k->key[j], row, &codes[row], new_rows, n_new);
         else
-            rc = probe_bytes(m, slot[j], key[j], ptr[j], len[j], row, &codes[row], new_rows, n_new);
+            rc = probe_bytes(m, home_slot(m, k->key[j]), k->key[j], k->ptr[j], k->len[j], row, &codes[row],
+                             new_rows, n_new);
+        if (rc != DPS_OK) return rc;
+    }
+    return DPS_OK;
+}
+
+/* Advance the pipeline by one block: `filled` is block k + 2, just filled (NULL when the rows
+ * are exhausted); block k + 1 gets its copies prefetched and block k is probed. */
+static int pipeline_step(dps_keymap *m, row_block ring[3], size_t k, size_t n_blocks, int filled, size_t width,
+                         uint32_t *codes, uint32_t *new_rows, size_t *n_new) {
+    if (filled) hash_block(m, &ring[(k + 2) % 3], width);
+    if (k + 1 < n_blocks) prefetch_copies(m, &ring[(k + 1) % 3]);
+    return k < n_blocks ? probe_block(m, &ring[k % 3], codes, new_rows, n_new) : DPS_OK;
+}
+
+/* Probe every block already filled (blocks k .. k + 1), e.g. before reporting a bad row, so the
+ * rows before it are coded exactly as without the pipeline. */
+static int pipeline_drain(dps_keymap *m, row_block ring[3], size_t k, size_t n_filled, uint32_t *codes,
+                          uint32_t *new_rows, size_t *n_new) {
+    for (; k < n_filled; k++) {
+        int rc = probe_block(m, &ring[k % 3], codes, new_rows, n_new);
         if (rc != DPS_OK) return rc;
     }
     return DPS_OK;
@@ -285,19 +319,27 @@ int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, si
     if (n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND; /* rows are reported as 32-bit */
     if (width == 0 || (m->kind == DPS_KEYMAP_WORD && width != 1 && width != 2 && width != 4 && width != 8))
         return DPS_ERR_KEYMAP_KIND;
-    const uint8_t *ptr[BLOCK];
-    size_t len[BLOCK];
-    for (size_t start = 0; start < n; start += BLOCK) {
-        size_t b = n - start < BLOCK ? n - start : BLOCK;
-        int rc = reserve(m, b);
-        if (rc != DPS_OK) return rc;
-        for (size_t j = 0; j < b; j++) {
-            size_t row = start + j;
-            int null = all_null || !is_valid(validity, validity_offset + row);
-            ptr[j] = null ? NULL : values + row * width;
-            len[j] = width;
+    row_block ring[3];
+    size_t n_blocks = (n + BLOCK - 1) / BLOCK;
+    /* Step s fills block s and probes block s - 2. */
+    for (size_t s = 0; s < n_blocks + 2; s++) {
+        int filled = s < n_blocks;
+        if (filled) {
+            row_block *k = &ring[s % 3];
+            k->first_row = s * BLOCK;
+            k->b = n - k->first_row < BLOCK ? n - k->first_row : BLOCK;
+            for (size_t j = 0; j < k->b; j++) {
+                size_t row = k->first_row + j;
+                int null = all_null || !is_valid(validity, validity_offset + row);
+                k->ptr[j] = null ? NULL : values + row * width;
+                k->len[j] = width;
+            }
         }
-        rc = encode_block(m, start, b, ptr, len, width, codes, new_rows, n_new);
+        if (s < 2) {
+            if (filled) hash_block(m, &ring[s % 3], width);
+            continue;
+        }
+        int rc = pipeline_step(m, ring, s - 2, n_blocks, filled, width, codes, new_rows, n_new);
         if (rc != DPS_OK) return rc;
     }
     return DPS_OK;
@@ -314,31 +356,45 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                           uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row) {
     *n_new = 0;
     if (m->kind != DPS_KEYMAP_BYTES || n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND;
-    const uint8_t *ptr[BLOCK];
-    size_t len[BLOCK];
     uint64_t previous = n ? offset_at(offsets, offsets64, 0) : 0;
     if (n && previous > data_len) {
         *bad_row = 0;
         return DPS_ERR_KEYMAP_OFFSETS;
     }
-    for (size_t start = 0; start < n; start += BLOCK) {
-        size_t b = n - start < BLOCK ? n - start : BLOCK;
-        int rc = reserve(m, b);
-        if (rc != DPS_OK) return rc;
-        for (size_t j = 0; j < b; j++) {
-            size_t row = start + j;
-            /* A null's offsets are checked too: Arrow requires them ordered like any other. */
-            uint64_t end = offset_at(offsets, offsets64, row + 1);
-            if (end < previous || end > data_len) {
-                *bad_row = row;
-                return DPS_ERR_KEYMAP_OFFSETS;
+    row_block ring[3];
+    size_t n_blocks = (n + BLOCK - 1) / BLOCK;
+    /* Step s fills block s and probes block s - 2 (see pipeline_step). */
+    for (size_t s = 0; s < n_blocks + 2; s++) {
+        int filled = s < n_blocks;
+        if (filled) {
+            row_block *k = &ring[s % 3];
+            k->first_row = s * BLOCK;
+            k->b = n - k->first_row < BLOCK ? n - k->first_row : BLOCK;
+            for (size_t j = 0; j < k->b; j++) {
+                size_t row = k->first_row + j;
+                /* A null's offsets are checked too: Arrow requires them ordered like any other. */
+                uint64_t end = offset_at(offsets, offsets64, row + 1);
+                if (end < previous || end > data_len) {
+                    /* Code the rows before this one, as an unpipelined pass would have. */
+                    k->b = j;
+                    hash_block(m, k, 0);
+                    size_t first = s < 2 ? 0 : s - 2;
+                    int rc = pipeline_drain(m, ring, first, s + 1, codes, new_rows, n_new);
+                    if (rc != DPS_OK) return rc;
+                    *bad_row = row;
+                    return DPS_ERR_KEYMAP_OFFSETS;
+                }
+                /* data may be NULL only when it is empty: every value is then empty too */
+                k->ptr[j] = is_valid(validity, validity_offset + row) ? (data ? data + previous : (const uint8_t *)"") : NULL;
+                k->len[j] = (size_t)(end - previous);
+                previous = end;
             }
-            /* data may be NULL only when it is empty: every value is then empty too */
-            ptr[j] = is_valid(validity, validity_offset + row) ? (data ? data + previous : (const uint8_t *)"") : NULL;
-            len[j] = (size_t)(end - previous);
-            previous = end;
         }
-        rc = encode_block(m, start, b, ptr, len, 0, codes, new_rows, n_new);
+        if (s < 2) {
+            if (filled) hash_block(m, &ring[s % 3], 0);
+            continue;
+        }
+        int rc = pipeline_step(m, ring, s - 2, n_blocks, filled, 0, codes, new_rows, n_new);
         if (rc != DPS_OK) return rc;
     }
     return DPS_OK;

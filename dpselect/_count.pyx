@@ -21,7 +21,7 @@ cdef extern from "count.h" nogil:
         pass
     int dps_counter_init(dps_counter *c, size_t expected_pairs)
     int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions,
-                         size_t n, size_t *bad_index)
+                         size_t n, uint32_t shard_mask, uint32_t shard, size_t *bad_index)
     size_t dps_counter_pairs(const dps_counter *c)
     size_t dps_counter_bytes(const dps_counter *c)
     int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
@@ -81,11 +81,19 @@ cdef class PairCounter:
         self.busy = True
         return 0
 
-    def feed(self, const uint32_t[::1] users, const uint32_t[::1] partitions) -> None:
-        """Add rows (users[i], partitions[i]); duplicates are ignored."""
+    def feed(self, const uint32_t[::1] users, const uint32_t[::1] partitions,
+             uint32_t shard_mask=0, uint32_t shard=0) -> None:
+        """Add rows (users[i], partitions[i]); duplicates are ignored. With a shard, only the
+        rows whose ``users[i] & shard_mask == shard`` are added, as user ``users[i] >> b`` for
+        ``shard_mask = 2**b - 1`` (every row's codes are checked): two counters fed the same
+        rows with shards 0 and 1 of mask 1 split the users between them, so two threads can fill
+        and finish them at once, each with dense user codes."""
         if users.shape[0] != partitions.shape[0]:
             raise ValueError(f"users and partitions must have the same length, got "
                              f"{users.shape[0]} and {partitions.shape[0]}")
+        if shard & ~shard_mask or shard_mask & (shard_mask + 1):
+            raise ValueError(f"shard_mask must be 2**b - 1 and shard one of its values, got "
+                             f"shard_mask={shard_mask}, shard={shard}")
         cdef size_t n = <size_t>users.shape[0]
         cdef size_t bad = 0
         cdef int rc = DPS_OK
@@ -94,7 +102,7 @@ cdef class PairCounter:
         self._enter()
         try:
             with nogil:
-                rc = dps_counter_feed(&self.c, &users[0], &partitions[0], n, &bad)
+                rc = dps_counter_feed(&self.c, &users[0], &partitions[0], n, shard_mask, shard, &bad)
         finally:
             self.busy = False
         if rc == DPS_ERR_BAD_CODE:

@@ -12,6 +12,8 @@ at most the advantage of an attacker distinguishing ChaCha20 from random.
 """
 from __future__ import annotations
 
+import hashlib
+
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -113,6 +115,16 @@ class SecureRNG:
 
 
 _SECURE = SecureRNG()
+
+
+def shard_test_state(test_state: _rng.TestState | None, shard: int) -> _rng.TestState | None:
+    """The deterministic state of one shard of a job split over threads: None (each thread's
+    own CSPRNG state) for the secure generator; for the test generator, a stream derived from
+    the seed and the shard, so a job's results do not depend on which thread ran first."""
+    if test_state is None or shard == 0:
+        return test_state
+    seed = hashlib.sha256(b"dpselect shard %d\x00" % shard + test_state.seed).digest()
+    return _rng.TestState(seed, test_state.stream, _rng.ACK_INSECURE)
 
 
 def resolve_rng(rng: object | None) -> SecureRNG:

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
-from dpselect.rng import resolve_rng
+from dpselect.rng import resolve_rng, shard_test_state
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -71,6 +71,12 @@ NullPolicy = Literal["error", "drop"]
 # Rows per step of the encoding pipeline in RowCounter.feed: large enough that the per-piece
 # Python work is negligible, small enough that the two threads overlap for most of a batch.
 _PIECE_ROWS = 1 << 18
+
+# The pair set is split in two by user code parity (the low bit): the two threads of
+# RowCounter.feed each fill one half from the same rows, and RowCounter.finish bounds the two
+# halves' users at once. Every user's pairs are in one half, which is all bounding needs.
+_SHARD_MASK = 1
+_SHARDS = 2
 
 # Largest pre-size of the pair set taken from a hint (RowCounter.expect_rows): 2^24 pairs, a
 # table of 2^25 slots (256 MiB). Above it the set grows as it fills.
@@ -455,6 +461,16 @@ class PartitionCounts:
                 "exact counts, NOT private: input of a selection, never to publish)")
 
 
+def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
+                       ) -> tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]:
+    """One grouping by user from the shards' groupings: every shard's non-empty users in its
+    order, shard after shard (a shard indexes users by code, so the other shards' codes are
+    empty there)."""
+    lengths = [np.diff(ends, prepend=np.uintp(0)) for ends, _ in groups]
+    kept = np.concatenate([n[n > 0] for n in lengths]).astype(np.uintp, copy=False)
+    return np.cumsum(kept, dtype=np.uintp), np.concatenate([grouped for _, grouped in groups])
+
+
 class RowCounter:
     """Feed rows in batches (Arrow tables or record batches), then :meth:`finish` once.
 
@@ -477,9 +493,8 @@ class RowCounter:
         if isinstance(expected_rows, bool) or not isinstance(expected_rows, int) or expected_rows < 0:
             raise ValueError(f"expected_rows must be an int >= 0, got {expected_rows!r}")
         self._expected_rows = expected_rows
-        # Created at the first feed, after the columns are hashed: the pyarrow hash tables and
-        # the pair set are then never alive at the same time (a lower memory peak).
-        self._counter: _count.PairCounter | None = None
+        # Created at the first feed; one pair set per shard of the users (see _SHARD_MASK).
+        self._counters: list[_count.PairCounter] | None = None
         self._finished = False
         self._schema: Any = None
         self.rows = 0  # rows fed, including rows with a null privacy unit
@@ -500,7 +515,7 @@ class RowCounter:
 
     @property
     def n_pairs(self) -> int:
-        return 0 if self._counter is None else self._counter.n_pairs
+        return 0 if self._counters is None else sum(c.n_pairs for c in self._counters)
 
     def key_types(self) -> list[Any]:
         """The Arrow type of each ``by`` column's values (None before the first batch)."""
@@ -511,13 +526,15 @@ class RowCounter:
         metadata): the pair set is then sized once instead of doubling its way up, each
         doubling moving every pair. Ignored after the first feed; capped, so that a wrong hint
         (many rows, few distinct pairs) costs at most a few hundred MiB."""
-        if self._counter is None and rows > 0:
+        if self._counters is None and rows > 0:
             self._expected_rows = max(self._expected_rows, min(int(rows), _PRESIZE_CAP))
 
-    def _pair_counter(self) -> _count.PairCounter:
-        if self._counter is None:
-            self._counter = _count.PairCounter(self._expected_rows)
-        return self._counter
+    def _pair_counters(self) -> list[_count.PairCounter]:
+        if self._counters is None:
+            # Codes are dense and in first-appearance order, so each parity holds about half.
+            per_shard = -(-self._expected_rows // _SHARDS)
+            self._counters = [_count.PairCounter(per_shard) for _ in range(_SHARDS)]
+        return self._counters
 
     def check_schema(self, schema: Any) -> None:
         """Check the columns' presence and types (see :func:`check_column_types`) and fix the
@@ -551,27 +568,46 @@ class RowCounter:
             batch = batch.filter(pa.compute.is_valid(units))
             if batch.num_rows == 0:
                 return
-        counter = self._pair_counter()
+        if batch.num_rows <= _PIECE_ROWS:
+            # One piece: a thread would cost more than it saves.
+            users, partitions = self._encode_users(batch), self._encode_keys(batch)
+            for shard, counter in enumerate(self._pair_counters()):
+                counter.feed(users, partitions, _SHARD_MASK, shard)
+            return
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
-        # A pipeline on two cores (the C code releases the GIL): a worker encodes one side of
-        # piece after piece while this thread encodes the other side and inserts the pairs. The
-        # worker takes the costlier side: the keys when a key column holds strings or other
-        # byte values, else the privacy units (as costly as the keys, and this thread also
-        # inserts the pairs).
+        # A pipeline on two cores (the C code releases the GIL). For each piece, the worker
+        # encodes one column side while this thread encodes the other, then the piece's pairs
+        # are inserted, each user shard into its own set. Byte keys (strings, binaries, wide
+        # values) cost about twice an integer column: the worker encodes them and this thread
+        # encodes the users and inserts both shards. Otherwise the two sides cost the same: the
+        # worker encodes the users and inserts shard 1, this thread the keys and shard 0; its
+        # queue then alternates "encode piece i + 1" and "insert piece i, shard 1", so at most
+        # two pieces' codes are alive.
         keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
         there, here = (self._encode_keys, self._encode_users)
         if not keys_on_worker:
             there, here = here, there
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
-            futures = [worker.submit(there, piece) for piece in pieces]
+            pending = [worker.submit(there, pieces[0])]
+            # The first batch creates the pair sets (filling ~10 bytes per expected pair), while
+            # the worker encodes its first piece.
+            counters = self._pair_counters()
             try:
-                for piece, future in zip(pieces, futures):
+                for i, piece in enumerate(pieces):
+                    if i + 1 < len(pieces):
+                        pending.append(worker.submit(there, pieces[i + 1]))
                     mine = here(piece)
-                    theirs = future.result()
+                    theirs = pending[i if keys_on_worker else 2 * i].result()
                     users, partitions = (mine, theirs) if keys_on_worker else (theirs, mine)
-                    counter.feed(users, partitions)
+                    if keys_on_worker:
+                        counters[1].feed(users, partitions, _SHARD_MASK, 1)
+                    else:
+                        pending.insert(2 * i + 1, worker.submit(counters[1].feed, users, partitions, _SHARD_MASK, 1))
+                    counters[0].feed(users, partitions, _SHARD_MASK, 0)
+                for future in pending:
+                    future.result()
             finally:
-                for future in futures:
+                for future in pending:
                     future.cancel()
 
     @staticmethod
@@ -608,7 +644,7 @@ class RowCounter:
             raise RuntimeError("this RowCounter has already been finished")
         self.check_null_units()
         self._finished = True
-        ends, grouped = self._pair_counter().group(self.n_partitions)
+        ends, grouped = _merge_user_groups([c.group(self.n_partitions) for c in self._pair_counters()])
         sets = UserSets(ends, grouped, self.n_partitions)
 
         def keys_of(keep: np.ndarray) -> Any:
@@ -632,7 +668,22 @@ class RowCounter:
         rng = resolve_rng(rng)
         rng._announce()
         self._finished = True
-        counts = self._pair_counter().finish(self.n_partitions, max_partitions_contributed, count_cap, rng._test_state)
+        counters = self._pair_counters()
+        # Each shard's users are bounded by their own thread with their own stream (a fresh
+        # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
+        # shards' counts are added. The cap is applied again to the sum: saturating each term at
+        # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
+        states = [rng._test_state] + [shard_test_state(rng._test_state, shard) for shard in range(1, _SHARDS)]
+        args = (self.n_partitions, max_partitions_contributed, count_cap)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
+            other = worker.submit(counters[1].finish, *args, states[1])
+            try:
+                counts = counters[0].finish(*args, states[0])
+            finally:
+                counts_other = other.result()
+        counts += counts_other
+        if count_cap is not None:
+            np.minimum(counts, count_cap, out=counts)
         present = np.flatnonzero(counts > 0)
         if self.n_partitions == 0:
             key_arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]

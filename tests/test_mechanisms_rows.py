@@ -163,7 +163,14 @@ def test_select_partitions_runs_row_mechanisms_with_kappa_enforced(name):
     table = pa.table({"user": users, "item": items})
     out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                      max_partitions_contributed=2, strategy=name)
-    assert out.column("item").to_pylist() == ["a", "b", "c", "d"]
+    released = out.column("item").to_pylist()
+    if name.startswith("policy_"):
+        # A policy mechanism caps each item's weight at its cutoff, so however many users an item
+        # has, its noisy weight misses the threshold with a fixed probability (several percent
+        # for 4 items here): only the order and the subset are certain.
+        assert released == sorted(set(released)) and set(released) <= {"a", "b", "c", "d"} and released
+    else:
+        assert released == ["a", "b", "c", "d"]
     text = out.schema.metadata[b"dpselect.guarantee"].decode()
     assert "bounded by dpselect to at most 2 partition" in text
 
