@@ -266,3 +266,53 @@ def test_sparse_user_codes_count_like_dense_ones(pairs, stride, kappa):
     per_user = np.unique([u for u, _ in distinct], return_counts=True)[1]
     assert int(got.sum()) == int(np.minimum(per_user, kappa).sum())
     assert np.all(got <= exact)
+
+
+def grouped_sets(counter: PairCounter, n_partitions: int) -> list[list[int]]:
+    ends, parts = counter.group(n_partitions)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    return [sorted(parts[s:e].tolist()) for s, e in zip(starts, ends.astype(np.int64))]
+
+
+@pytest.mark.parametrize("n_users", [3, 257, 5_000, 70_000])
+def test_grouping_by_user_matches_a_sort_at_every_bucket_width(n_users):
+    # The grouping sorts by buckets of 2^shift users first (shift grows with the user count):
+    # each width must give exactly each user's distinct partitions, users in code order.
+    gen = data_gen(n_users)
+    users = np.concatenate([np.arange(n_users), gen.integers(0, n_users, 40_000)]).astype(np.uint32)
+    parts = gen.integers(0, 97, users.size).astype(np.uint32)
+    counter = PairCounter()
+    counter.feed(users, parts)
+    expected = [[] for _ in range(n_users)]
+    for u, p in sorted(set(zip(users.tolist(), parts.tolist()))):
+        expected[u].append(p)
+    assert grouped_sets(counter, 97) == expected
+
+
+def test_shards_split_the_users_and_keep_their_codes_dense():
+    gen = data_gen(5)
+    users = gen.integers(0, 1_000, 30_000).astype(np.uint32)
+    parts = gen.integers(0, 50, 30_000).astype(np.uint32)
+    whole = PairCounter()
+    whole.feed(users, parts)
+    n_pairs = whole.n_pairs
+    everyone = grouped_sets(whole, 50)
+    shards = [PairCounter(), PairCounter()]
+    for shard, counter in enumerate(shards):
+        counter.feed(users, parts, 1, shard)
+    assert shards[0].n_pairs + shards[1].n_pairs == n_pairs
+    for shard, counter in enumerate(shards):
+        # User u of the shard is stored as u >> 1: its sets are the whole's, every other user.
+        assert grouped_sets(counter, 50) == everyone[shard::2]
+
+
+def test_shard_arguments_are_checked_and_every_row_is_checked_in_every_shard():
+    counter = PairCounter()
+    for mask, shard in [(1, 2), (2, 0), (5, 1)]:
+        with pytest.raises(ValueError, match="shard_mask must be 2\\*\\*b - 1"):
+            counter.feed(np.zeros(1, np.uint32), np.zeros(1, np.uint32), mask, shard)
+    # A bad code in a row of the other shard is still refused.
+    users = np.array([0, 1], dtype=np.uint32)
+    parts = np.array([0, CODE_LIMIT], dtype=np.uint32)
+    with pytest.raises(ValueError, match="row 1"):
+        PairCounter().feed(users, parts, 1, 0)

@@ -154,3 +154,21 @@ def test_missing_pyarrow_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"dpselect\[arrow\]"):
         import_pyarrow()
+
+
+def test_both_user_shards_are_bounded_reproducibly_and_from_different_streams():
+    # finish bounds the even and odd user codes in two threads; with the test RNG each shard has
+    # its own stream derived from the seed, so results repeat exactly whichever thread runs first.
+    from dpselect.rng import shard_test_state
+
+    users = np.repeat(np.arange(400), 6)
+    parts = np.tile(np.arange(6), 400)
+    table = pa.table({"user": users, "key": parts})
+    runs = [counted(table, ["key"], kappa=1, rng=InsecureDeterministicRNG(seed=9)) for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    assert sum(runs[0].values()) == 400  # κ = 1: every user counted once
+    base = InsecureDeterministicRNG(seed=9)._test_state
+    assert shard_test_state(None, 1) is None and shard_test_state(base, 0) is base
+    derived = shard_test_state(base, 1)
+    assert derived.seed != base.seed and derived.stream == base.stream
+    assert derived.seed == shard_test_state(base, 1).seed != shard_test_state(base, 2).seed
