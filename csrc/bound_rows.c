@@ -1,0 +1,133 @@
+/* Row-level contribution bounding; see bound_rows.h. */
+#include "bound_rows.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "count.h" /* DPS_ERR_BAD_CODE, DPS_ERR_BAD_ARG */
+#include "group_rows.h"
+#include "subset.h"
+
+static inline int add_checked(int64_t *acc, int64_t v) {
+    if ((v > 0 && *acc > INT64_MAX - v) || (v < 0 && *acc < INT64_MIN - v)) return 0;
+    *acc += v;
+    return 1;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort (partition << 32 | row) keys: insertion sort for the few rows most users have. */
+static void sort_keys(uint64_t *k, size_t m) {
+    if (m > 32) {
+        qsort(k, m, sizeof *k, cmp_u64);
+        return;
+    }
+    for (size_t i = 1; i < m; i++) {
+        uint64_t x = k[i];
+        size_t j = i;
+        while (j > 0 && k[j - 1] > x) {
+            k[j] = k[j - 1];
+            j--;
+        }
+        k[j] = x;
+    }
+}
+
+typedef struct user_buffers {
+    uint64_t *keys;     /* the user's rows as (partition, row) */
+    uint32_t *starts;   /* start of each distinct partition's run in keys, then the end */
+    uint32_t *chosen;   /* run indices, reordered by the partition subset */
+    uint32_t *rows;     /* one run's row indices, reordered by the row subset */
+} user_buffers;
+
+/* One user's rows order[0 .. m): bound and add to the outputs. */
+static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
+                      uint64_t linf, uint32_t n_partitions, size_t n_values, const int64_t *const *values,
+                      int64_t *out_users, int64_t *out_rows, int64_t *out_sums, int64_t *out_users_before,
+                      dps_bound_stats *stats, user_buffers *buf, size_t *bad_row) {
+    for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
+    sort_keys(buf->keys, m);
+    size_t d = 0;
+    for (size_t i = 0; i < m; i++)
+        if (i == 0 || (buf->keys[i] >> 32) != (buf->keys[i - 1] >> 32)) buf->starts[d++] = (uint32_t)i;
+    buf->starts[d] = (uint32_t)m;
+    for (size_t g = 0; g < d; g++) buf->chosen[g] = (uint32_t)g;
+    int rc = dps_uniform_subset(s, buf->chosen, d, kappa);
+    if (rc != DPS_OK) return rc;
+    size_t kept = (uint64_t)d < kappa ? d : (size_t)kappa;
+    stats->rows += m;
+    stats->pairs += d;
+    stats->pairs_kept += kept;
+    stats->users += 1;
+    if (out_users_before != NULL)
+        for (size_t g = 0; g < d; g++) out_users_before[buf->keys[buf->starts[g]] >> 32]++;
+    for (size_t t = 0; t < kept; t++) {
+        size_t g = buf->chosen[t];
+        size_t lo = buf->starts[g], r = buf->starts[g + 1] - lo;
+        uint32_t p = (uint32_t)(buf->keys[lo] >> 32);
+        for (size_t i = 0; i < r; i++) buf->rows[i] = (uint32_t)buf->keys[lo + i];
+        rc = dps_uniform_subset(s, buf->rows, r, linf);
+        if (rc != DPS_OK) return rc;
+        size_t take = (uint64_t)r < linf ? r : (size_t)linf;
+        out_users[p] += 1;
+        out_rows[p] += (int64_t)take;
+        stats->rows_kept += take;
+        for (size_t c = 0; c < n_values; c++) {
+            int64_t *acc = &out_sums[c * (size_t)n_partitions + p];
+            for (size_t i = 0; i < take; i++) {
+                if (!add_checked(acc, values[c][buf->rows[i]])) {
+                    *bad_row = p;
+                    return DPS_ERR_OVERFLOW;
+                }
+            }
+        }
+    }
+    return DPS_OK;
+}
+
+int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
+                   uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
+                   size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
+                   int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row) {
+    memset(stats, 0, sizeof *stats);
+    if (kappa == 0 || linf == 0 || (shard & ~shard_mask) || (shard_mask & (shard_mask + 1u))) return DPS_ERR_BAD_ARG;
+    if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
+    for (size_t i = 0; i < n; i++) {
+        if (users[i] >= n_users || partitions[i] >= n_partitions) {
+            *bad_row = i;
+            return DPS_ERR_BAD_CODE;
+        }
+    }
+    uint32_t *order;
+    size_t *end, n_local, n_rows;
+    int rc = dps_group_rows(users, n, n_users, shard_mask, shard, &order, &end, &n_local, &n_rows);
+    if (rc != DPS_OK) return rc;
+    size_t largest = 0;
+    for (size_t v = 0, lo = 0; v < n_local; lo = end[v++])
+        if (end[v] - lo > largest) largest = end[v] - lo;
+    user_buffers buf;
+    size_t cap = largest ? largest : 1;
+    buf.keys = (uint64_t *)malloc(cap * sizeof(uint64_t));
+    buf.starts = (uint32_t *)malloc((cap + 1) * sizeof(uint32_t));
+    buf.chosen = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    buf.rows = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    if (buf.keys == NULL || buf.starts == NULL || buf.chosen == NULL || buf.rows == NULL) {
+        rc = DPS_ERR_NOMEM;
+    } else {
+        for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
+            if (end[v] == lo) continue;
+            rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
+                            out_users, out_rows, out_sums, out_users_before, stats, &buf, bad_row);
+        }
+    }
+    free(buf.keys);
+    free(buf.starts);
+    free(buf.chosen);
+    free(buf.rows);
+    free(order);
+    free(end);
+    return rc;
+}

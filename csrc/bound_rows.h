@@ -1,0 +1,45 @@
+/* Row-level contribution bounding for a grouped release (docs/privacy/aggregate.md).
+ *
+ * Each user keeps min(d, kappa) of the d distinct partitions of its rows, a uniform subset, and
+ * in each kept partition min(r, linf) of its r rows there, a uniform subset; every randomness
+ * is an exact uniform integer from the package CSPRNG. Every statistic of the release is then
+ * computed from the same kept rows: per partition, the kept users, the kept rows and the sum of
+ * each value column over the kept rows (values are integers: callers clamp and snap floats to a
+ * power-of-two grid first, so sums are exact and their overflow is detected, never wrapped).
+ *
+ * The draws are made user by user in code order; within a user, the partitions are those of its
+ * rows sorted by code, then the partition subset is drawn, then each kept partition's row subset
+ * (rows in row order) in the order the partition subset lists them. So a deterministic test
+ * stream gives the same result whatever the memory layout. */
+#ifndef DPS_BOUND_ROWS_H
+#define DPS_BOUND_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "csprng.h"
+
+typedef struct dps_bound_stats {
+    uint64_t rows;         /* rows of the shard's users */
+    uint64_t rows_kept;    /* of which kept */
+    uint64_t pairs;        /* distinct (user, partition) pairs */
+    uint64_t pairs_kept;   /* of which kept */
+    uint64_t users;        /* users with at least one row */
+} dps_bound_stats;
+
+/* Bound the rows of one shard of the users ((users[i] & shard_mask) == shard, shard_mask = 2^b - 1,
+ * 0 for all) and add, for every partition p < n_partitions:
+ *   out_users[p]  += kept users, out_rows[p] += kept rows,
+ *   out_sums[c * n_partitions + p] += sum of values[c][row] over kept rows (c < n_values),
+ *   out_users_before[p] += users before bounding (may be NULL: for the data holder's report).
+ * Codes must be below n_users and n_partitions (else DPS_ERR_BAD_CODE and *bad_row); an int64
+ * overflow of a sum gives DPS_ERR_OVERFLOW (and *bad_row = the partition). kappa, linf >= 1.
+ * On error the outputs are partly updated: callers discard them. */
+int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
+                   uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
+                   size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
+                   int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row);
+
+#define DPS_ERR_OVERFLOW (-30)
+
+#endif

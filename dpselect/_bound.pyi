@@ -1,0 +1,27 @@
+"""Type stubs for the row-level bounding kernel bindings (dpselect/_bound.pyx)."""
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect._rng import TestState
+
+def bound_rows(
+    users: npt.NDArray[np.uint32],
+    partitions: npt.NDArray[np.uint32],
+    n_users: int,
+    n_partitions: int,
+    kappa: int,
+    linf: int,
+    values: list[npt.NDArray[np.int64]],
+    test_state: TestState | None,
+    shard_mask: int = 0,
+    shard: int = 0,
+    users_before: bool = False,
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64] | None,
+    dict[str, int],
+]: ...

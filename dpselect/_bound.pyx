@@ -1,0 +1,111 @@
+# cython: language_level=3
+"""Bindings to the row-level bounding kernel csrc/bound_rows.{c,h} (each user's partitions and
+rows per partition bounded once, every statistic of a grouped release summed from the kept rows;
+docs/privacy/aggregate.md). Thin: checks arguments, releases the GIL around the loop, maps status
+codes to exceptions. Use :mod:`dpselect.aggregation`, not this."""
+import numpy as np
+
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, free
+
+from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
+from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+
+
+cdef extern from "bound_rows.h" nogil:
+    enum: DPS_ERR_OVERFLOW
+    ctypedef struct dps_bound_stats:
+        uint64_t rows
+        uint64_t rows_kept
+        uint64_t pairs
+        uint64_t pairs_kept
+        uint64_t users
+    int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
+                       uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
+                       size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
+                       int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row)
+
+cdef extern from "count.h" nogil:
+    enum: DPS_ERR_BAD_CODE
+    enum: DPS_ERR_BAD_ARG
+
+
+def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32_t n_users,
+               uint32_t n_partitions, object kappa, object linf, list values, object test_state,
+               uint32_t shard_mask=0, uint32_t shard=0, bint users_before=False):
+    """Bound every user of the shard to ``kappa`` partitions and ``linf`` rows per partition
+    (uniform subsets, package CSPRNG) and sum per partition over the kept rows.
+
+    ``values`` is a list of C-contiguous int64 arrays, one per value column, each as long as
+    ``users``. Returns ``(users, rows, sums, users_before, stats)``: int64 arrays of
+    ``n_partitions`` (``sums`` is ``len(values) × n_partitions``; ``users_before`` is None unless
+    asked) and a dict of row and pair totals."""
+    cdef size_t n = <size_t>users.shape[0]
+    if <size_t>partitions.shape[0] != n:
+        raise ValueError(f"users and partitions must have the same length, got {n} and {partitions.shape[0]}")
+    if not 1 <= kappa < 2 ** 64:
+        raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
+    if not 1 <= linf < 2 ** 64:
+        raise ValueError(f"max_contributions_per_partition must be >= 1, got {linf}")
+    if shard & ~shard_mask or shard_mask & (shard_mask + 1):
+        raise ValueError(f"shard_mask must be 2**b - 1 and shard one of its values, got {shard_mask}, {shard}")
+    if n >= 2 ** 32:
+        raise ValueError(f"at most 2**32 - 1 rows per call, got {n}")
+    arrays = [np.ascontiguousarray(v) for v in values]
+    for j, v in enumerate(arrays):
+        if v.dtype != np.int64 or v.ndim != 1 or <size_t>v.shape[0] != n:
+            raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
+    cdef size_t n_values = len(arrays)
+    cdef Py_ssize_t n_parts = n_partitions
+    out_users = np.zeros(max(n_parts, 1), dtype=np.int64)
+    out_rows = np.zeros(max(n_parts, 1), dtype=np.int64)
+    out_sums = np.zeros((max(n_values, 1), max(n_parts, 1)), dtype=np.int64)
+    before = np.zeros(max(n_parts, 1), dtype=np.int64) if users_before else None
+    cdef int64_t[::1] u_view = out_users
+    cdef int64_t[::1] r_view = out_rows
+    cdef int64_t[:, ::1] s_view = out_sums
+    cdef int64_t[::1] b_view
+    cdef int64_t *before_ptr = NULL
+    if users_before:
+        b_view = before
+        before_ptr = &b_view[0]
+    cdef const int64_t **value_ptrs = <const int64_t **>malloc(max(n_values, 1) * sizeof(int64_t *))
+    if value_ptrs == NULL:
+        raise MemoryError()
+    cdef const int64_t[::1] one
+    cdef size_t i
+    for i in range(n_values):
+        one = arrays[i]
+        value_ptrs[i] = &one[0] if n else NULL
+    cdef const uint32_t *u_ptr = &users[0] if n else NULL
+    cdef const uint32_t *p_ptr = &partitions[0] if n else NULL
+    cdef uint64_t k = <uint64_t>kappa
+    cdef uint64_t l = <uint64_t>linf
+    cdef dps_bound_stats stats
+    cdef size_t bad = 0
+    cdef int rc
+    cdef dps_rng *s
+    try:
+        s = begin_batch(test_state)
+        with nogil:
+            rc = dps_bound_rows(s, n, u_ptr, p_ptr, n_users, n_partitions, shard_mask, shard, k, l, n_values,
+                                value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0], before_ptr, &stats, &bad)
+            end_batch(s)
+        finish_batch(test_state)
+    finally:
+        free(value_ptrs)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: user codes must be < n_users ({n_users}) and partition codes < "
+                         f"n_partitions ({n_partitions})")
+    if rc == DPS_ERR_OVERFLOW:
+        raise OverflowError(f"a sum of partition {bad} overflows 64 bits in grid units: use narrower bounds "
+                            "or a coarser grid")
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError("dpselect's bounding kernel ran out of memory")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("bad bounding arguments")
+    check_status(rc)
+    totals = {"rows": stats.rows, "rows_kept": stats.rows_kept, "pairs": stats.pairs,
+              "pairs_kept": stats.pairs_kept, "users": stats.users}
+    return (out_users[:n_parts], out_rows[:n_parts], out_sums[:n_values, :n_parts],
+            None if before is None else before[:n_parts], totals)
