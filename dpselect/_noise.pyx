@@ -57,6 +57,15 @@ def check_param(str name, value) -> int:
     return value
 
 
+cdef object _positive_int(str name, object value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    value = int(value)
+    if not 1 <= value < 2**256:
+        raise ValueError(f"{name} = {value} must be a positive integer below 2**256")
+    return value
+
+
 def gaussian_parameters(sigma2_num, sigma2_den):
     """(lap_num, lap_den, shift_num, shift_den, gamma_den) with which Algorithm 3 samples the
     discrete Gaussian of variance sigma2 = sigma2_num / sigma2_den exactly.
@@ -65,8 +74,10 @@ def gaussian_parameters(sigma2_num, sigma2_den):
     or floor(sigma) when only that one fits), the shift is mu = sigma2 / m, and
     gamma_den = 2 sigma2 shift_den^2 = 2 m shift_num shift_den. ValueError (naming sigma2) when
     no choice fits the kernel's integers."""
-    num = check_param("sigma2_num", sigma2_num)
-    den = check_param("sigma2_den", sigma2_den)
+    # sigma2 itself may have a long numerator (m mu with both near sigma): what must fit is
+    # what the kernel takes, checked below.
+    num = _positive_int("sigma2_num", sigma2_num)
+    den = _positive_int("sigma2_den", sigma2_den)
     sigma2 = Fraction(num, den)
     floor_sigma = math.isqrt(sigma2.numerator // sigma2.denominator)
     for m in dict.fromkeys((floor_sigma + 1, floor_sigma)):

@@ -34,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation.noise import DiscreteLaplaceNoise, NoiseGuarantee
-from dpselect.exact import as_fraction, exp_lower, exp_upper
+from dpselect.aggregation._expbounds import exp_neg_bounds
+from dpselect.exact import as_fraction
 from dpselect.params import power_lower
 from dpselect.rng import resolve_rng
 
@@ -45,6 +46,7 @@ __all__ = [
     "approx_bounds",
     "approx_bounds_per_partition",
     "discrete_threshold",
+    "find_bounds",
     "google_threshold",
     "success_probabilities",
     "NotEnoughDataError",
@@ -77,7 +79,7 @@ def google_threshold(epsilon: float, success_probability: float = 1 - 1e-9, num_
 
 def _tail_upper(scale: Fraction, k: int, bits: int) -> Fraction:
     """≥ P[X ≥ k] = q^k/(1 + q) for discrete Laplace X of scale b, q = e^(−1/b), k ≥ 0."""
-    return exp_upper(-k / scale, bits) / (1 + exp_lower(-1 / scale, bits))
+    return exp_neg_bounds(k / scale, bits)[1] / (1 + exp_neg_bounds(1 / scale, bits)[0])
 
 
 def _certified(scale: Fraction, k: int, p: Fraction, bins: int, bits: int) -> bool:
@@ -244,7 +246,7 @@ class ApproxBounds:
     lower: int | float
     upper: int | float
     threshold: int
-    success_probability: Fraction
+    success_probability: Fraction | None  # None when the threshold was set directly
     attempts: int
     noisy_positive: np.ndarray
     noisy_negative: np.ndarray
@@ -287,23 +289,39 @@ def _guarantee(noise: DiscreteLaplaceNoise, l0: int, linf: int, private: bool, w
 
 def _scan(noisy_pos: np.ndarray, noisy_neg: np.ndarray, k: int, scheme: BinScheme
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Google's scans, for every row of (n, B) noisy histograms at threshold k. Returns
-    (found lower, lower bin, lower is from the negative side, same three for the upper: as
-    found upper, upper bin, upper from negative side) packed as arrays."""
+    """Google's scans over every row of (n, B) noisy histograms at threshold k (a bin has data
+    iff its noisy count is ≥ k). Returns, per row: whether some bin has data; the lower bound's
+    bin and whether it is on the negative side (the negative bin of largest magnitude with
+    data, else the positive bin of smallest magnitude); the upper bound's bin and whether it is
+    on the positive side (the positive bin of largest magnitude, else the negative bin of
+    smallest magnitude). One bin with data gives both bounds."""
     pos = noisy_pos >= k
     neg = noisy_neg >= k
     b = scheme.num_bins
     has_pos, has_neg = pos.any(axis=1), neg.any(axis=1)
-    top_pos = b - 1 - np.argmax(pos[:, ::-1], axis=1)   # highest positive bin with data
-    first_pos = np.argmax(pos, axis=1)                  # lowest positive bin with data
-    top_neg = b - 1 - np.argmax(neg[:, ::-1], axis=1)   # largest-magnitude negative bin with data
-    first_neg = np.argmax(neg, axis=1)                  # smallest-magnitude negative bin with data
-    found = has_pos | has_neg
-    # lower: the negative side if it has data (its largest magnitude), else the positive side
+    top_pos = b - 1 - np.argmax(pos[:, ::-1], axis=1)
+    first_pos = np.argmax(pos, axis=1)
+    top_neg = b - 1 - np.argmax(neg[:, ::-1], axis=1)
+    first_neg = np.argmax(neg, axis=1)
     lower_bin = np.where(has_neg, top_neg, first_pos)
-    # upper: the positive side if it has data, else the negative side's smallest magnitude
     upper_bin = np.where(has_pos, top_pos, first_neg)
-    return found, lower_bin, has_neg, upper_bin, has_pos
+    return has_pos | has_neg, lower_bin, has_neg, upper_bin, has_pos
+
+
+def find_bounds(noisy_positive: npt.ArrayLike, noisy_negative: npt.ArrayLike, thresholds: list[int],
+                scheme: BinScheme) -> tuple[int | float, int | float, int] | None:
+    """Steps 3–5 on one noisy histogram: (lower, upper, attempt) with the first threshold (in
+    the retry order) at which some bin has data, or None ("not enough data"). Pure
+    post-processing: no randomness."""
+    pos = np.asarray(noisy_positive).reshape(1, -1)
+    neg = np.asarray(noisy_negative).reshape(1, -1)
+    for attempt, k in enumerate(thresholds, start=1):
+        found, lower_bin, lower_neg, upper_bin, upper_pos = _scan(pos, neg, k, scheme)
+        if found[0]:
+            lower, upper = _bound_values(int(lower_bin[0]), bool(lower_neg[0]), int(upper_bin[0]),
+                                         bool(upper_pos[0]), scheme)
+            return lower, upper, attempt
+    return None
 
 
 def _bound_values(lower_bin: int, lower_negative: bool, upper_bin: int, upper_positive: bool,
@@ -316,13 +334,13 @@ def _bound_values(lower_bin: int, lower_negative: bool, upper_bin: int, upper_po
     if upper_positive:
         upper = scheme.upper_edge(upper_bin)
     else:
-        upper = -scheme.lower_edge(upper_bin)
-        upper = upper + 0 if scheme.integer else upper + 0.0  # −0.0 → 0.0
+        upper = 0 - scheme.lower_edge(upper_bin)  # 0 − 0.0 is 0.0, never −0.0
     return lower, upper
 
 
 def _setup(epsilon: object, max_partitions_contributed: object, max_contributions_per_partition: object,
-           success_probability: object, threshold: object, scheme: BinScheme) -> tuple[DiscreteLaplaceNoise, list[int], list[Fraction], int, int]:
+           success_probability: object, threshold: object, scheme: BinScheme
+           ) -> tuple[DiscreteLaplaceNoise, list[int], list[Fraction | None], int, int]:
     eps = _epsilon(epsilon)
     l0 = _positive_int("max_partitions_contributed", max_partitions_contributed)
     linf = _positive_int("max_contributions_per_partition", max_contributions_per_partition)
@@ -330,7 +348,7 @@ def _setup(epsilon: object, max_partitions_contributed: object, max_contribution
     if threshold is not None:
         if isinstance(threshold, bool) or not isinstance(threshold, Integral) or int(threshold) < 0:
             raise ValueError(f"threshold must be a non-negative int, got {threshold!r}")
-        return noise, [int(threshold)], [Fraction(0)], l0, linf  # a user-set K: no retry
+        return noise, [int(threshold)], [None], l0, linf  # a user-set K: no retry
     ps = success_probabilities(_probability(success_probability))
     return noise, [discrete_threshold(noise.scale, p, scheme.num_bins) for p in ps], ps, l0, linf
 
@@ -375,11 +393,11 @@ def approx_bounds(values: npt.ArrayLike, epsilon: object, *, max_partitions_cont
     noisy = noise.add(counts, rng=generator)
     noisy_pos, noisy_neg = noisy[:scheme.num_bins], noisy[scheme.num_bins:]
     guarantee = _guarantee(noise, l0, linf, generator.privacy_guaranteed, "whole dataset")
-    for attempt, (k, p) in enumerate(zip(thresholds, ps), start=1):
-        found, lower_bin, lower_neg, upper_bin, upper_pos = _scan(noisy_pos[None], noisy_neg[None], k, scheme)
-        if found[0]:
-            lower, upper = _bound_values(int(lower_bin[0]), bool(lower_neg[0]), int(upper_bin[0]), bool(upper_pos[0]), scheme)
-            return ApproxBounds(lower, upper, k, p, attempt, noisy_pos, noisy_neg, scheme, noise, guarantee)
+    result = find_bounds(noisy_pos, noisy_neg, thresholds, scheme)
+    if result is not None:
+        lower, upper, attempt = result
+        return ApproxBounds(lower, upper, thresholds[attempt - 1], ps[attempt - 1], attempt, noisy_pos, noisy_neg,
+                            scheme, noise, guarantee)
     raise NotEnoughDataError(
         f"not enough data to find bounds: no noisy bin count reached the threshold (last tried {thresholds[-1]}, "
         f"after {len(thresholds)} attempt(s)). Run over a larger dataset, spend more epsilon, lower "

@@ -29,7 +29,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.exact import _inv_sqrt_2pi_bounds, as_fraction, exp_lower, exp_upper, normal_cdf_bounds
+from dpselect.aggregation._expbounds import exp_neg_bounds
+from dpselect.exact import _inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
 from dpselect.tables import TSGDTable
 
 __all__ = [
@@ -117,10 +118,10 @@ def _positive_fraction(name: str, value: object) -> Fraction:
 def _discrete_laplace_half_width(scale: Fraction, alpha: Fraction) -> int:
     bits = _bits_for(alpha)
     # P[|X| > h] = 2 q^(h+1) / (1 + q) with q = exp(−1/t): bounded above in rationals.
-    denominator = 1 + exp_lower(-1 / scale, bits)
+    denominator = 1 + exp_neg_bounds(1 / scale, bits)[0]
 
     def tail_upper(h: int) -> Fraction:
-        return 2 * exp_upper(-(h + 1) / scale, bits) / denominator
+        return 2 * exp_neg_bounds((h + 1) / scale, bits)[1] / denominator
 
     q = math.exp(-1 / float(scale))
     h = max(0, math.ceil(float(scale) * math.log(2 / (float(alpha) * (1 + q)))) - 2)
@@ -175,10 +176,10 @@ def discrete_gaussian_tail_upper(sigma2: Fraction, h: int, bits: int = 128) -> F
     sigma_lo, sigma_hi = _sqrt_bounds(sigma2, bits + 16)
 
     def f_up(x: int) -> Fraction:
-        return exp_upper(-Fraction(x * x) / (2 * sigma2), bits + 16)
+        return exp_neg_bounds(Fraction(x * x) / (2 * sigma2), bits + 16)[1]
 
     def f_lo(x: int) -> Fraction:
-        return exp_lower(-Fraction(x * x) / (2 * sigma2), bits + 16)
+        return exp_neg_bounds(Fraction(x * x) / (2 * sigma2), bits + 16)[0]
 
     def integral_upper(c: Fraction) -> Fraction:  # ≥ ∫_c^∞ f, for c ≥ 0
         z_lo = c / sigma_hi  # ≤ c/σ, so 1 − Φ(z_lo) ≥ 1 − Φ(c/σ)

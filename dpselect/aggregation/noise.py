@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from dpselect import _noise
 from dpselect._arrays import _chunks, _run_all
+from dpselect.aggregation._expbounds import exp_neg_bounds
 from dpselect.exact import as_fraction, exp_upper
 from dpselect.guarantee import delta_upper_float, format_delta
 from dpselect.aggregation.intervals import (
@@ -254,11 +255,11 @@ def _zcdp_delta(rho: Fraction, eps: Fraction, alpha: Fraction) -> Fraction:
     # ln(1 − 1/α) = −2 atanh(1/(2α − 1)) ≤ −2·(a lower bound of the atanh series)
     log_upper = -2 * _atanh_lower(1 / (2 * alpha - 1))
     exponent = (alpha - 1) * (alpha * rho - eps) + alpha * log_upper
-    bits = 128 + max(0, math.ceil(-float(exponent) * 1.4427))
-    # Round the exponent up to a short dyadic (exp is increasing): the Taylor bound then works
-    # on small fractions.
-    exponent = Fraction(math.ceil(exponent * 2**(bits + 16)), 2**(bits + 16))
-    return min(Fraction(1), exp_upper(exponent, bits) / (alpha - 1))
+    if exponent <= 0:
+        bound = exp_neg_bounds(-exponent, 128)[1]
+    else:
+        bound = exp_upper(Fraction(math.ceil(exponent * 2**160), 2**160), 128)  # short dyadic ≥ exponent
+    return min(Fraction(1), bound / (alpha - 1))
 
 
 def zcdp_delta(rho: object, epsilon: object, alpha: object | None = None) -> Fraction:
@@ -460,9 +461,9 @@ class DiscreteGaussianNoise:
 
     def __post_init__(self) -> None:
         sigma2 = _positive_fraction("sigma2", self.sigma2)
-        if sigma2.numerator > _MAX or sigma2.denominator > _MAX:
-            raise ValueError(f"sigma2 = {sigma2} does not fit the noise kernel: its numerator and denominator "
-                             "must be below 2**63 (representable_sigma2 rounds it up to one that fits)")
+        if max(sigma2.numerator, sigma2.denominator) >= 2**256:
+            raise ValueError(f"sigma2 = {sigma2} does not fit the noise kernel; representable_sigma2 rounds it "
+                             "up to one that fits")
         _noise.gaussian_parameters(sigma2.numerator, sigma2.denominator)  # ValueError naming sigma2
         object.__setattr__(self, "sigma2", sigma2)
         object.__setattr__(self, "sensitivity", _positive_int("sensitivity", self.sensitivity))
