@@ -59,10 +59,12 @@ def alpha_for(level: object) -> Fraction:
     """α = 1 − level, exactly, for a level strictly between 0 and 1 (read as the decimal written)."""
     if isinstance(level, bool) or not isinstance(level, Real):
         raise TypeError(f"level must be a real number, got {type(level).__name__}")
-    as_float = float(level)
-    if not (math.isfinite(as_float) and 0 < as_float < 1):
+    if not math.isfinite(float(level)):
         raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
-    return 1 - as_fraction(level)
+    exact = as_fraction(level)  # type: ignore[arg-type]
+    if not 0 < exact < 1:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
+    return 1 - exact
 
 
 def split_level(level: object, parts: int = 2) -> Fraction:
