@@ -1,0 +1,236 @@
+"""Values on a power-of-two grid: exact integer sums, integer noise, exact release
+(docs/privacy/discrete-noise.md, "Floats").
+
+Adding floating-point noise to a float sum leaks through the low-order bits of the result
+(Mironov, CCS 2012). So dpselect never adds noise to a float:
+
+1. each value is clamped to [lower, upper] and snapped to the nearest multiple of a power of
+   two g = 2^e (an exact float operation);
+2. the snapped values are integers u = v/g ("grid units"), summed exactly as integers;
+3. integer noise (:mod:`dpselect.aggregation.noise`) is added in grid units;
+4. the release is (sum + noise)·g: a multiple of g, exactly representable whenever the integer
+   fits in 53 bits, and otherwise the float nearest to it. That last rounding is applied to an
+   already-noisy integer, so it is post-processing and leaks nothing.
+
+g is chosen from the bounds: e = ⌈log2 max(|lower|, |upper|)⌉ − ``precision_bits`` (40 by
+default), so snapping moves a value by at most 2^-41 of the largest magnitude allowed, and every
+value is at most 2^40 units. The sensitivity of a sum in units is then at most
+L∞·max(|lower units|, |upper units|), an integer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Grid", "DEFAULT_PRECISION_BITS"]
+
+DEFAULT_PRECISION_BITS = 40
+_INT64_MAX = 2**63 - 1
+# Smallest exponent of a normal double: a finer grid would make values/g overflow or lose bits.
+_MIN_EXPONENT = -1022
+
+
+def _finite_bound(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    as_float = float(value)
+    if not math.isfinite(as_float):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if isinstance(value, (int, np.integer)) and as_float != int(value):
+        raise ValueError(f"{name} = {value} is not exactly representable as a float; use a rounder bound")
+    return as_float
+
+
+def _ceil_log2(x: float) -> int:
+    """⌈log2 x⌉ for x > 0, exactly (frexp, not log)."""
+    mantissa, exponent = math.frexp(x)  # x = mantissa · 2^exponent, 0.5 ≤ mantissa < 1
+    return exponent - 1 if mantissa == 0.5 else exponent
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Clamping bounds and the power-of-two step 2^``exponent`` values are snapped to.
+
+    ``lower_units`` and ``upper_units`` are the bounds in grid units, rounded inward (so a
+    snapped, clamped value never leaves [lower, upper])."""
+
+    lower: float
+    upper: float
+    exponent: int
+
+    def __post_init__(self) -> None:
+        lower = _finite_bound("lower", self.lower)
+        upper = _finite_bound("upper", self.upper)
+        if lower > upper:
+            raise ValueError(f"lower = {self.lower!r} is above upper = {self.upper!r}: bounds are inverted")
+        if isinstance(self.exponent, bool) or not isinstance(self.exponent, (int, np.integer)):
+            raise TypeError(f"exponent must be an int, got {type(self.exponent).__name__}")
+        if not _MIN_EXPONENT <= int(self.exponent) <= 1023:
+            raise ValueError(f"exponent must be between {_MIN_EXPONENT} and 1023, got {self.exponent}")
+        object.__setattr__(self, "lower", lower)
+        object.__setattr__(self, "upper", upper)
+        object.__setattr__(self, "exponent", int(self.exponent))
+        if self.lower_units > self.upper_units:
+            raise ValueError(f"no multiple of the grid step 2**{self.exponent} lies in [{lower!r}, {upper!r}]: "
+                             "use a finer grid")
+        if max(abs(self.lower_units), abs(self.upper_units)) > _INT64_MAX:
+            raise ValueError(f"the bounds are more than 2**63 grid steps of 2**{self.exponent}: use a coarser grid")
+
+    @classmethod
+    def for_bounds(cls, lower: float, upper: float, *, precision_bits: int = DEFAULT_PRECISION_BITS,
+                   integer: bool = False) -> Grid:
+        """The grid of step 2^(⌈log2 max(|lower|, |upper|)⌉ − precision_bits).
+
+        With ``integer=True`` (integer columns) the step is at least 1, so integers within
+        2^precision_bits of zero are represented exactly."""
+        lo = _finite_bound("lower", lower)
+        hi = _finite_bound("upper", upper)
+        if lo > hi:
+            raise ValueError(f"lower = {lower!r} is above upper = {upper!r}: bounds are inverted")
+        if isinstance(precision_bits, bool) or not isinstance(precision_bits, int) or not 1 <= precision_bits <= 62:
+            raise ValueError(f"precision_bits must be an int between 1 and 62, got {precision_bits!r}")
+        magnitude = max(abs(lo), abs(hi))
+        exponent = _ceil_log2(magnitude) - precision_bits if magnitude > 0 else 0
+        if integer:
+            exponent = max(exponent, 0)
+        return cls(lo, hi, max(exponent, _MIN_EXPONENT))
+
+    @property
+    def step(self) -> float:
+        """g = 2^exponent."""
+        return math.ldexp(1.0, self.exponent)
+
+    @property
+    def lower_units(self) -> int:
+        """⌈lower / g⌉: the smallest value a unit array can hold."""
+        return math.ceil(math.ldexp(self.lower, -self.exponent))
+
+    @property
+    def upper_units(self) -> int:
+        """⌊upper / g⌋: the largest value a unit array can hold."""
+        return math.floor(math.ldexp(self.upper, -self.exponent))
+
+    def max_abs_units(self) -> int:
+        """The largest |value| in units: the sensitivity of a sum to one value."""
+        return max(abs(self.lower_units), abs(self.upper_units))
+
+    def sum_sensitivity(self, max_contributions_per_partition: int = 1) -> int:
+        """L∞·max|units|: how much one user can change one partition's sum, in units."""
+        if isinstance(max_contributions_per_partition, bool) or not isinstance(max_contributions_per_partition, int) \
+                or max_contributions_per_partition < 1:
+            raise ValueError("max_contributions_per_partition must be a positive int")
+        return max_contributions_per_partition * self.max_abs_units()
+
+    def to_units(self, values: npt.ArrayLike, name: str = "values") -> np.ndarray:
+        """Clamp ``values`` to [lower, upper] and snap them to the grid: int64 grid units.
+
+        Floats are divided by g (exact: g is a power of two) and rounded to the nearest
+        integer, ties to even; integers are shifted, ties toward +inf. NaN and infinities are
+        refused (a ValueError naming ``name`` and the first position), as are non-numeric
+        arrays (TypeError)."""
+        if isinstance(values, np.ma.MaskedArray):
+            raise TypeError(f"{name} is a masked array: its mask would be ignored")
+        arr = np.asarray(values)
+        if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
+            raise TypeError(f"{name} must be a numeric (integer or float) array, got dtype {arr.dtype}")
+        lo, hi = self.lower_units, self.upper_units
+        if arr.dtype.kind == "f":
+            x = arr.astype(np.float64)
+            bad = ~np.isfinite(x)
+            if bad.any():
+                where = int(np.flatnonzero(bad.ravel())[0])
+                raise ValueError(f"{name} contains NaN or infinity (first at flat index {where}): drop or "
+                                 "impute such values before aggregating")
+            units = np.rint(np.ldexp(x, -self.exponent))  # exact scaling, then nearest integer
+            return np.clip(units, lo, hi).astype(np.int64)
+        if arr.dtype.kind == "u":
+            x = np.minimum(arr, np.uint64(_INT64_MAX)).astype(np.int64)
+        else:
+            x = arr.astype(np.int64)
+        if self.exponent <= 0:
+            # Integers are exact multiples of g ≤ 1: clamp in value space, then scale exactly
+            # (the result is within the bounds in units, which fit in int64).
+            clamped = np.clip(x, math.ceil(self.lower), math.floor(self.upper))
+            return np.clip(np.left_shift(clamped, -self.exponent), lo, hi).astype(np.int64)
+        if self.exponent < 63:
+            # floor(x / g) + [remainder ≥ g/2]: round to nearest, ties up, in int64 without overflow
+            remainder = x & ((1 << self.exponent) - 1)
+            units = (x >> self.exponent) + (remainder >= (1 << (self.exponent - 1))).astype(np.int64)
+        else:  # a step of 2^63 or more for int64 data: exact in Python integers
+            half = 1 << (self.exponent - 1)
+            units = np.array([(int(v) + half) >> self.exponent for v in x.ravel()], dtype=np.int64).reshape(x.shape)
+        return np.clip(units, lo, hi).astype(np.int64)
+
+    def sum_units(self, units: npt.ArrayLike, codes: npt.ArrayLike | None = None,
+                  n_partitions: int | None = None) -> int | np.ndarray:
+        """Exact integer sums of grid units: one Python int over everything, or, with partition
+        ``codes`` (integers in [0, n_partitions)), one sum per partition: an int64 array when
+        every sum provably fits, else an object array of Python ints."""
+        u = np.asarray(units)
+        if u.dtype.kind not in "iu" or u.dtype == np.bool_:
+            raise TypeError(f"units must be integers, got dtype {u.dtype}")
+        u = u.astype(np.int64).ravel()
+        if codes is None:
+            return _exact_total(u)
+        c = np.asarray(codes)
+        if c.dtype.kind not in "iu" or c.dtype == np.bool_:
+            raise TypeError(f"codes must be integers, got dtype {c.dtype}")
+        c = c.ravel()
+        if c.shape != u.shape:
+            raise ValueError(f"codes has {c.size} entries, units has {u.size}")
+        if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 0:
+            raise ValueError("n_partitions must be a non-negative int when codes are given")
+        if c.size and (c.min() < 0 or c.max() >= n_partitions):
+            raise ValueError(f"codes must lie in [0, {n_partitions})")
+        return _partition_sums(u, c.astype(np.intp), n_partitions)
+
+    def release(self, noisy_units: npt.ArrayLike) -> np.ndarray:
+        """(noisy units)·g as float64: exact when |noisy units| < 2^53, else the nearest float
+        (post-processing of an already-noisy integer: no privacy impact)."""
+        arr = np.asarray(noisy_units)
+        if arr.dtype == object:
+            return np.array([math.ldexp(float(int(v)), self.exponent) for v in arr.ravel()],
+                            dtype=np.float64).reshape(arr.shape)
+        if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+            raise TypeError(f"noisy_units must be integers, got dtype {arr.dtype}")
+        return np.ldexp(arr.astype(np.float64), self.exponent)
+
+
+def _exact_total(u: np.ndarray) -> int:
+    """Σ u as a Python int: 32-bit halves summed in int64 cannot overflow below 2^31 values."""
+    total = 0
+    for start in range(0, u.size, 1 << 30):
+        chunk = u[start:start + (1 << 30)]
+        low = (chunk & 0xFFFFFFFF).sum(dtype=np.int64)
+        high = (chunk >> 32).sum(dtype=np.int64)
+        total += int(high) * 2**32 + int(low)
+    return total
+
+
+def _partition_sums(u: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
+    counts = np.bincount(codes, minlength=n)
+    order = np.argsort(codes, kind="stable")
+    grouped = u[order]
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])) if n else np.zeros(0, dtype=np.int64)
+    present = counts > 0
+    largest = int(np.abs(u).max()) if u.size else 0
+    most = int(counts.max()) if n else 0
+    if largest * most <= _INT64_MAX:
+        # No partial sum can overflow: one int64 pass.
+        sums = np.zeros(n, dtype=np.int64)
+        if grouped.size:
+            sums[present] = np.add.reduceat(grouped, starts[present])
+        return sums
+    # 32-bit halves: each half-sum is below 2^32·count, which fits while count < 2^31.
+    low = np.zeros(n, dtype=np.int64)
+    high = np.zeros(n, dtype=np.int64)
+    if grouped.size:
+        low[present] = np.add.reduceat(grouped & 0xFFFFFFFF, starts[present])
+        high[present] = np.add.reduceat(grouped >> 32, starts[present])
+    totals = [int(h) * 2**32 + int(lo) for h, lo in zip(high.tolist(), low.tolist())]
+    if all(-2**63 <= t <= _INT64_MAX for t in totals):
+        return np.array(totals, dtype=np.int64)
+    return np.array(totals, dtype=object)
