@@ -47,7 +47,7 @@ typedef struct user_buffers {
 static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
                       uint64_t linf, uint32_t n_partitions, size_t n_values, const int64_t *const *values,
                       int64_t *out_users, int64_t *out_rows, int64_t *out_sums, int64_t *out_users_before,
-                      dps_bound_stats *stats, user_buffers *buf, size_t *bad_row) {
+                      uint8_t *out_kept, dps_bound_stats *stats, user_buffers *buf, size_t *bad_row) {
     for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
     sort_keys(buf->keys, m);
     size_t d = 0;
@@ -75,6 +75,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
         out_users[p] += 1;
         out_rows[p] += (int64_t)take;
         stats->rows_kept += take;
+        if (out_kept != NULL)
+            for (size_t i = 0; i < take; i++) out_kept[buf->rows[i]] = 1;
         for (size_t c = 0; c < n_values; c++) {
             int64_t *acc = &out_sums[c * (size_t)n_partitions + p];
             for (size_t i = 0; i < take; i++) {
@@ -91,7 +93,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
 int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                    uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                    size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                   int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row) {
+                   int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                   size_t *bad_row) {
     memset(stats, 0, sizeof *stats);
     if (kappa == 0 || linf == 0 || (shard & ~shard_mask) || (shard_mask & (shard_mask + 1u))) return DPS_ERR_BAD_ARG;
     if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
@@ -120,7 +123,7 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
         for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
             if (end[v] == lo) continue;
             rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
-                            out_users, out_rows, out_sums, out_users_before, stats, &buf, bad_row);
+                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf, bad_row);
         }
     }
     free(buf.keys);

@@ -31,14 +31,16 @@ typedef struct dps_bound_stats {
  * 0 for all) and add, for every partition p < n_partitions:
  *   out_users[p]  += kept users, out_rows[p] += kept rows,
  *   out_sums[c * n_partitions + p] += sum of values[c][row] over kept rows (c < n_values),
- *   out_users_before[p] += users before bounding (may be NULL: for the data holder's report).
+ *   out_users_before[p] += users before bounding (may be NULL: for the data holder's report);
+ * and sets out_kept[row] = 1 for every kept row (may be NULL; callers zero it first).
  * Codes must be below n_users and n_partitions (else DPS_ERR_BAD_CODE and *bad_row); an int64
  * overflow of a sum gives DPS_ERR_OVERFLOW (and *bad_row = the partition). kappa, linf >= 1.
  * On error the outputs are partly updated: callers discard them. */
 int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                    uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                    size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                   int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row);
+                   int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                   size_t *bad_row);
 
 #define DPS_ERR_OVERFLOW (-30)
 

@@ -56,6 +56,9 @@ from dpselect.mechanisms import (
 )
 from dpselect.mechanisms.recommend import recommend
 from dpselect.tables import CertificationError
+from dpselect.aggregation.aggregate import AggregateResult, aggregate
+from dpselect.aggregation.budget import Budget, BudgetExceededError
+from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean, sum  # noqa: A004
 
 # Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
 # `dpselect.personalized`, `dpselect.testing`; `dpselect.datasets` (shipped example data) too.
@@ -70,7 +73,16 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'dpselect' has no attribute {name!r}")
 
 
+# ``sum`` and ``mean`` are reached as dpselect.sum / dpselect.mean, never by a star import (they
+# would shadow the builtin sum).
 __all__ = [
+    "aggregate",
+    "AggregateResult",
+    "Budget",
+    "BudgetExceededError",
+    "Metric",
+    "count",
+    "count_distinct_units",
     "select_partitions",
     "select",
     "release",

@@ -18,6 +18,7 @@ def bound_rows(
     shard_mask: int = 0,
     shard: int = 0,
     users_before: bool = False,
+    kept: npt.NDArray[np.uint8] | None = None,
 ) -> tuple[
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],

@@ -5,7 +5,7 @@ docs/privacy/aggregate.md). Thin: checks arguments, releases the GIL around the 
 codes to exceptions. Use :mod:`dpselect.aggregation`, not this."""
 import numpy as np
 
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
@@ -23,7 +23,8 @@ cdef extern from "bound_rows.h" nogil:
     int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                        uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                        size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                       int64_t *out_sums, int64_t *out_users_before, dps_bound_stats *stats, size_t *bad_row)
+                       int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                       size_t *bad_row)
 
 cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_CODE
@@ -32,14 +33,16 @@ cdef extern from "count.h" nogil:
 
 def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32_t n_users,
                uint32_t n_partitions, object kappa, object linf, list values, object test_state,
-               uint32_t shard_mask=0, uint32_t shard=0, bint users_before=False):
+               uint32_t shard_mask=0, uint32_t shard=0, bint users_before=False,
+               uint8_t[::1] kept=None):
     """Bound every user of the shard to ``kappa`` partitions and ``linf`` rows per partition
     (uniform subsets, package CSPRNG) and sum per partition over the kept rows.
 
     ``values`` is a list of C-contiguous int64 arrays, one per value column, each as long as
     ``users``. Returns ``(users, rows, sums, users_before, stats)``: int64 arrays of
     ``n_partitions`` (``sums`` is ``len(values) × n_partitions``; ``users_before`` is None unless
-    asked) and a dict of row and pair totals."""
+    asked) and a dict of row and pair totals. ``kept``, a zeroed uint8 array of one entry per
+    row, if given, gets 1 for every kept row."""
     cdef size_t n = <size_t>users.shape[0]
     if <size_t>partitions.shape[0] != n:
         raise ValueError(f"users and partitions must have the same length, got {n} and {partitions.shape[0]}")
@@ -77,6 +80,12 @@ def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32
     for i in range(n_values):
         one = arrays[i]
         value_ptrs[i] = &one[0] if n else NULL
+    cdef uint8_t *kept_ptr = NULL
+    if kept is not None:
+        if <size_t>kept.shape[0] != n:
+            raise ValueError(f"kept must have one entry per row ({n}), got {kept.shape[0]}")
+        if n:
+            kept_ptr = &kept[0]
     cdef const uint32_t *u_ptr = &users[0] if n else NULL
     cdef const uint32_t *p_ptr = &partitions[0] if n else NULL
     cdef uint64_t k = <uint64_t>kappa
@@ -89,7 +98,7 @@ def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32
         s = begin_batch(test_state)
         with nogil:
             rc = dps_bound_rows(s, n, u_ptr, p_ptr, n_users, n_partitions, shard_mask, shard, k, l, n_values,
-                                value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0], before_ptr, &stats, &bad)
+                                value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0], before_ptr, kept_ptr, &stats, &bad)
             end_batch(s)
         finish_batch(test_state)
     finally:

@@ -191,8 +191,8 @@ def _pandas_column(column: Any, dtype: Any) -> Any:
     come back as 2**57)."""
     import pandas as pd
 
-    if dtype is None:  # the count column
-        return pd.Series(column.to_pandas(), dtype="int64")
+    if dtype is None:  # a column dpselect made (noisy counts and metrics): int64 or float64, no nulls
+        return pd.Series(column.to_pandas())
     if isinstance(dtype, pd.CategoricalDtype):
         # The dtype would list every category of the input, released or not, which would
         # publish unreleased keys: keep only released ones, in the caller's order.
@@ -251,7 +251,7 @@ def _from_polars(data: Any, privacy_unit: str, by: list[str]) -> tuple[Any, Fram
     def restore(t: Any) -> Any:
         out = pl.from_arrow(t)
         assert isinstance(out, pl.DataFrame)
-        out = out.cast({c: _released_polars_dtype(polars_schema[c], out[c]) for c in by})
+        out = out.cast({c: _released_polars_dtype(polars_schema[c], out[c]) for c in by if c in out.columns})
         return out.lazy() if lazy else out
 
     return table, FrameKind("polars-lazy" if lazy else "polars", table.schema, restore)

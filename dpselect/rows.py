@@ -610,6 +610,44 @@ class RowCounter:
                 for future in pending:
                     future.cancel()
 
+    def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
+        """The user and partition code of every row of ``batch`` (one code per distinct value,
+        kept across calls), for a caller that bounds rows itself (a grouped release needs each
+        row, not only the distinct pairs). Rows with a null privacy unit are refused or dropped
+        as in :meth:`feed`; the third value is the batch the codes describe (filtered when rows
+        were dropped), to read value columns from. Decode partition codes with :meth:`keys_of`."""
+        pa = import_pyarrow()
+        if self._finished:
+            raise RuntimeError("this RowCounter has already been finished")
+        self.check_schema(batch.schema)
+        self.rows += batch.num_rows
+        units = batch.column(self.privacy_unit)
+        if units.null_count:
+            self.null_unit_rows += units.null_count
+            self.check_null_units()
+            batch = batch.filter(pa.compute.is_valid(units))
+        if batch.num_rows <= _PIECE_ROWS:
+            return self._encode_users(batch), self._encode_keys(batch), batch
+        # The two columns' sides on two threads, piece by piece (see feed).
+        pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
+            futures = [worker.submit(self._encode_keys, piece) for piece in pieces]
+            try:
+                users = np.concatenate([self._encode_users(piece) for piece in pieces])
+                partitions = np.concatenate([future.result() for future in futures])
+            finally:
+                for future in futures:
+                    future.cancel()
+        return users, partitions, batch
+
+    def keys_of(self, codes: npt.NDArray[np.int64]) -> Any:
+        """The ``by`` values of the given partition codes, as an Arrow table."""
+        pa = import_pyarrow()
+        if self.n_partitions == 0 or len(codes) == 0:
+            return pa.table({name: pa.array([], type=t if t is not None else pa.null())
+                             for name, t in zip(self.by, self.key_types())})
+        return pa.table(dict(zip(self.by, self._key.key_columns(np.asarray(codes, dtype=np.int64)))))
+
     @staticmethod
     def _is_bytes(batch: Any, name: str) -> bool:
         """Whether a column's values are compared as bytes (strings, binaries, wide values) row

@@ -1,0 +1,89 @@
+"""What a grouped release computes per partition: the metric specifications of
+:func:`dpselect.aggregate` (names follow PipelineDP's ``Metrics`` and Google's library:
+COUNT, SUM, MEAN, and the privacy-unit count).
+
+A metric only says *what* to compute; :func:`dpselect.aggregate` decides the noise from the
+contribution bounds and the metric's share of the budget (docs/privacy/aggregate.md)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Metric", "count", "count_distinct_units", "mean", "sum"]
+
+Kind = Literal["count_distinct_units", "count", "sum", "mean"]
+
+_builtin_sum = sum
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One statistic per partition.
+
+    ``kind``: "count_distinct_units" (users kept in the partition after bounding), "count"
+    (rows kept), "sum" or "mean" of ``column`` over the kept rows, each value clamped to
+    ``bounds`` (None: found privately with APPROX_BOUNDS over the whole dataset,
+    docs/privacy/approx-bounds.md)."""
+
+    kind: Kind
+    column: str | None = None
+    bounds: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("count_distinct_units", "count", "sum", "mean"):
+            raise ValueError(f"unknown metric kind {self.kind!r}")
+        if self.kind in ("sum", "mean"):
+            if not isinstance(self.column, str) or not self.column:
+                raise TypeError(f"{self.kind}() needs the value column's name (a non-empty str), got {self.column!r}")
+            if self.bounds is not None:
+                object.__setattr__(self, "bounds", _checked_bounds(self.kind, self.bounds))
+        elif self.column is not None or self.bounds is not None:
+            raise TypeError(f"{self.kind}() takes no column and no bounds")
+
+    @property
+    def needs_values(self) -> bool:
+        return self.kind in ("sum", "mean")
+
+    def __str__(self) -> str:
+        if not self.needs_values:
+            return f"{self.kind}()"
+        bounds = "bounds found privately" if self.bounds is None else f"bounds={self.bounds}"
+        return f"{self.kind}({self.column!r}, {bounds})"
+
+
+def _checked_bounds(kind: str, bounds: object) -> tuple[float, float]:
+    if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+        raise TypeError(f"{kind}(..., bounds=) must be a (lower, upper) pair, got {bounds!r}")
+    lower, upper = bounds
+    for name, value in (("lower", lower), ("upper", upper)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{kind}(..., bounds=): {name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{kind}(..., bounds=): {name} must be finite, got {value!r}")
+    if lower > upper:
+        raise ValueError(f"{kind}(..., bounds=({lower!r}, {upper!r})): the bounds are inverted (lower > upper)")
+    return (lower, upper)
+
+
+def count_distinct_units() -> Metric:
+    """The number of privacy units (users) in the partition after contribution bounding."""
+    return Metric("count_distinct_units")
+
+
+def count() -> Metric:
+    """The number of rows in the partition after contribution bounding (at most
+    ``max_contributions_per_partition`` per user)."""
+    return Metric("count")
+
+
+def sum(column: str, bounds: tuple[float, float] | None = None) -> Metric:  # noqa: A001 (the ecosystem's name)
+    """The sum of ``column`` over the partition's kept rows, each value clamped to ``bounds``."""
+    return Metric("sum", column, bounds)
+
+
+def mean(column: str, bounds: tuple[float, float] | None = None) -> Metric:
+    """The mean of ``column`` over the partition's kept rows, each value clamped to ``bounds``:
+    a noisy sum of the values' offsets from the bounds' midpoint over a noisy row count, plus
+    the midpoint, clamped to the bounds (Google's BoundedMean)."""
+    return Metric("mean", column, bounds)

@@ -1,0 +1,197 @@
+"""The data holder's report on a grouped release: what contribution bounding, clamping and key
+selection lost, and what other parameters would change. Exact counts from the raw data: NOT
+differentially private, for the data holder only (the "trusted analyst" of Desfontaines' thesis,
+ETH Zürich 2022, §4.2.5); never publish it (docs/aggregate.md, "Reading the report")."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect.aggregation.grid import Grid
+
+__all__ = ["AggregateReport", "BucketLoss", "ColumnClamping"]
+
+HEADER = "dpselect data holder's report: exact, NOT differentially private; never publish it"
+# Partitions are grouped by their number of users before bounding.
+BUCKETS: tuple[tuple[int, float], ...] = ((1, 1), (2, 4), (5, 9), (10, 49), (50, 99), (100, 999), (1000, math.inf))
+# Bounding is reported as the main loss when it removes more than this share of the rows.
+MOST_ROWS = 0.5
+
+
+@dataclass(frozen=True)
+class ColumnClamping:
+    """How clamping changed one value column's kept values."""
+
+    bounds: tuple[float, float]
+    values: int
+    below: int
+    above: int
+    total_change: float  # Σ |x − clamp(x)|
+
+    @classmethod
+    def of(cls, kept_values: npt.NDArray[Any], grid: Grid) -> ColumnClamping:
+        x = kept_values.astype(np.float64, copy=False)
+        below = x < grid.lower
+        above = x > grid.upper
+        change = float(np.sum(grid.lower - x[below]) + np.sum(x[above] - grid.upper))
+        return cls((grid.lower, grid.upper), int(x.size), int(below.sum()), int(above.sum()), change)
+
+
+@dataclass(frozen=True)
+class BucketLoss:
+    """Partitions with ``low``–``high`` users before bounding."""
+
+    low: int
+    high: float
+    partitions: int
+    released: int
+    expected_released: float | None  # Σ P(keep) at the bounded counts, when the rule has one
+
+
+@dataclass(frozen=True)
+class AggregateReport:
+    rows: int
+    null_unit_rows: int
+    rows_kept: int
+    pairs: int
+    pairs_kept: int
+    users: int
+    partitions: int            # in the data, before bounding
+    candidates: int            # with a user left after bounding
+    released: int
+    buckets: tuple[BucketLoss, ...]
+    clamping: dict[str, ColumnClamping]
+    smallest_count_half: int | None     # users (after bounding) released with probability ≥ 0.5
+    smallest_count_95: int | None       # ... ≥ 0.95
+    expected_if_double_epsilon: float | None
+    expected_released: float | None
+    kappa: int
+    linf: int
+    warnings: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def build(cls, *, totals: dict[str, int], null_unit_rows: int, users_before: npt.NDArray[np.int64],
+              users_kept: npt.NDArray[np.int64], candidates: npt.NDArray[np.intp], released_codes: npt.NDArray[Any],
+              strategy: Any, clamping: dict[str, ColumnClamping], epsilon: Fraction, kappa: int, linf: int,
+              public: bool) -> AggregateReport:
+        keep_probability = getattr(strategy, "keep_probability", None)
+        released = np.zeros(users_before.size, dtype=bool)
+        released[np.asarray(released_codes, dtype=np.int64)] = True
+        expected_each = None
+        if keep_probability is not None and not public:
+            expected_each = np.zeros(users_before.size)
+            expected_each[candidates] = keep_probability(users_kept[candidates])
+        buckets = []
+        for low, high in BUCKETS:
+            inside = (users_before >= low) & (users_before <= high)
+            buckets.append(BucketLoss(low, high, int(inside.sum()), int((released & inside).sum()),
+                                      None if expected_each is None else float(expected_each[inside].sum())))
+        half = ninety_five = None
+        if keep_probability is not None and not public:
+            half, ninety_five = _smallest_counts(keep_probability)
+        double = None
+        if not public and strategy is not None and keep_probability is not None:
+            double = _expected_with(strategy, 2, users_kept[candidates])
+        warnings = []
+        rows, rows_kept = int(totals["rows"]), int(totals["rows_kept"])
+        if rows and rows_kept < MOST_ROWS * rows:
+            warnings.append(
+                f"bounding removed {rows - rows_kept:,} of {rows:,} rows ({(rows - rows_kept) / rows:.0%}): the "
+                "metrics describe a minority of the data. Raise max_partitions_contributed (users in many "
+                "partitions) or max_contributions_per_partition (many rows per user and partition), at the cost "
+                "of more noise per partition")
+        for column, c in clamping.items():
+            if c.values and (c.below + c.above) > 0.05 * c.values:
+                warnings.append(f"clamping changed {c.below + c.above:,} of {c.values:,} kept values of {column!r} "
+                                f"(bounds {c.bounds}): sums and means are biased toward the bounds")
+        return cls(rows=rows + null_unit_rows if null_unit_rows and rows == 0 else rows,
+                   null_unit_rows=int(null_unit_rows), rows_kept=rows_kept, pairs=int(totals["pairs"]),
+                   pairs_kept=int(totals["pairs_kept"]), users=int(totals["users"]),
+                   partitions=int((users_before > 0).sum()), candidates=int(candidates.size),
+                   released=int(np.asarray(released_codes).size), buckets=tuple(buckets), clamping=clamping,
+                   smallest_count_half=half, smallest_count_95=ninety_five, expected_if_double_epsilon=double,
+                   expected_released=None if expected_each is None else float(expected_each.sum()),
+                   kappa=kappa, linf=linf, warnings=tuple(warnings))
+
+    def as_dict(self) -> dict[str, Any]:
+        """For a JSON file next to the data (never next to the release)."""
+        return {
+            "note": HEADER,
+            "rows": self.rows, "null_privacy_unit_rows": self.null_unit_rows, "rows_kept": self.rows_kept,
+            "pairs": self.pairs, "pairs_kept": self.pairs_kept, "users": self.users,
+            "partitions": self.partitions, "candidates": self.candidates, "released": self.released,
+            "expected_released": self.expected_released,
+            "expected_released_with_double_selection_epsilon": self.expected_if_double_epsilon,
+            "smallest_user_count_released_with_probability_0.5": self.smallest_count_half,
+            "smallest_user_count_released_with_probability_0.95": self.smallest_count_95,
+            "loss_by_users_before_bounding": [
+                {"users_from": b.low, "users_to": None if math.isinf(b.high) else int(b.high),
+                 "partitions": b.partitions, "released": b.released, "expected_released": b.expected_released}
+                for b in self.buckets],
+            "clamping": {name: {"bounds": list(c.bounds), "values": c.values, "below": c.below, "above": c.above,
+                                "total_change": c.total_change} for name, c in self.clamping.items()},
+            "max_partitions_contributed": self.kappa, "max_contributions_per_partition": self.linf,
+            "warnings": list(self.warnings),
+        }
+
+    def __str__(self) -> str:
+        def share(part: int, whole: int) -> str:
+            return f"{part:,} of {whole:,} ({part / whole:.1%})" if whole else f"{part:,} of 0"
+
+        lines = [HEADER, "",
+                 f"Bounding (κ = {self.kappa} partitions per user, {self.linf} rows per user and partition):",
+                 f"  rows kept          {share(self.rows_kept, self.rows)}",
+                 f"  (user, key) pairs  {share(self.pairs_kept, self.pairs)}",
+                 f"  users              {self.users:,}"]
+        if self.null_unit_rows:
+            lines.append(f"  rows dropped for a null privacy unit: {self.null_unit_rows:,}")
+        for name, c in self.clamping.items():
+            lines.append(f"Clamping {name!r} to {c.bounds}: {c.below:,} below, {c.above:,} above of {c.values:,} "
+                         f"kept values; total change {c.total_change:.6g}")
+        lines += ["", f"Partitions: {self.partitions:,} in the data, {self.candidates:,} with a user after "
+                      f"bounding, {self.released:,} released"
+                      + (f" (expected {self.expected_released:,.1f})" if self.expected_released is not None else "")]
+        lines.append("  users before bounding | partitions | released | expected")
+        for b in self.buckets:
+            label = f"{b.low}+" if math.isinf(b.high) else (f"{b.low}" if b.low == b.high else f"{b.low}-{int(b.high)}")
+            expected = "" if b.expected_released is None else f"{b.expected_released:,.1f}"
+            lines.append(f"  {label:>21} | {b.partitions:>10,} | {b.released:>8,} | {expected}")
+        if self.smallest_count_half is not None:
+            lines.append(f"A partition needs {self.smallest_count_half:,} users after bounding to be released with "
+                         f"probability 0.5, {self.smallest_count_95:,} for 0.95: coarser keys (fewer, larger "
+                         "partitions) or a larger epsilon lower these.")
+        if self.expected_if_double_epsilon is not None:
+            lines.append(f"Doubling the selection's epsilon would release {self.expected_if_double_epsilon:,.1f} "
+                         "partitions in expectation.")
+        lines += [f"WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _smallest_counts(keep_probability: Any, limit: int = 1 << 20) -> tuple[int | None, int | None]:
+    """The smallest counts whose keep probability reaches 0.5 and 0.95 (None beyond ``limit``)."""
+    counts = np.arange(1, limit + 1, dtype=np.int64)
+    p = np.asarray(keep_probability(counts))
+    half = np.flatnonzero(p >= 0.5)
+    ninety_five = np.flatnonzero(p >= 0.95)
+    return (int(counts[half[0]]) if half.size else None, int(counts[ninety_five[0]]) if ninety_five.size else None)
+
+
+def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) -> float | None:
+    """Expected releases if the selection had ``factor`` times its ε (same δ, same κ)."""
+    from dpselect.pipeline import build_strategy
+
+    params = getattr(strategy, "params", None)
+    name = getattr(strategy, "name", None)
+    if params is None or name is None:
+        return None
+    try:
+        other = build_strategy(name, params.epsilon * factor, params.delta, params.max_partitions_contributed,
+                               False, False)
+    except (ValueError, TypeError):
+        return None
+    return float(np.sum(other.keep_probability(counts)))

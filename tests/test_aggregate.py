@@ -1,0 +1,257 @@
+"""dpselect.aggregate: a DP GROUP BY with one bounding, one budget, metrics, intervals, report."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import dpselect
+from dpselect import _bound
+from dpselect.testing import InsecureDeterministicRNG
+
+pa = pytest.importorskip("pyarrow")
+pd = pytest.importorskip("pandas")
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
+
+# A budget so large that the counts' discrete Laplace noise is 0 except with probability ~1e-40
+# (scale κ·L∞/ε_metric ≤ 0.004 below): counts can then be compared with a reference exactly.
+NOISELESS = 1e5
+
+
+def search_log(seed: int = 0, n: int = 30_000, users: int = 3_000) -> pd.DataFrame:
+    gen = np.random.Generator(np.random.PCG64(seed))  # test data only
+    return pd.DataFrame({
+        "user_id": gen.integers(0, users, n),
+        "query": np.array(["maps", "mail", "news", "shop", "vids"])[gen.integers(0, 5, n)],
+        "country": np.array(["ch", "de"])[gen.integers(0, 2, n)],
+        "amount": np.round(gen.gamma(2.0, 40.0, n), 2),
+        "items": gen.integers(1, 9, n),
+    })
+
+
+ALL_KEYS = [(q, c) for q in ["mail", "maps", "news", "shop", "vids"] for c in ["ch", "de"]]
+METRICS = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+           "spend": dpselect.sum("amount", bounds=(0, 1000)), "avg": dpselect.mean("amount", bounds=(0, 1000))}
+
+
+def keyed(frame: pd.DataFrame, by=("query", "country")) -> pd.DataFrame:
+    return frame.set_index(list(by)).sort_index()
+
+
+def test_metrics_equal_pandas_when_bounding_keeps_everything_and_noise_is_negligible():
+    df = search_log()
+    out = dpselect.aggregate(df, privacy_unit="user_id", by=["query", "country"], metrics=METRICS,
+                             epsilon=NOISELESS, delta=1e-6, max_partitions_contributed=10,
+                             max_contributions_per_partition=10, public_partitions=ALL_KEYS)
+    assert out.report().rows_kept == len(df)  # nobody has more than 10 keys or 10 rows in one
+    got = keyed(out.frame)
+    ref = df.groupby(["query", "country"]).agg(users=("user_id", "nunique"), rows=("amount", "size"),
+                                               spend=("amount", "sum"), avg=("amount", "mean")).sort_index()
+    np.testing.assert_array_equal(got["users"], ref["users"])
+    np.testing.assert_array_equal(got["rows"], ref["rows"])
+    # Values are snapped to a grid of 2^(10 - 30) before summing (at most half a step each), and
+    # the sum's noise has scale κ·L∞·2^30 steps / ε_metric = 10·10·1024/25000 ≈ 4.1 in value:
+    # 25 scales is exceeded with probability e^-25.
+    step = 2.0 ** (math.ceil(math.log2(1000)) - 30)
+    assert np.all(np.abs(got["spend"] - ref["spend"]) <= ref["rows"] * step / 2 + 25 * 4.1)
+    assert np.allclose(got["avg"], ref["avg"], rtol=0, atol=0.05)
+    assert out.guarantee.epsilon <= NOISELESS and out.guarantee.delta == 0  # public keys: no selection
+
+
+def test_a_keys_count_and_sum_come_from_the_same_bounded_rows():
+    # Every value is 1, so the sum of a key's kept rows is its count of kept rows: any bounding
+    # that chose different rows for the two (as two separate libraries would) breaks equality.
+    df = search_log(1).assign(one=1)
+    for seed in range(3):
+        out = dpselect.aggregate(df, privacy_unit="user_id", by=["query", "country"],
+                                 metrics={"rows": dpselect.count(), "total": dpselect.sum("one", bounds=(0, 1)),
+                                          "users": dpselect.count_distinct_units()},
+                                 epsilon=NOISELESS, delta=1e-6, max_partitions_contributed=2,
+                                 max_contributions_per_partition=3, public_partitions=ALL_KEYS,
+                                 rng=InsecureDeterministicRNG(seed=seed))
+        got = keyed(out.frame)
+        np.testing.assert_array_equal(got["total"], got["rows"])
+        assert got["users"].sum() <= 2 * df.user_id.nunique()
+        assert np.all(got["rows"] <= 3 * got["users"])
+        report = out.report()
+        assert report.rows_kept == got["rows"].sum() and report.pairs_kept == got["users"].sum()
+
+
+def test_bounding_kernel_keeps_exact_uniform_subsets():
+    # One user with rows in 3 partitions, 4 rows in partition 0: with κ = 1 each partition is
+    # kept a third of the time; with L∞ = 1 each of partition 0's rows a quarter of the time.
+    users = np.zeros(6, dtype=np.uint32)
+    parts = np.array([0, 0, 0, 0, 1, 2], dtype=np.uint32)
+    values = np.array([1, 2, 4, 8, 100, 1000], dtype=np.int64)
+    picks: dict[int, int] = {}
+    trials = 6_000
+    rng = InsecureDeterministicRNG(seed=3)
+    for _ in range(trials):
+        users_kept, rows_kept, sums, before, totals = _bound.bound_rows(users, parts, 1, 3, 1, 1, [values],
+                                                                         rng._test_state)
+        assert users_kept.sum() == 1 and rows_kept.sum() == 1 and before.tolist() if before is not None else True
+        picks[int(sums[0].sum())] = picks.get(int(sums[0].sum()), 0) + 1
+    # P(partition 0) = 1/3, then each of its 4 rows 1/4: 1/12 each; partitions 1 and 2: 1/3 each.
+    expected = {1: trials / 12, 2: trials / 12, 4: trials / 12, 8: trials / 12, 100: trials / 3, 1000: trials / 3}
+    assert set(picks) == set(expected)
+    chi2 = sum((picks[k] - e) ** 2 / e for k, e in expected.items())
+    assert chi2 < 20.5  # χ² with 5 degrees of freedom: P(> 20.5) ≈ 0.001
+
+
+def test_bounding_kernel_refuses_bad_codes_and_reports_overflow():
+    users = np.array([0, 1], dtype=np.uint32)
+    parts = np.array([0, 5], dtype=np.uint32)
+    with pytest.raises(ValueError, match="row 1"):
+        _bound.bound_rows(users, parts, 2, 5, 1, 1, [], None)
+    huge = np.array([2**62, 2**62], dtype=np.int64)
+    with pytest.raises(OverflowError, match="overflows 64 bits"):
+        _bound.bound_rows(np.array([0, 1], np.uint32), np.zeros(2, np.uint32), 2, 1, 1, 1, [huge], None)
+    with pytest.raises(ValueError, match="max_contributions_per_partition"):
+        _bound.bound_rows(users, np.zeros(2, np.uint32), 2, 1, 1, 0, [], None)
+
+
+@pytest.mark.parametrize("kind", ["count", "sum", "mean"])
+def test_confidence_intervals_cover_the_bounded_value_at_their_level(kind):
+    df = search_log(2, n=6_000, users=6_000)  # one row per user on average: bounding keeps all with κ, L∞ large
+    metric = {"count": dpselect.count(), "sum": dpselect.sum("amount", bounds=(0, 400)),
+              "mean": dpselect.mean("amount", bounds=(0, 400))}[kind]
+    truth = df.assign(amount=df.amount.clip(0, 400)).groupby(["query", "country"])["amount"]
+    true = {"count": truth.size(), "sum": truth.sum(), "mean": truth.mean()}[kind].sort_index()
+    level, runs, covered, total = 0.9, 60, 0, 0
+    for seed in range(runs):
+        out = dpselect.aggregate(df, privacy_unit="user_id", by=["query", "country"], metrics={"m": metric},
+                                 epsilon=0.5, delta=1e-6, max_partitions_contributed=10,
+                                 max_contributions_per_partition=100, public_partitions=ALL_KEYS,
+                                 confidence_level=level, rng=InsecureDeterministicRNG(seed=seed))
+        got = keyed(out.frame)
+        inside = (got["m_ci_low"] <= true + 1e-6) & (true - 1e-6 <= got["m_ci_high"])
+        covered += int(inside.sum())
+        total += inside.size
+    # Clopper-Pearson style margin: 600 intervals at true coverage ≥ 0.9 fall below 0.86 with
+    # probability < 0.001.
+    assert covered / total >= 0.86
+
+
+def test_bounds_are_found_privately_when_not_given_and_cover_the_data():
+    gen = np.random.Generator(np.random.PCG64(4))
+    n = 40_000
+    df = pd.DataFrame({"u": np.arange(n), "k": gen.integers(0, 4, n), "x": gen.uniform(3, 900, n)})
+    out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x")}, epsilon=2.0,
+                             delta=1e-6, public_partitions=[0, 1, 2, 3])
+    lower, upper = out.bounds["x"]
+    assert lower == 2.0 and upper == 1024.0  # the power-of-two bins around [3, 900]
+    assert any("APPROX_BOUNDS" in c.what for c in out.guarantee.components)
+    with pytest.raises(ValueError, match="not enough data"):
+        dpselect.aggregate(df.head(5), privacy_unit="u", by="k", metrics={"s": dpselect.sum("x")}, epsilon=1.0,
+                           delta=1e-6, public_partitions=[0, 1, 2, 3])
+
+
+def test_the_budget_adds_up_and_refuses_an_overspend_before_any_work():
+    df = search_log(5, n=3_000)
+    budget = dpselect.Budget(1.0, 1e-6)
+    dpselect.aggregate(df, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()}, epsilon=0.6,
+                       delta=5e-7, budget=budget)
+    with pytest.raises(dpselect.BudgetExceededError, match="overspend"):
+        dpselect.aggregate(df, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()}, epsilon=0.6,
+                           delta=5e-7, budget=budget)
+    assert budget.spent == (Fraction(3, 5), Fraction(1, 2_000_000))
+
+
+def test_the_guarantee_composes_every_step_within_the_request():
+    df = search_log(6)
+    out = dpselect.aggregate(df, privacy_unit="user_id", by=["query", "country"], metrics=METRICS, epsilon=1.0,
+                             delta=1e-6, max_partitions_contributed=2, weights={"selection": 2, "spend": 3})
+    g = out.guarantee
+    assert [c.what.split(" ")[0] for c in g.components] == ["selection", "users", "rows", "spend", "avg"]
+    assert g.epsilon_exact <= Fraction(1) and g.delta_exact <= Fraction(1, 10**6)
+    shares = [c.epsilon_exact for c in g.components]
+    assert shares[0] == pytest.approx(2 / 8, rel=1e-9) and shares[3] == pytest.approx(3 / 8, rel=1e-9)
+    assert g.is_dp and "basic sequential composition" in str(g)
+    assert out.frame.attrs["dpselect_guarantee"] == str(g)
+    table = dpselect.aggregate(pa.Table.from_pandas(df), privacy_unit="user_id", by="query",
+                               metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6,
+                               rng=InsecureDeterministicRNG(seed=1))
+    text = table.frame.schema.metadata[b"dpselect.guarantee"].decode()
+    assert text.startswith("NOT DP") and not table.guarantee.is_dp
+    assert table.guarantee.as_dict()["differentially_private"] is False
+
+
+def test_the_report_counts_what_bounding_and_clamping_removed():
+    df = pd.DataFrame({"u": [1, 1, 1, 2, 2, 3], "k": ["a", "a", "b", "a", "b", "c"],
+                       "x": [5.0, 50.0, 1.0, 2.0, 3.0, -4.0]})
+    out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 10))},
+                             epsilon=1.0, delta=1e-6, max_partitions_contributed=1,
+                             max_contributions_per_partition=1, public_partitions=["a", "b", "c"])
+    r = out.report()
+    # Users 1 and 2 keep one of their two keys and one row there; user 3 keeps its one row.
+    assert (r.rows, r.rows_kept, r.pairs, r.pairs_kept, r.users) == (6, 3, 5, 3, 3)
+    assert r.partitions == 3 and [b.partitions for b in r.buckets][:2] == [1, 2]
+    clamp = r.clamping["x"]
+    assert clamp.values == 3 and clamp.below + clamp.above <= 2  # -4 and 50 are clamped if kept
+    assert "NOT differentially private" in str(r) and r.as_dict()["rows_kept"] == 3
+    # Five rows per user in one key, one kept: bounding removed most rows, and the report says so.
+    many = pd.DataFrame({"u": np.repeat(np.arange(50), 5), "k": "a", "x": 1.0})
+    r = dpselect.aggregate(many, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0,
+                           delta=1e-6, public_partitions=["a"]).report()
+    assert r.rows_kept == 50 and any("bounding removed 200 of 250 rows (80%)" in w for w in r.warnings)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (dict(metrics={"s": dpselect.sum("missing", bounds=(0, 1))}), ValueError, "missing"),
+    (dict(metrics={"s": dpselect.sum("query", bounds=(0, 1))}), TypeError, "must hold integers or floats"),
+    (dict(metrics={}), TypeError, "non-empty dict"),
+    (dict(metrics={"query": dpselect.count()}), ValueError, "also an input column"),
+    (dict(metrics={"amount": dpselect.sum("amount", bounds=(0, 1))}), ValueError, "also value columns"),
+    (dict(metrics={"s": dpselect.count()}, weights={"nope": 1}), ValueError, "unknown step"),
+    (dict(metrics={"s": dpselect.count()}, max_contributions_per_partition=0), ValueError,
+     "max_contributions_per_partition"),
+    (dict(metrics={"s": dpselect.count()}, confidence_level=1.5), ValueError, "confidence_level"),
+    (dict(metrics={"s": dpselect.count()}, epsilon=-1.0), ValueError, "epsilon"),
+])
+def test_bad_inputs_name_the_parameter(bad, error, message):
+    df = search_log(7, n=500)
+    kwargs = dict(privacy_unit="user_id", by="query", epsilon=1.0, delta=1e-6)
+    kwargs.update(bad)
+    with pytest.raises(error, match=message):
+        dpselect.aggregate(df, **kwargs)
+
+
+def test_bad_values_and_bounds_are_refused():
+    with pytest.raises(ValueError, match="inverted"):
+        dpselect.sum("x", bounds=(5, 1))
+    with pytest.raises(ValueError, match="finite"):
+        dpselect.mean("x", bounds=(0, math.inf))
+    df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.inf]})
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
+                           epsilon=1.0, delta=1e-6)
+    table = pa.table({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.nan]})
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
+                           epsilon=1.0, delta=1e-6)
+    df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.nan]})  # pandas' NaN becomes a null
+    with pytest.raises(ValueError, match="null"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
+                           epsilon=1.0, delta=1e-6)
+    df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": pd.array([1, None], dtype="Int64")})
+    with pytest.raises(ValueError, match="null value"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
+                           epsilon=1.0, delta=1e-6)
+    with pytest.raises(ValueError, match="two different bounds"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1)),
+                                                                  "m": dpselect.mean("x", bounds=(0, 2))},
+                           epsilon=1.0, delta=1e-6)
+
+
+def test_polars_and_arrow_inputs_give_their_own_types():
+    pl = pytest.importorskip("polars")
+    df = search_log(8, n=5_000)
+    for data in (pl.from_pandas(df), pa.Table.from_pandas(df, preserve_index=False)):
+        out = dpselect.aggregate(data, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()},
+                                 epsilon=NOISELESS, delta=1e-6, public_partitions=["mail", "maps"])
+        assert type(out.frame).__module__.split(".")[0] == type(data).__module__.split(".")[0]
+        frame, guarantee = out
+        assert guarantee is out.guarantee
