@@ -19,6 +19,7 @@ from scipy import stats
 
 from dpselect import _noise
 from dpselect.aggregation._expbounds import exp_neg_bounds
+from dpselect.aggregation.grid import Grid
 from dpselect.aggregation.noise import (
     DiscreteGaussianNoise,
     DiscreteLaplaceNoise,
@@ -498,3 +499,111 @@ def test_guarantee_text_states_epsilon_delta_and_rho() -> None:
     gauss = DiscreteGaussianNoise.for_rho(Fraction(1, 8), sensitivity=2)
     assert gauss.rho <= Fraction(1, 8) and gauss.guarantee.epsilon is None
     assert "zCDP" in str(gauss.guarantee) and "differentially private" not in str(gauss.guarantee)
+
+
+# ------------------------------------------------------------------ the grid (floats never meet noise)
+
+def test_grid_step_follows_the_bounds() -> None:
+    assert Grid.for_bounds(-3.5, 900.0).exponent == 10 - 40  # ⌈log2 900⌉ = 10
+    assert Grid.for_bounds(-1024.0, 1.0).exponent == 10 - 40  # a power of two is its own ceiling
+    assert Grid.for_bounds(0.0, 1e-300).exponent == -1022  # never finer than the smallest normal double
+    assert Grid.for_bounds(0.0, 1e-290).exponent == math.frexp(1e-290)[1] - 40
+    assert Grid.for_bounds(-5, 10**6, integer=True).exponent == 0
+    assert Grid.for_bounds(0, 2**60, integer=True).exponent == 20
+    assert Grid.for_bounds(0.0, 0.0).exponent == 0
+    assert Grid.for_bounds(-3.5, 900.0, precision_bits=20).step == 2.0**-10
+
+
+def test_grid_clamps_and_snaps_exactly() -> None:
+    grid = Grid.for_bounds(-3.5, 900.0)
+    g = grid.step
+    values = np.array([1.0, -10.0, 1000.0, 0.1, 3.3, -3.5, 900.0, 2.5 * g, 3.5 * g, -2.5 * g])
+    units = grid.to_units(values)
+    assert units.dtype == np.int64
+    assert units[:3].tolist() == [2**30, grid.lower_units, grid.upper_units]
+    assert units[7:].tolist() == [2, 4, -2]  # ties to even, exactly
+    released = grid.release(units)
+    clamped = np.clip(values, -3.5, 900.0)
+    assert np.all(np.abs(released - clamped) <= g / 2)
+    assert np.all(released / g == np.rint(released / g))  # multiples of g, exactly
+
+
+def test_grid_integers_round_half_up_and_never_overflow() -> None:
+    grid = Grid.for_bounds(-(2**62), 2**62, integer=True)  # step 2^22
+    x = np.array([2**21, 2**21 - 1, -(2**21), -(2**21) - 1, 2**63 - 1, -(2**63)], dtype=np.int64)
+    assert grid.to_units(x).tolist() == [1, 0, 0, -1, 2**40, -(2**40)]
+    small = Grid.for_bounds(-3, 5)  # a fine grid for integer data: exact shifts
+    assert small.to_units(np.array([-7, 2, 9])).tolist() == [-3 * 2**37, 2 * 2**37, 5 * 2**37]
+    unsigned = Grid.for_bounds(0, 100, integer=True)
+    assert unsigned.to_units(np.array([2**64 - 1, 7], dtype=np.uint64)).tolist() == [100, 7]
+
+
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=200), st.integers(1, 5))
+@settings(max_examples=100, deadline=None)
+def test_grid_sums_are_exact(units: list[int], n: int) -> None:
+    grid = Grid.for_bounds(-1.0, 1.0)
+    arr = np.array(units, dtype=np.int64)
+    codes = np.arange(arr.size) % n
+    assert grid.sum_units(arr) == sum(units)
+    sums = grid.sum_units(arr, codes, n)
+    assert [int(v) for v in sums] == [sum(units[i::n]) for i in range(n)]
+
+
+def test_grid_sums_fall_back_to_python_ints_past_int64() -> None:
+    grid = Grid.for_bounds(-1.0, 1.0)
+    big = np.full(4, 2**62, dtype=np.int64)
+    sums = grid.sum_units(big, np.array([0, 0, 0, 1]), 3)
+    assert sums.dtype == object and sums.tolist() == [3 * 2**62, 2**62, 0]
+    fits = grid.sum_units(np.array([2**62, 2**62, -(2**62)], dtype=np.int64), np.zeros(3, dtype=int), 1)
+    assert fits.dtype == np.int64 and fits.tolist() == [2**62]
+    assert grid.sum_units(np.full(8, 2**62, dtype=np.int64)) == 2**65
+    with pytest.raises(OverflowError):  # noise is never added to a sum that left int64
+        DiscreteLaplaceNoise(Fraction(1)).add(sums)
+
+
+def test_grid_release_is_noisy_units_times_the_step() -> None:
+    grid = Grid.for_bounds(0.0, 10.0)
+    units = grid.to_units(np.random.default_rng(5).uniform(0, 10, 1000))
+    total = np.array([grid.sum_units(units)], dtype=np.int64)
+    noise = DiscreteLaplaceNoise.for_epsilon(1, sensitivity=grid.sum_sensitivity(2))
+    assert noise.scale == 2 * grid.max_abs_units()
+    noisy = noise.add(total, rng=_rng(30))
+    released = grid.release(noisy)
+    assert released[0] == math.ldexp(float(noisy[0]), grid.exponent)
+    assert Fraction(released[0]) / Fraction(grid.step) == int(noisy[0])  # exact: a multiple of g
+
+
+@pytest.mark.parametrize("values,error,match", [
+    (np.array([1.0, np.nan]), ValueError, "amounts contains NaN"), (np.array([np.inf]), ValueError, "flat index 0"),
+    (np.array(["1.0"]), TypeError, "amounts"), (np.array([True]), TypeError, "amounts"),
+    (np.array([1 + 2j]), TypeError, "amounts"), (np.ma.masked_array([1.0], mask=[1]), TypeError, "amounts"),
+    (np.array([1, None], dtype=object), TypeError, "amounts"),
+])
+def test_grid_refuses_bad_values(values, error, match) -> None:
+    with pytest.raises(error, match=match):
+        Grid.for_bounds(0.0, 1.0).to_units(values, name="amounts")
+
+
+@pytest.mark.parametrize("lower,upper,kwargs,error,match", [
+    (5.0, 1.0, {}, ValueError, "inverted"), (float("nan"), 1.0, {}, ValueError, "lower"),
+    (0.0, float("inf"), {}, ValueError, "upper"), ("0", 1.0, {}, TypeError, "lower"),
+    (0.0, 1.0, {"precision_bits": 0}, ValueError, "precision_bits"),
+    (0.0, 1.0, {"precision_bits": 63}, ValueError, "precision_bits"), (0, 2**63 + 1, {}, ValueError, "upper"),
+])
+def test_grid_refuses_bad_bounds(lower, upper, kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        Grid.for_bounds(lower, upper, **kwargs)
+
+
+def test_grid_checks_codes_and_units() -> None:
+    grid = Grid.for_bounds(0.0, 1.0)
+    with pytest.raises(ValueError, match="codes"):
+        grid.sum_units(np.array([1, 2]), np.array([0, 5]), 2)
+    with pytest.raises(TypeError, match="units"):
+        grid.sum_units(np.array([1.5]))
+    with pytest.raises(ValueError, match="n_partitions"):
+        grid.sum_units(np.array([1]), np.array([0]), None)
+    with pytest.raises(ValueError, match="inverted"):
+        Grid(1.0, 0.0, 0)
+    with pytest.raises(ValueError, match="no multiple"):
+        Grid(0.25, 0.75, 0)

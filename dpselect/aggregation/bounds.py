@@ -25,6 +25,7 @@ K = −b·ln(2 − 2p^(1/(2B))) is :func:`google_threshold`; at ε = 1, p = 1 �
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -91,6 +92,7 @@ def _certified(scale: Fraction, k: int, p: Fraction, bins: int, bits: int) -> bo
     return power_lower(1 - tail, 2 * bins, bits) >= p
 
 
+@functools.lru_cache(maxsize=256)
 def discrete_threshold(scale: Fraction, success_probability: Fraction, num_bins: int) -> int:
     """The smallest integer K ≥ 0 for which an empty dataset's 2B noisy counts (discrete Laplace
     of scale b) all stay below K with probability ≥ p, certified in rationals:
