@@ -632,9 +632,13 @@ class RowCounter:
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
             futures = [worker.submit(self._encode_keys, piece) for piece in pieces]
+            users = np.empty(batch.num_rows, dtype=np.uint32)
+            partitions = np.empty(batch.num_rows, dtype=np.uint32)
             try:
-                users = np.concatenate([self._encode_users(piece) for piece in pieces])
-                partitions = np.concatenate([future.result() for future in futures])
+                for i, (piece, future) in enumerate(zip(pieces, futures)):
+                    start = i * _PIECE_ROWS
+                    users[start:start + piece.num_rows] = self._encode_users(piece)
+                    partitions[start:start + piece.num_rows] = future.result()
             finally:
                 for future in futures:
                     future.cancel()

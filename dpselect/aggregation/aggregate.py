@@ -131,30 +131,59 @@ def _shares(epsilon: Fraction, delta: Fraction, weights: dict[str, Fraction]) ->
     return {step: (epsilon * w / total, delta if step == "selection" else Fraction(0)) for step, w in weights.items()}
 
 
-def _value_column(batch: Any, column: str) -> npt.NDArray[Any]:
-    pa = import_pyarrow()
-    col = batch.column(column)
-    typ = col.type
-    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)) or pa.types.is_float16(typ):
-        raise TypeError(f"value column {column!r} must hold integers or floats (float32/float64), got {typ}: "
-                        "cast it first")
-    if col.null_count:
-        raise ValueError(f"value column {column!r} has {col.null_count} null value(s) (a pandas NaN is one): "
-                         "drop or fill them before aggregating (a null is not a number to sum)")
-    arr = col.to_numpy() if isinstance(col, pa.Array) else col.combine_chunks().to_numpy()
-    if arr.dtype.kind == "f":
-        arr = arr.astype(np.float64, copy=False)
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            raise ValueError(f"value column {column!r} has {int(bad.sum())} NaN or infinite value(s): drop or "
-                             "impute them before aggregating")
-    elif arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"value column {column!r} has values above 2**63 - 1")
-    return arr
+# Rows per step when value columns are converted: the float temporaries of one step stay small.
+_STEP_ROWS = 1 << 20
 
 
-def _is_integer(values: npt.NDArray[Any]) -> bool:
-    return values.dtype.kind in "iu"
+class ValueColumn:
+    """A numeric value column read in place from its Arrow chunks (no copy of the whole column),
+    checked: integers or floats, no nulls, no NaN or infinity."""
+
+    def __init__(self, batch: Any, column: str) -> None:
+        pa = import_pyarrow()
+        col = batch.column(column)
+        typ = col.type
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)) or pa.types.is_float16(typ):
+            raise TypeError(f"value column {column!r} must hold integers or floats (float32/float64), got {typ}: "
+                            "cast it first")
+        if col.null_count:
+            raise ValueError(f"value column {column!r} has {col.null_count} null value(s) (a pandas NaN is one): "
+                             "drop or fill them before aggregating (a null is not a number to sum)")
+        self.name = column
+        self.integer = pa.types.is_integer(typ)
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        self.chunks = [c.to_numpy(zero_copy_only=False) for c in chunks if len(c)]
+        for chunk in self.chunks:
+            if chunk.dtype.kind == "f":
+                bad = int(np.count_nonzero(~np.isfinite(chunk)))
+                if bad:
+                    raise ValueError(f"value column {column!r} has {bad} NaN or infinite value(s): drop or impute "
+                                     "them before aggregating")
+            elif chunk.dtype.kind == "u" and chunk.size and chunk.max() > np.iinfo(np.int64).max:
+                raise ValueError(f"value column {column!r} has values above 2**63 - 1")
+        self.size = sum(c.size for c in self.chunks)
+
+    def steps(self) -> Any:
+        """(start row, values) in steps of at most _STEP_ROWS rows."""
+        start = 0
+        for chunk in self.chunks:
+            for offset in range(0, chunk.size, _STEP_ROWS):
+                piece = chunk[offset:offset + _STEP_ROWS]
+                yield start + offset, piece
+            start += chunk.size
+
+    def units(self, grid: Grid) -> npt.NDArray[np.int64]:
+        """Every value clamped and snapped to ``grid``, as int64 grid units."""
+        out = np.empty(self.size, dtype=np.int64)
+        for start, piece in self.steps():
+            out[start:start + piece.size] = grid.to_units(piece, name=f"value column {self.name!r}")
+        return out
+
+    def take(self, kept: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+        """The values of the rows marked in ``kept``."""
+        parts = [piece[kept[start:start + piece.size].view(bool)] for start, piece in self.steps()]
+        dtype = np.float64 if not self.integer else np.int64
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
 def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int, n_partitions: int,
@@ -276,33 +305,34 @@ def aggregate(
     table, kind = to_arrow(data, privacy_unit, [*names, *[c for c in value_columns if c not in names]])
     counter = RowCounter(privacy_unit, names, null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     users, partitions, used = counter.encode(table)
-    values = {c: _value_column(used, c) for c in value_columns}
-    del table, used
+    values = {c: ValueColumn(used, c) for c in value_columns}
     kappa, linf = max_partitions_contributed, max_contributions_per_partition
-    grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=_is_integer(values[c]))
+    grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=values[c].integer)
              for c, (lo, hi) in given_bounds.items()}
     known = [c for c in value_columns if c in grids]
-    units = [grids[c].to_units(values[c], name=f"value column {c!r}") for c in known]
+    units = [values[c].units(grids[c]) for c in known]
     n_users, n_parts = counter.n_users, counter.n_partitions
     users_kept, rows_kept, sums, users_before, kept, totals = _bound_all(
         users, partitions, n_users, n_parts, kappa, linf, units, generator)
     del units
     column_sums = {c: sums[i] for i, c in enumerate(known)}
     components: list[Component] = []
-    kept_rows = np.flatnonzero(kept)
-    kept_partitions = partitions[kept_rows]
+    kept_values = {c: values[c].take(kept) for c in value_columns}
+    del values, used, table  # the input's columns are no longer read
+    if auto_columns:
+        kept_partitions = partitions[kept.view(bool)]
     for c in auto_columns:
         eps_b, _ = shares[f"bounds:{c}"]
-        found = approx_bounds(values[c][kept_rows], eps_b, max_partitions_contributed=kappa,
-                              max_contributions_per_partition=linf, integer=_is_integer(values[c]), rng=generator)
-        grids[c] = Grid.for_bounds(found.lower, found.upper, precision_bits=precision_bits,
-                                   integer=_is_integer(values[c]))
-        column_sums[c] = np.asarray(grids[c].sum_units(grids[c].to_units(values[c][kept_rows], name=c),
+        integer = kept_values[c].dtype.kind in "iu"
+        found = approx_bounds(kept_values[c], eps_b, max_partitions_contributed=kappa,
+                              max_contributions_per_partition=linf, integer=integer, rng=generator)
+        grids[c] = Grid.for_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
+        column_sums[c] = np.asarray(grids[c].sum_units(grids[c].to_units(kept_values[c], name=c),
                                                        kept_partitions, n_parts))
         components.append(Component(f"bounds of {c!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
                                     str(found.guarantee)))
-    clamping = {c: ColumnClamping.of(values[c][kept_rows], grids[c]) for c in value_columns}
-    del values
+    clamping = {c: ColumnClamping.of(kept_values[c], grids[c]) for c in value_columns}
+    del kept_values, users
 
     # Candidates: partitions with a user left after bounding, or the public list.
     candidates = np.flatnonzero(users_kept > 0)
