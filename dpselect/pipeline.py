@@ -10,6 +10,8 @@ frame type. See docs/rows.md and docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -135,6 +137,8 @@ def release_table(
     rng: object = None,
     schema: Any = None,
     public: np.ndarray | None = None,
+    ci_half_width: int | None = None,
+    keep_mask: bool = False,
 ) -> Any:
     """Apply the strategy to exact bounded counts (``public`` marks public partitions, whose
     count may be 0, for the public and mixed releases); the kept keys (plus noisy counts if asked),
@@ -161,6 +165,9 @@ def release_table(
             raise ValueError("the strategy returned no noisy counts although it releases counts")
         noisy = np.asarray(result.noisy_counts, dtype=np.int64)[keep]
         table = table.append_column(count_column, arrow_from_numpy(np.asarray(noisy, dtype=np.int64)))
+        if ci_half_width is not None:
+            table = table.append_column(f"{count_column}_ci_low", arrow_from_numpy(noisy - ci_half_width))
+            table = table.append_column(f"{count_column}_ci_high", arrow_from_numpy(noisy + ci_half_width))
     by = partitions.keys.schema.names
     if table.num_rows > 1:
         table = table.sort_by([(name, "ascending") for name in by])
@@ -172,7 +179,16 @@ def release_table(
         GUARANTEE_METADATA_KEY: str(guarantee).encode(),
         PRIVATE_METADATA_KEY: b"true" if _is_private(result.privacy_guaranteed, guarantee) else b"false",
     }
-    return table.replace_schema_metadata(metadata)
+    table = table.replace_schema_metadata(metadata)
+    return ReleasedTable(table, keep) if keep_mask else table
+
+
+@dataclass(frozen=True)
+class ReleasedTable:
+    """A released table and which of the input partitions it kept (for the data holder's report)."""
+
+    table: Any
+    keep_mask: np.ndarray
 
 
 def _is_private(privacy_guaranteed: bool, guarantee: PrivacyGuarantee) -> bool:
@@ -194,6 +210,9 @@ def select_partitions(
     null_privacy_units: str = "error",
     allow_no_release: bool = False,
     public_partitions: Any = None,
+    confidence_level: float | None = None,
+    budget: Any = None,
+    report: bool = False,
     rng: object = None,
     **options: Any,
 ) -> Any:
@@ -252,6 +271,15 @@ def select_partitions(
         for the data holder, never to publish).
     allow_no_release : with ``delta=0`` no key can be released (Theorem 2 of the paper); pass
         True to get an empty result on purpose instead of an error.
+    confidence_level : with ``counts=True`` and a strategy that draws TSGD noise ("release",
+        "public", "mixed"), adds ``<count_column>_ci_low`` / ``_ci_high``: an interval that holds
+        the bounded count with at least this probability, exact on the certified noise table
+        (docs/privacy/confidence-intervals.md); it ignores the threshold (a released count is
+        one whose noise pushed it up) and the rows bounding removed.
+    budget : a :class:`dpselect.Budget` to charge (ε, δ) to before any work; the call fails,
+        charging nothing, if that would overspend.
+    report : also return the data holder's report (exact, NOT DP; never publish it):
+        ``(result, report)``, a :class:`dpselect.aggregation.report.SelectionReport`.
     rng : None for the secure CSPRNG (the only private choice); tests may pass
         ``dpselect.testing.InsecureDeterministicRNG``.
 
@@ -278,15 +306,27 @@ def select_partitions(
         raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
     strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts, allow_no_release,
                            **options)
+    if not isinstance(report, bool):
+        raise TypeError(f"report must be a bool, got {type(report).__name__}")
+    half_width = _count_half_width(strat, counts, confidence_level)
     rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, privacy_unit, names)
     schema = result_schema(table.schema, names, count_column if counts else None)
+    if half_width is not None:
+        pa = import_pyarrow()
+        schema = schema.append(pa.field(f"{count_column}_ci_low", pa.int64()))
+        schema = schema.append(pa.field(f"{count_column}_ci_high", pa.int64()))
+    if budget is not None:
+        _charge(budget, strat, epsilon, delta, names)
     from_arrow(schema.empty_table(), kind)  # a result that cannot be converted back fails now, not after the work
     counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows,
                          null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     counter.feed(table)
     del table  # the exported columns are no longer needed: lower the peak
+    pairs = counter.n_pairs
     if hasattr(strat, "select_sets"):  # a row mechanism: it needs every user's set, not counts
+        if report:
+            raise ValueError(f"report=True needs a count-based strategy; {strat.name!r} selects from users' sets")
         sets, keys_of = counter.user_sets()
         _warn_dropped(counter, privacy_unit)
         released = release_rows(sets, keys_of, strat, rng=rng, schema=schema)
@@ -301,10 +341,48 @@ def select_partitions(
 
         partitions, public = with_public_partitions(partitions, public_partitions, only_public=strat.name == "public")
     released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
-                             public=public)
-    out = from_arrow(released, kind)
-    _attach_guarantee(out, released)
-    return out
+                             public=public, ci_half_width=half_width, keep_mask=report)
+    keep = released.keep_mask if report else None
+    out = from_arrow(released.table if report else released, kind)
+    _attach_guarantee(out, released.table if report else released)
+    if not report:
+        return out
+    from dpselect.aggregation.report import SelectionReport
+
+    private = np.ones(partitions.counts.size, dtype=bool) if public is None else ~public
+    return out, SelectionReport.build(rows=counter.rows - counter.null_unit_rows, null_unit_rows=counter.null_unit_rows,
+                                      pairs=pairs, users=counter.n_users, counts=partitions.counts[private],
+                                      released=keep[private], strategy=strat, kappa=strat.max_partitions_contributed)
+
+
+def _count_half_width(strat: Any, counts: bool, confidence_level: float | None) -> int | None:
+    """The half-width of the noisy counts' interval at ``confidence_level`` (None: not asked)."""
+    if confidence_level is None:
+        return None
+    if isinstance(confidence_level, bool) or not isinstance(confidence_level, float) or not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    table = getattr(strat, "table", None)
+    if not counts or table is None:
+        raise ValueError("confidence_level needs counts=True and a strategy that draws TSGD noise ('release', "
+                         f"'public', 'mixed'), got counts={counts}, strategy={getattr(strat, 'name', strat)!r}")
+    from dpselect.aggregation.intervals import tsgd_half_width
+
+    return tsgd_half_width(table, confidence_level)
+
+
+def _charge(budget: Any, strat: Any, epsilon: float | None, delta: float | None, names: list[str]) -> None:
+    """Charge the release's (ε, δ) to an accountant before any work."""
+    from dpselect.aggregation.budget import Budget
+    from dpselect.exact import as_fraction
+
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
+    params = getattr(strat, "params", None)
+    eps = as_fraction(epsilon) if epsilon is not None else getattr(params, "epsilon_exact", None)
+    dlt = as_fraction(delta) if delta is not None else getattr(params, "delta_exact", None)
+    if eps is None or dlt is None:
+        raise ValueError("budget= needs epsilon and delta (or a strategy that carries them)")
+    budget.charge(eps, dlt, what=f"select_partitions(by={names})")
 
 
 def _warn_dropped(counter: RowCounter, privacy_unit: str) -> None:

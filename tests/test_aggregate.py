@@ -255,3 +255,38 @@ def test_polars_and_arrow_inputs_give_their_own_types():
         assert type(out.frame).__module__.split(".")[0] == type(data).__module__.split(".")[0]
         frame, guarantee = out
         assert guarantee is out.guarantee
+
+
+def test_select_partitions_charges_a_budget_reports_and_gives_count_intervals():
+    df = search_log(9, n=20_000, users=20_000)
+    budget = dpselect.Budget(1.5, 1e-5)
+    out, report = dpselect.select_partitions(df, privacy_unit="user_id", by=["query", "country"], epsilon=1.0,
+                                             delta=1e-5, counts=True, confidence_level=0.9, budget=budget,
+                                             report=True)
+    assert budget.spent == (Fraction(1), Fraction(1, 10**5))
+    with pytest.raises(dpselect.BudgetExceededError):
+        dpselect.select_partitions(df, privacy_unit="user_id", by="query", epsilon=1.0, delta=1e-6, budget=budget)
+    assert list(out.columns[-3:]) == ["noisy_count", "noisy_count_ci_low", "noisy_count_ci_high"]
+    assert np.all(out["noisy_count_ci_low"] < out["noisy_count"]) and np.all(out["noisy_count"] < out["noisy_count_ci_high"])
+    exact = df.groupby(["query", "country"])["user_id"].nunique()
+    assert report.candidates == exact.size and report.released == len(out)
+    assert report.pairs == len(df.drop_duplicates(["user_id", "query", "country"]))
+    assert report.pairs_kept == report.users == df.user_id.nunique()  # κ = 1: one key per user
+    assert sum(b.partitions for b in report.buckets) == exact.size
+    with pytest.raises(ValueError, match="confidence_level needs counts=True"):
+        dpselect.select_partitions(df, privacy_unit="user_id", by="query", epsilon=1.0, delta=1e-5,
+                                   strategy="pi_opt", confidence_level=0.9)
+
+
+def test_tsgd_count_intervals_cover_the_bounded_count():
+    df = search_log(10, n=5_000, users=5_000)  # one row per user on average: κ = 1 keeps nearly all
+    true = df.drop_duplicates(["user_id", "query"]).groupby("query")["user_id"].size()
+    covered = total = 0
+    for seed in range(40):
+        out = dpselect.select_partitions(df, privacy_unit="user_id", by="query", epsilon=0.5, delta=1e-5,
+                                         max_partitions_contributed=5, counts=True, confidence_level=0.8,
+                                         public_partitions=sorted(true.index), rng=InsecureDeterministicRNG(seed=seed))
+        got = out.set_index("query")
+        covered += int(((got["noisy_count_ci_low"] <= true) & (true <= got["noisy_count_ci_high"])).sum())
+        total += len(got)
+    assert covered / total >= 0.74  # 200 intervals at coverage ≥ 0.8: below 0.74 with probability < 0.01

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from dpselect.aggregation.grid import Grid
 
-__all__ = ["AggregateReport", "BucketLoss", "ColumnClamping"]
+__all__ = ["AggregateReport", "BucketLoss", "ColumnClamping", "SelectionReport"]
 
 HEADER = "dpselect data holder's report: exact, NOT differentially private; never publish it"
 # Partitions are grouped by their number of users before bounding.
@@ -195,3 +195,84 @@ def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) ->
     except (ValueError, TypeError):
         return None
     return float(np.sum(other.keep_probability(counts)))
+
+
+@dataclass(frozen=True)
+class SelectionReport:
+    """The data holder's report on a key selection from raw rows (``select_partitions(...,
+    report=True)``): what bounding and the selection lost. Exact, NOT differentially private."""
+
+    rows: int
+    null_unit_rows: int
+    pairs: int
+    pairs_kept: int
+    users: int
+    candidates: int
+    released: int
+    buckets: tuple[BucketLoss, ...]  # by user count after bounding
+    smallest_count_half: int | None
+    smallest_count_95: int | None
+    expected_released: float | None
+    expected_if_double_epsilon: float | None
+    kappa: int
+    warnings: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def build(cls, *, rows: int, null_unit_rows: int, pairs: int, users: int, counts: npt.NDArray[np.int64],
+              released: npt.NDArray[np.bool_], strategy: Any, kappa: int) -> SelectionReport:
+        keep_probability = getattr(strategy, "keep_probability", None)
+        expected_each = None if keep_probability is None else np.asarray(keep_probability(counts), dtype=float)
+        buckets = []
+        for low, high in BUCKETS:
+            inside = (counts >= low) & (counts <= high)
+            buckets.append(BucketLoss(low, high, int(inside.sum()), int((released & inside).sum()),
+                                      None if expected_each is None else float(expected_each[inside].sum())))
+        half = ninety_five = double = None
+        if keep_probability is not None:
+            half, ninety_five = _smallest_counts(keep_probability)
+            double = _expected_with(strategy, 2, counts)
+        pairs_kept = int(counts.sum())
+        warnings = []
+        if pairs and pairs_kept < MOST_ROWS * pairs:
+            warnings.append(f"bounding removed {pairs - pairs_kept:,} of {pairs:,} (user, key) pairs "
+                            f"({(pairs - pairs_kept) / pairs:.0%}): raise max_partitions_contributed to keep more")
+        return cls(rows=int(rows), null_unit_rows=int(null_unit_rows), pairs=int(pairs), pairs_kept=pairs_kept,
+                   users=int(users), candidates=int(counts.size), released=int(released.sum()),
+                   buckets=tuple(buckets), smallest_count_half=half, smallest_count_95=ninety_five,
+                   expected_released=None if expected_each is None else float(expected_each.sum()),
+                   expected_if_double_epsilon=double, kappa=kappa, warnings=tuple(warnings))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "note": HEADER, "rows": self.rows, "null_privacy_unit_rows": self.null_unit_rows, "pairs": self.pairs,
+            "pairs_kept": self.pairs_kept, "users": self.users, "candidates": self.candidates,
+            "released": self.released, "expected_released": self.expected_released,
+            "expected_released_with_double_epsilon": self.expected_if_double_epsilon,
+            "smallest_user_count_released_with_probability_0.5": self.smallest_count_half,
+            "smallest_user_count_released_with_probability_0.95": self.smallest_count_95,
+            "loss_by_users_after_bounding": [
+                {"users_from": b.low, "users_to": None if math.isinf(b.high) else int(b.high),
+                 "partitions": b.partitions, "released": b.released, "expected_released": b.expected_released}
+                for b in self.buckets],
+            "max_partitions_contributed": self.kappa, "warnings": list(self.warnings),
+        }
+
+    def __str__(self) -> str:
+        lines = [HEADER, "",
+                 f"Bounding (κ = {self.kappa}): {self.pairs_kept:,} of {self.pairs:,} (user, key) pairs kept, "
+                 f"{self.users:,} users, {self.rows:,} rows",
+                 f"Partitions: {self.candidates:,} with a user after bounding, {self.released:,} released"
+                 + (f" (expected {self.expected_released:,.1f})" if self.expected_released is not None else ""),
+                 "  users after bounding | partitions | released | expected"]
+        for b in self.buckets:
+            label = f"{b.low}+" if math.isinf(b.high) else (f"{b.low}" if b.low == b.high else f"{b.low}-{int(b.high)}")
+            expected = "" if b.expected_released is None else f"{b.expected_released:,.1f}"
+            lines.append(f"  {label:>20} | {b.partitions:>10,} | {b.released:>8,} | {expected}")
+        if self.smallest_count_half is not None:
+            lines.append(f"A partition needs {self.smallest_count_half:,} users after bounding to be released with "
+                         f"probability 0.5, {self.smallest_count_95:,} for 0.95.")
+        if self.expected_if_double_epsilon is not None:
+            lines.append(f"Doubling epsilon would release {self.expected_if_double_epsilon:,.1f} partitions in "
+                         "expectation.")
+        lines += [f"WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
