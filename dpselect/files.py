@@ -8,7 +8,9 @@ work: the counting state grows with distinct (user, partition) pairs, never with
 Every column is read with a type fixed before the first row: CSV and JSON-lines keys and
 privacy units are read as text (as written), Parquet columns with their declared types. No
 output may depend on an unreleased value, and a type inferred from the values would make one
-person's row change how every released key is written.
+person's row change how every released key is written. Numeric value columns (the sums and
+means of ``dpselect aggregate``) are read with the type the caller names (``value_types``): a
+value that is not a number of that type is an error naming the column, never a guess.
 
 Writers go through a temporary file in the output's directory and an atomic rename, so a
 reader of the output never sees half a file and a failed run leaves no partial output behind.
@@ -21,12 +23,13 @@ import io
 import json
 import os
 import queue
+import re
 import signal
 import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -42,12 +45,14 @@ __all__ = [
     "ColumnError",
     "InputError",
     "OutputError",
+    "ValueColumnError",
     "check_destination",
     "coalesce",
     "read_ahead",
     "csv_delimiter",
     "detect_format",
     "open_batches",
+    "write_outputs",
     "write_table",
 ]
 
@@ -73,6 +78,16 @@ class ColumnError(Exception):
 
 class OutputError(Exception):
     """The output cannot be written."""
+
+
+class ValueColumnError(Exception):
+    """A numeric value column holds something that is not a number of its declared type.
+    ``column`` names it (None if the reader could not tell which), ``detail`` says what."""
+
+    def __init__(self, column: str | None, detail: str) -> None:
+        self.column, self.detail = column, detail
+        where = f"value column {column!r}" if column is not None else "a value column"
+        super().__init__(f"{where}: {detail}")
 
 
 def _test_signal_point(point: str) -> None:
@@ -128,10 +143,15 @@ class BatchSource:
 
 
 def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
-                 block_size: int = DEFAULT_BLOCK_SIZE) -> BatchSource:
+                 block_size: int = DEFAULT_BLOCK_SIZE, value_types: Mapping[str, Any] | None = None) -> BatchSource:
     """Stream the needed columns of a file. Raises InputError (cannot open or parse) or
     ColumnError (a column is missing or ambiguous) before the first batch is returned; while
-    iterating, InputError for malformed content."""
+    iterating, InputError for malformed content.
+
+    ``value_types`` maps some of ``columns`` to a numeric Arrow type (int64, float64) they are
+    read as: CSV cells are parsed as that type, JSON-lines values converted from their text,
+    Parquet columns cast safely (no truncation, no overflow) from their declared type. A value
+    that does not convert raises ValueColumnError (before or while iterating)."""
     pa = import_pyarrow()
     if not os.path.exists(path):
         raise InputError(f"input file {path!r} does not exist")
@@ -139,13 +159,14 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
         raise InputError(f"input {path!r} is a directory, not a file")
     if not os.access(path, os.R_OK):
         raise InputError(f"input file {path!r} is not readable (permission denied)")
+    value_types = dict(value_types or {})
     try:
         if fmt == "parquet":
-            return _parquet(path, columns, batch_rows)
+            return _parquet(path, columns, batch_rows, value_types)
         if fmt == "csv":
-            return _csv(path, columns, block_size)
-        return _jsonl(path, columns, block_size)
-    except (ColumnError, InputError):
+            return _csv(path, columns, block_size, value_types)
+        return _jsonl(path, columns, block_size, value_types)
+    except (ColumnError, InputError, ValueColumnError):
         raise
     except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt}: {exc}") from exc
@@ -166,20 +187,37 @@ def _check_columns(path: str, available: Sequence[str], columns: Sequence[str]) 
         )
 
 
-def _parquet(path: str, columns: Sequence[str], batch_rows: int) -> BatchSource:
+def _parquet(path: str, columns: Sequence[str], batch_rows: int, value_types: dict[str, Any]) -> BatchSource:
     import pyarrow.parquet as pq
 
+    pa = import_pyarrow()
     handle = pq.ParquetFile(path)
     _check_columns(path, handle.schema_arrow.names, columns)
-    schema = import_pyarrow().schema([handle.schema_arrow.field(c) for c in columns])
+    declared = [handle.schema_arrow.field(c) for c in columns]
+    schema = pa.schema([f.with_type(value_types[f.name]) if f.name in value_types else f for f in declared])
     total = handle.metadata.num_rows
     done = [0]
+
+    def convert(batch: Any) -> Any:
+        if not value_types:
+            return batch
+        arrays = []
+        for f in schema:
+            array = batch.column(f.name)
+            if f.name in value_types and array.type != f.type:
+                try:
+                    array = array.cast(f.type)  # safe: refuses truncation and overflow
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ValueColumnError(f.name, f"{path!r}: cannot read its {array.type} values as {f.type}: "
+                                                   f"{exc}") from exc
+            arrays.append(array)
+        return pa.record_batch(arrays, schema=schema)
 
     def batches() -> Iterator[Any]:
         try:
             for batch in handle.iter_batches(batch_size=batch_rows, columns=list(columns)):
                 done[0] += batch.num_rows
-                yield batch.select(list(columns))
+                yield convert(batch.select(list(columns)))
         finally:
             handle.close()
 
@@ -327,18 +365,34 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     return names
 
 
-def _csv(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
+def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str]) -> ValueColumnError | None:
+    """The ValueColumnError a pyarrow CSV conversion error means (only value columns are read
+    as anything but text), naming the column from the header; None for any other error."""
+    text = str(exc)
+    if "conversion error" not in text:
+        return None
+    match = re.search(r"CSV column #(\d+)", text)
+    index = int(match.group(1)) if match else -1
+    column = header[index] if 0 <= index < len(header) else None
+    detail = re.sub(r"^In CSV column #\d+: ", "", text)
+    return ValueColumnError(column, f"{path!r}: {detail}")
+
+
+def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
     """CSV, possibly compressed (by extension), read block by block with pyarrow."""
     pa = import_pyarrow()
     import pyarrow.csv as pcsv
 
     delimiter = csv_delimiter(path)
-    _check_columns(path, _csv_header(path, delimiter, block_size), columns)
+    header = _csv_header(path, delimiter, block_size)
+    _check_columns(path, header, columns)
     size = os.path.getsize(path)
     stream, raw = _open_text(path)
     source = _CountingReader(stream, raw)
     # Keys are read as text: no type guess from the first block can be contradicted by a
-    # later one, and "007" and "7" stay different keys. An empty cell is a null.
+    # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
+    # columns are parsed as the number type asked for.
+    types = {c: value_types.get(c, pa.string()) for c in columns}
     try:
         reader = pcsv.open_csv(
             source,
@@ -347,16 +401,19 @@ def _csv(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(columns),
                 include_missing_columns=False,
-                column_types={c: pa.string() for c in columns},
+                column_types=types,
                 null_values=[""],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=False,
             ),
         )
-    except BaseException:
+    except BaseException as exc:
         source.close()
+        conversion = _csv_conversion_error(exc, path, header) if isinstance(exc, pa.ArrowInvalid) else None
+        if conversion is not None:
+            raise conversion from exc
         raise
-    schema = pa.schema([pa.field(c, pa.string()) for c in columns])
+    schema = pa.schema([pa.field(c, types[c]) for c in columns])
     consumed = [0]
 
     def position() -> float | None:
@@ -385,6 +442,9 @@ def _csv(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
             if "straddling" in str(exc):
                 raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
                                  "raise it with --block-size") from exc
+            conversion = _csv_conversion_error(exc, path, header)
+            if conversion is not None:
+                raise conversion from exc
             raise
         finally:
             reader.close()
@@ -393,15 +453,17 @@ def _csv(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
     return BatchSource(batches(), schema, position)
 
 
-def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
+def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
     """JSON lines, possibly compressed. Parsed with the json module so that each needed value is
     kept as text, as written (a number's literal, a string's content; true/false; an array or
     object as compact JSON): pyarrow's reader infers types from the values, so one unreleased
-    2.5 would turn every released 1 into 1.0, and one string among numbers would fail the run."""
+    2.5 would turn every released 1 into 1.0, and one string among numbers would fail the run.
+    A value column is converted from that text to its number type (a JSON number, or a string
+    holding one; null or a missing field is a null)."""
     pa = import_pyarrow()
     size = os.path.getsize(path)
     stream, raw = _open_text(path)
-    schema = pa.schema([pa.field(c, pa.string()) for c in columns])
+    schema = pa.schema([pa.field(c, value_types.get(c, pa.string())) for c in columns])
     position = [0]
     # One decoder for every line (json.loads with hooks would build one per call).
     decode = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=str).decode
@@ -415,12 +477,19 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
         # so numbers inside it are written as numbers).
         return json.dumps(json.loads(line)[name], separators=(",", ":"), ensure_ascii=False)
 
-    def column(objs: list[dict[str, Any]], lines: list[str], name: str) -> Any:
+    def column(objs: list[dict[str, Any]], lines: list[str], name: str, first: int) -> Any:
         values = [obj.get(name) for obj in objs]
         try:
-            return pa.array(values, pa.string())
+            text = pa.array(values, pa.string())
         except (pa.ArrowTypeError, pa.ArrowInvalid):  # booleans, arrays or objects among them
-            return pa.array([as_text(v, line, name) for v, line in zip(values, lines)], pa.string())
+            text = pa.array([as_text(v, line, name) for v, line in zip(values, lines)], pa.string())
+        if name not in value_types:
+            return text
+        try:
+            return text.cast(value_types[name])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValueColumnError(name, f"{path!r} (lines from {first}): not a number of type "
+                                         f"{value_types[name]}: {exc}") from exc
 
     def parse(text: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:
         objs: list[dict[str, Any]] = []
@@ -461,11 +530,12 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int) -> BatchSource:
                     bad = number + data[: exc.start].count(b"\n")
                     raise InputError(f"{path!r} line {bad}: not UTF-8 text") from exc
                 number += data.count(b"\n") + 1
-                objs, lines = parse(text, number - data.count(b"\n") - 1) if text else ([], [])
+                first = number - data.count(b"\n") - 1
+                objs, lines = parse(text, first) if text else ([], [])
                 if objs:
                     # One batch per block, holding only the needed columns: the parsed
                     # objects (every field of every line) are dropped at once.
-                    yield pa.record_batch([column(objs, lines, c) for c in columns], schema=schema)
+                    yield pa.record_batch([column(objs, lines, c, first) for c in columns], schema=schema)
                 if not chunk:
                     break
         finally:

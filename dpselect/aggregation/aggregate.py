@@ -9,7 +9,7 @@ and the metrics, and the statement composes them by basic sequential composition
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -55,10 +55,14 @@ class AggregateResult:
     frame: Any
     guarantee: AggregateGuarantee
     bounds: dict[str, tuple[float, float]]
-    _report: AggregateReport = field(repr=False)
+    _make_report: Callable[[], AggregateReport] = field(repr=False)
+    _report: AggregateReport | None = field(default=None, repr=False)
 
     def report(self) -> AggregateReport:
-        """For the data holder only (NOT DP): never publish it."""
+        """For the data holder only (NOT DP): never publish it. Built on the first call (it
+        evaluates the selection's keep probability over a million counts)."""
+        if self._report is None:
+            self._report = self._make_report()
         return self._report
 
     def __iter__(self) -> Any:  # ``frame, guarantee = aggregate(...)`` reads naturally
@@ -395,12 +399,16 @@ def aggregate(
     if isinstance(attrs, dict):
         attrs["dpselect_guarantee"] = str(guarantee)
         attrs["dpselect_privacy_guaranteed"] = guarantee.is_dp
-    report = AggregateReport.build(
-        totals=totals, null_unit_rows=counter.null_unit_rows, users_before=users_before, users_kept=users_kept,
-        candidates=candidates, released_codes=out_index[present], strategy=strat, clamping=clamping,
-        epsilon=eps_total, kappa=kappa, linf=linf, public=public_partitions is not None)
+    null_unit_rows, released_codes, public = counter.null_unit_rows, out_index[present], public_partitions is not None
+
+    def make_report() -> AggregateReport:
+        return AggregateReport.build(
+            totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
+            candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
+            epsilon=eps_total, kappa=kappa, linf=linf, public=public)
+
     return AggregateResult(frame=frame, guarantee=guarantee,
-                           bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _report=report)
+                           bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _make_report=make_report)
 
 
 def _metric(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int, users: npt.NDArray[np.int64],
