@@ -663,27 +663,75 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
     replaced atomically; pipes and character devices are written through. Refuses to write
     over any path in ``protected`` (the input). Raises OutputError (BrokenPipeError when the
     reader of standard output went away)."""
+    write_outputs([(table, destination, fmt)], protected)
+
+
+def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Sequence[str] = ()) -> None:
+    """Write several outputs together: each item is (content, destination, fmt), the content a
+    table (fmt csv, parquet or jsonl) or bytes (fmt "bytes"), the destination as for
+    :func:`write_table`. Every regular file is first written in full to a temporary file beside
+    it; then the pipes, devices and standard output are written; then every temporary file is
+    renamed over its destination. A failure before the renames leaves every regular-file
+    destination as it was and no temporary file behind. Raises OutputError (BrokenPipeError when
+    the reader of standard output went away: the regular files are still renamed, as what was
+    written there was released)."""
     pa = import_pyarrow()
-    where = check_destination(destination, fmt, protected)
-    if where.mode == "stdout":
-        try:
-            _write(table, sys.stdout.buffer, fmt)
-            sys.stdout.buffer.flush()
-        except BrokenPipeError:
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, OSError) and exc.errno == 32:  # EPIPE wrapped by pyarrow
-                raise BrokenPipeError(*exc.args) from exc
-            raise OutputError(f"cannot write to standard output: {getattr(exc, 'strerror', None) or exc}") from exc
-        return
+    places = [(content, check_destination(destination, fmt, protected), fmt) for content, destination, fmt in items]
+    staged: list[tuple[str, _Destination]] = []
+    try:
+        for content, where, fmt in places:
+            if where.mode == "replace":
+                staged.append((_stage(content, where, fmt), where))
+        broken: BrokenPipeError | None = None
+        for content, where, fmt in places:
+            if where.mode == "stdout":
+                try:
+                    _write_stdout(content, fmt)
+                except BrokenPipeError as exc:
+                    broken = exc
+            elif where.mode == "through":
+                assert where.path is not None
+                try:
+                    with open(where.path, "wb") as sink:
+                        _write(content, sink, fmt)
+                except (OSError, pa.ArrowException) as exc:
+                    raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
+        while staged:
+            tmp, where = staged[0]
+            assert where.path is not None
+            try:
+                os.replace(tmp, where.path)
+            except OSError as exc:
+                raise OutputError(f"cannot write {where.shown}: {exc.strerror or exc}") from exc
+            staged.pop(0)
+        if broken is not None:
+            raise broken
+    finally:
+        for tmp, _ in staged:  # also on KeyboardInterrupt and SIGTERM: never leave a temp file
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _write_stdout(content: Any, fmt: str) -> None:
+    pa = import_pyarrow()
+    try:
+        _write(content, sys.stdout.buffer, fmt)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        if isinstance(exc, OSError) and exc.errno == 32:  # EPIPE wrapped by pyarrow
+            raise BrokenPipeError(*exc.args) from exc
+        raise OutputError(f"cannot write to standard output: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _stage(content: Any, where: _Destination, fmt: str) -> str:
+    """Write ``content`` in full to a new temporary file beside ``where`` (synced, with the
+    permissions the destination will keep); its name. Nothing is left behind on failure."""
+    pa = import_pyarrow()
     assert where.path is not None
-    if where.mode == "through":
-        try:
-            with open(where.path, "wb") as sink:
-                _write(table, sink, fmt)
-        except (OSError, pa.ArrowException) as exc:
-            raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
-        return
     directory = os.path.dirname(where.path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".dpselect-", suffix=".tmp", dir=directory)
@@ -691,7 +739,7 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
         raise OutputError(f"cannot create a file in {directory!r}: {exc.strerror}") from exc
     try:
         with os.fdopen(fd, "wb") as sink:
-            _write(table, sink, fmt)
+            _write(content, sink, fmt)
             sink.flush()
             _test_signal_point("write")
             os.fsync(sink.fileno())
@@ -701,7 +749,6 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, where.path)
     except BaseException as exc:  # also KeyboardInterrupt and SIGTERM: never leave the temp file
         try:
             os.unlink(tmp)
@@ -710,10 +757,13 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
         if isinstance(exc, (OSError, pa.ArrowException)):
             raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
         raise
+    return tmp
 
 
 def _write(table: Any, sink: IO[bytes], fmt: str) -> None:
-    if fmt == "csv":
+    if fmt == "bytes":
+        sink.write(table)
+    elif fmt == "csv":
         import pyarrow.csv as pcsv
 
         pcsv.write_csv(table, sink)
