@@ -1,6 +1,7 @@
 """The ``dpselect`` command line: differentially private partition selection on files.
 
     dpselect select INPUT --privacy-unit COL --by COL [--by COL ...] --epsilon E --delta D [options]
+    dpselect aggregate INPUT --privacy-unit COL --by COL ... --epsilon E --delta D --metric SPEC ... [options]
 
 Reads CSV (optionally .gz/.bz2/.zst/.lz4), Parquet or JSON lines in streamed batches (files
 larger than memory work: memory grows with distinct (user, partition) pairs, not rows, plus a
@@ -10,6 +11,11 @@ partition in C, applies the selection strategy (Desfontaines, Voss, Gipson, Mand
 to a file (atomically) or standard output. The privacy guarantee is printed on stderr.
 Everything that can be checked before reading the input is: parameters, the output, the
 columns' presence and types, and the output format's fit to them.
+
+``dpselect aggregate`` is a DP GROUP BY (:func:`dpselect.aggregate`): the released keys and, per
+key, user counts, row counts, sums and means, with the guarantee also written as a JSON sidecar
+next to the output and, on request, the data holder's report (exact, NOT differentially
+private). It reads the needed columns of the whole input into memory.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ example:
       --epsilon 1 --delta 1e-6 --max-partitions-contributed 3 --counts -o released.csv
 """
 
-_EPILOG = _EXAMPLE + """
+_EXIT_CODES = """\
 exit codes:
   0    success
   1    internal error or missing dependency (pip install 'dpselect[arrow]')
@@ -65,7 +71,9 @@ exit codes:
   5    output cannot be written (or would overwrite the input, or is read-only)
   6    the operating system's random number generator failed: nothing was released
   130  interrupted (Ctrl-C); 143 terminated (SIGTERM): nothing was written
+"""
 
+_EPILOG = _EXAMPLE + "\n" + _EXIT_CODES + """
 Keys and privacy units are read as text from CSV and JSON lines (as written: "007" and "7"
 differ), with their declared types from Parquet. A null key (empty CSV cell, JSON null or
 missing field, Parquet null) is a key like any other value. A null privacy unit is not a
@@ -73,6 +81,47 @@ person: such rows are an error unless --drop-null-privacy-units. Output rows are
 Counts (--counts) are noisy: only partitions whose noisy count passed the release threshold
 are shown, so those near it lean high. See docs/rows.md and docs/privacy/.
 """
+
+
+_AGGREGATE_EXAMPLE = """\
+example:
+  dpselect aggregate purchases.csv --privacy-unit user_id --by country \\
+      --epsilon 1 --delta 1e-6 --max-partitions-contributed 2 --max-contributions-per-partition 5 \\
+      --metric users --metric count --metric spend=sum:amount:0:500 --metric mean:amount:0:500 \\
+      --confidence-level 0.95 --report report.json -o released.csv
+  (writes released.csv and released.csv.guarantee.json; report.json is for you only)
+"""
+
+_AGGREGATE_EPILOG = _AGGREGATE_EXAMPLE + "\n" + _EXIT_CODES + """
+metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the default shown):
+  users, count_distinct_units   privacy units (users) kept in the key after bounding   [users]
+  count, rows                   rows kept in the key after bounding                    [count]
+  sum:COL, sum:COL:LO:HI        sum of the numeric column COL over the kept rows        [sum_COL]
+  mean:COL, mean:COL:LO:HI      mean of COL over the kept rows                          [mean_COL]
+Each value of COL is clamped to [LO, HI]. A column is clamped once: its metrics must give the
+same LO:HI, or some give it and the others none. A column no metric gives bounds to gets them
+privately (APPROX_BOUNDS, with its own share of epsilon); the bounds used are in the sidecar.
+Column names containing ':' cannot be used in a SPEC.
+
+Value columns are read from CSV and JSON lines as float64 (a JSON string holding a number is
+read as that number), from Parquet with their declared integer or float type; --value-type
+COL=int64 reads COL as integers instead (exact integer sums, step 1), --value-type COL=float64
+converts a Parquet column. An empty cell, null, NaN or infinity in a value column is an error.
+Keys and privacy units are read as by 'dpselect select' (text from CSV and JSON lines).
+
+The budget (epsilon, delta) is split in equal shares of epsilon between the key selection
+(with all of delta), each column whose bounds are found privately, and each metric; the
+guarantee printed on stderr, and written to OUT.guarantee.json (or --guarantee-json FILE), lists
+every step. No sidecar is written for standard output, a pipe or a device unless
+--guarantee-json names a file. Output rows are sorted by key.
+
+The input is read whole: the needed columns (privacy unit, keys, value columns) of every row
+are held in memory. Unlike 'dpselect select', files larger than memory are not supported.
+See docs/aggregate.md and docs/privacy/aggregate.md.
+"""
+
+_AGGREGATE_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+_VALUE_TYPES = ("float64", "int64")
 
 
 class _Fail(Exception):
@@ -128,12 +177,14 @@ def _strategy_names() -> list[str]:
     return sorted(STRATEGIES) + ["auto"] + sorted(ROW_STRATEGIES)
 
 
-def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool) -> None:
+def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool, selection_options: bool = True) -> None:
     cmd.add_argument("--epsilon", "-e", required=required, type=_number, help="privacy parameter epsilon >= 0")
     cmd.add_argument("--delta", "-d", required=required, type=_number, help="privacy parameter 0 < delta < 1")
     cmd.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
                      help="bound each user to at most N partitions, chosen uniformly at random "
                      "(default 1); the budget is split over them")
+    if not selection_options:
+        return
     cmd.add_argument("--neighbours", choices=("add_remove", "replace"), default="add_remove",
                      help="neighbouring datasets: add or remove one user (default), or replace one user's "
                      "rows (bounded DP: the budget is split over twice as many partitions)")
@@ -148,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpselect",
         description="Differentially private partition selection: release the keys of a GROUP BY "
-        "that are safe to publish.",
-        epilog=_EXAMPLE + "\nRun 'dpselect select --help' for every option.",
+        "that are safe to publish (select), or the keys and their statistics (aggregate).",
+        epilog=_EXAMPLE + "\nRun 'dpselect select --help' or 'dpselect aggregate --help' for every option.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dpselect {__version__}")
@@ -211,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
     sel.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing on stderr but errors (no progress, summary or warnings)")
+    _add_aggregate_parser(commands)
     exp = commands.add_parser(
         "explain",
         help="compare the selection mechanisms at given (epsilon, delta, N) and recommend one",
@@ -225,6 +277,67 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--plot", metavar="FILE", help="also draw the keep-probability curves and the paper's "
                      "midpoint figures to FILE (PNG, SVG or PDF; needs the [plot] extra)")
     return parser
+
+
+def _add_aggregate_parser(commands: Any) -> None:
+    agg = commands.add_parser(
+        "aggregate",
+        help="a DP GROUP BY: release keys and per-key user counts, row counts, sums and means",
+        description="Release, under (epsilon, delta)-DP, the keys of a GROUP BY over INPUT that pass a\n"
+        "differentially private selection and, per key, the statistics asked for with --metric\n"
+        "(dpselect.aggregate). Each user is bounded once; the keys and every metric come from the\n"
+        "same kept rows. Writes the release to OUT, its guarantee to OUT.guarantee.json and to\n"
+        "stderr, and with --report the data holder's report (exact, NOT differentially private).",
+        epilog=_AGGREGATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    agg.add_argument("input", metavar="INPUT",
+                     help="CSV (.csv, .tsv, optionally .gz/.bz2/.zst/.lz4), Parquet, or JSON lines file; read whole "
+                     "into memory (needed columns only)")
+    agg.add_argument("--privacy-unit", "-u", required=True, metavar="COL", help="column identifying the user")
+    agg.add_argument("--by", "-b", required=True, action="append", metavar="COL",
+                     help="a partition column; repeat it for a key over several columns "
+                     "(--by a --by b is GROUP BY a, b)")
+    _add_privacy_arguments(agg, required=True, selection_options=False)
+    agg.add_argument("--max-contributions-per-partition", type=_positive_int, default=1, metavar="L",
+                     help="keep at most L rows of each user in each of its partitions, chosen uniformly at "
+                     "random (default 1); row counts, sums and means get L times the noise")
+    agg.add_argument("--metric", "-m", required=True, action="append", metavar="[NAME=]SPEC",
+                     help="a statistic per released key, repeatable: users, count, sum:COL[:LO:HI] or "
+                     "mean:COL[:LO:HI] (see below); NAME= names its output column")
+    agg.add_argument("--value-type", action="append", default=[], metavar="COL=TYPE",
+                     help="read the value column COL as TYPE, float64 or int64 (default: float64 from CSV "
+                     "and JSON lines, the declared type from Parquet)")
+    agg.add_argument("--confidence-level", type=_number, default=None, metavar="P",
+                     help="also output NAME_ci_low and NAME_ci_high per metric: intervals holding the value "
+                     "after bounding and clamping, before noise, with probability at least P (e.g. 0.95)")
+    agg.add_argument("--public-partitions", metavar="FILE",
+                     help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the --by "
+                     "columns: exactly these keys are released (with statistics 0 plus noise where absent), "
+                     "no selection runs and delta may be 0")
+    agg.add_argument("--strategy", default=None, choices=_AGGREGATE_STRATEGIES,
+                     help="key selection mechanism (default pi_opt, the optimal keep rule); not with "
+                     "--public-partitions")
+    agg.add_argument("--drop-null-privacy-units", action="store_true",
+                     help="leave out rows whose privacy unit is null (default: refuse them); their number "
+                     "is reported on stderr, for you only (it is exact, not private)")
+    agg.add_argument("--output", "-o", default="-", metavar="OUT", help="output file (default: standard output)")
+    agg.add_argument("--output-format", choices=("csv", "parquet", "jsonl"),
+                     help="output format (default: from the output name; csv on standard output, pipes and "
+                     "devices)")
+    agg.add_argument("--guarantee-json", metavar="FILE",
+                     help="where to write the guarantee as JSON (default: OUT.guarantee.json next to a file "
+                     "output; none for standard output, pipes and devices)")
+    agg.add_argument("--report", metavar="FILE",
+                     help="write the data holder's report (what bounding, clamping and selection lost) to FILE "
+                     "as JSON, or to stderr as text with '-'. Exact and NOT differentially private: never "
+                     "publish it, never next to the release")
+    agg.add_argument("--input-format", choices=("csv", "parquet", "jsonl"),
+                     help="input format (default: from the name)")
+    agg.add_argument("--block-size", type=_byte_size, default=None, metavar="BYTES",
+                     help="bytes read per block of CSV or JSON lines (default 1M); a CSV row must fit in one block")
+    agg.add_argument("--quiet", "-q", action="store_true",
+                     help="print nothing on stderr but errors and a --report - (no guarantee, summary or warnings)")
 
 
 @contextmanager
@@ -262,24 +375,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    commands = {"explain": _explain, "select": _select, "aggregate": _aggregate}
+    # The aggregate command's errors carry its name, as argparse's own errors for it do.
+    prog = "dpselect aggregate" if args.command == "aggregate" else "dpselect"
     with _signals_as_interrupts():
         try:
-            return _explain(args) if args.command == "explain" else _select(args)
+            return commands[args.command](args)
         except _Fail as fail:
-            _error(str(fail))
+            _error(str(fail), prog=prog)
             return fail.code
         except ImportError as exc:
-            _error(str(exc))
+            _error(str(exc), prog=prog)
             return EXIT_INTERNAL
         except KeyboardInterrupt as exc:
             _error("interrupted; no output was written" if not isinstance(exc, _Terminated)
-                   else f"terminated by signal {exc.signum}; no output was written", newline=True)
+                   else f"terminated by signal {exc.signum}; no output was written", newline=True, prog=prog)
             return 128 + exc.signum if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
 
 
-def _error(message: str, newline: bool = False) -> None:
+def _error(message: str, newline: bool = False, prog: str = "dpselect") -> None:
     try:
-        print(f"{chr(10) if newline else ''}dpselect: error: {message}", file=sys.stderr)
+        print(f"{chr(10) if newline else ''}{prog}: error: {message}", file=sys.stderr)
     except (OSError, AttributeError):  # stderr closed too: the exit code is all there is
         pass
 

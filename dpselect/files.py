@@ -677,6 +677,10 @@ def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Seque
     written there was released)."""
     pa = import_pyarrow()
     places = [(content, check_destination(destination, fmt, protected), fmt) for content, destination, fmt in items]
+    files = [where.path for _, where, _ in places if where.mode == "replace"]
+    twice = sorted({path for path in files if files.count(path) > 1})
+    if twice:
+        raise OutputError(f"two outputs would be written to the same file {twice[0]!r}; give them different names")
     staged: list[tuple[str, _Destination]] = []
     try:
         for content, where, fmt in places:

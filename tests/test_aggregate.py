@@ -290,3 +290,26 @@ def test_tsgd_count_intervals_cover_the_bounded_count():
         covered += int(((got["noisy_count_ci_low"] <= true) & (true <= got["noisy_count_ci_high"])).sum())
         total += len(got)
     assert covered / total >= 0.74  # 200 intervals at coverage ≥ 0.8: below 0.74 with probability < 0.01
+
+
+def test_bounds_found_per_partition_follow_each_partitions_own_range():
+    gen = np.random.Generator(np.random.PCG64(11))
+    n = 60_000
+    small = pd.DataFrame({"u": np.arange(n), "k": "small", "x": gen.uniform(1, 3, n)})
+    large = pd.DataFrame({"u": np.arange(n, 2 * n), "k": "large", "x": gen.uniform(1000, 3000, n)})
+    tiny = pd.DataFrame({"u": [2 * n], "k": ["tiny"], "x": [5.0]})
+    df = pd.concat([small, large, tiny], ignore_index=True)
+    out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"m": dpselect.mean("x"), "s": dpselect.sum("x")},
+                             epsilon=20.0, delta=1e-6, public_partitions=["large", "small", "tiny"],
+                             bounds_scope="partition")
+    got = out.frame.set_index("k")
+    # Each partition's mean is near its own data's, which one dataset-wide range could not give
+    # both at this precision.
+    assert abs(got.loc["small", "m"] - small.x.mean()) < 0.05
+    assert abs(got.loc["large", "m"] - large.x.mean()) < 20
+    assert math.isnan(got.loc["tiny", "m"]) and math.isnan(got.loc["tiny", "s"])  # one value: no bin passes
+    assert any("per partition" in c.what for c in out.guarantee.components)
+    assert out.guarantee.epsilon_exact <= 20
+    with pytest.raises(ValueError, match="bounds_scope"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"m": dpselect.mean("x")}, epsilon=1.0,
+                           delta=1e-6, bounds_scope="key")

@@ -19,13 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _bound
-from dpselect.aggregation.bounds import approx_bounds
+from dpselect.aggregation.bounds import approx_bounds, approx_bounds_per_partition
 from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
-from dpselect.aggregation.intervals import mean_interval, split_level
 from dpselect.aggregation.metrics import Metric
-from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
 from dpselect.aggregation.report import AggregateReport, ColumnClamping
 from dpselect.exact import as_fraction
 from dpselect.frames import from_arrow, to_arrow
@@ -224,6 +223,7 @@ def aggregate(
     max_contributions_per_partition: int = 1,
     public_partitions: Any = None,
     strategy: str = "pi_opt",
+    bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
     budget: Budget | None = None,
@@ -258,6 +258,12 @@ def aggregate(
     a metric's name). With ``budget`` (a :class:`dpselect.Budget`) the call charges (ε, δ)
     before any work and fails without charging if that would overspend.
 
+    ``bounds_scope``: where APPROX_BOUNDS looks for a column given no bounds. "dataset" (default):
+    once over every kept value, one grid and one noise scale for all keys (more data per
+    histogram). "partition": each released key gets its own bounds from its own noisy histogram
+    (after the selection, so only released keys are looked at); a key where no bin passes gets
+    NaN for that column's sums and means. Both spend the column's "bounds:<column>" share.
+
     ``confidence_level`` (e.g. 0.95) adds ``<metric>_ci_low`` / ``<metric>_ci_high`` columns:
     intervals that hold the value after bounding and clamping, before noise, with at least that
     probability; they do not account for clamping or for the selection
@@ -279,6 +285,8 @@ def aggregate(
     if confidence_level is not None and (isinstance(confidence_level, bool) or not isinstance(confidence_level, float)
                                          or not 0 < confidence_level < 1):
         raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    if bounds_scope not in ("dataset", "partition"):
+        raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
     checked = _check_metrics(metrics, {privacy_unit, *names})
     value_columns = sorted({m.column for m in checked.values() if m.column is not None})
     clash = set(checked) & set(value_columns)
@@ -323,9 +331,9 @@ def aggregate(
     components: list[Component] = []
     kept_values = {c: values[c].take(kept) for c in value_columns}
     del values, used, table  # the input's columns are no longer read
-    if auto_columns:
-        kept_partitions = partitions[kept.view(bool)]
-    for c in auto_columns:
+    kept_partitions = partitions[kept.view(bool)] if auto_columns else None
+    del partitions
+    for c in auto_columns if bounds_scope == "dataset" else ():
         eps_b, _ = shares[f"bounds:{c}"]
         integer = kept_values[c].dtype.kind in "iu"
         found = approx_bounds(kept_values[c], eps_b, max_partitions_contributed=kappa,
@@ -335,8 +343,8 @@ def aggregate(
                                                        kept_partitions, n_parts))
         components.append(Component(f"bounds of {c!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
                                     str(found.guarantee)))
-    clamping = {c: ColumnClamping.of(kept_values[c], grids[c]) for c in value_columns}
-    del kept_values, users
+    clamping = {c: ColumnClamping.of(kept_values[c], grids[c]) for c in value_columns if c in grids}
+    del users
 
     # Candidates: partitions with a user left after bounding, or the public list.
     candidates = np.flatnonzero(users_kept > 0)
@@ -369,13 +377,25 @@ def aggregate(
     def stat(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         return np.where(present, array[at], 0).astype(np.int64) if array.size else np.zeros(out_index.size, np.int64)
 
+    n_out = out_index.size
+    out_grids = {c: PartitionGrids.of(g, n_out) for c, g in grids.items()}
+    out_sums = {c: stat(column_sums[c]) for c in grids}
+    for c in auto_columns if bounds_scope == "partition" else ():
+        assert kept_partitions is not None
+        eps_b, _ = shares[f"bounds:{c}"]
+        out_grids[c], out_sums[c], clamping[c], component = _partition_bounds(
+            kept_values[c], kept_partitions, out_index, present, n_parts, eps_b, kappa, linf, precision_bits,
+            generator, c)
+        components.append(component)
+    del kept_values
+
     columns: dict[str, npt.NDArray[Any]] = {}
     for name, m in checked.items():
         eps_m, _ = shares[name]
-        values_out, low, high, component = _metric(name, m, eps_m, kappa, linf, stat(users_kept), stat(rows_kept),
-                                                   stat(column_sums[m.column]) if m.column else None,
-                                                   grids.get(m.column) if m.column else None, confidence_level,
-                                                   generator)
+        values_out, low, high, component = noisy_metric(name, m, eps_m, kappa, linf, stat(users_kept),
+                                                        stat(rows_kept), out_sums[m.column] if m.column else None,
+                                                        out_grids[m.column] if m.column else None, confidence_level,
+                                                        generator)
         columns[name] = values_out
         if confidence_level is not None:
             columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = low, high
@@ -411,52 +431,28 @@ def aggregate(
                            bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _make_report=make_report)
 
 
-def _metric(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int, users: npt.NDArray[np.int64],
-            rows: npt.NDArray[np.int64], sums: npt.NDArray[np.int64] | None, grid: Grid | None,
-            level: float | None, rng: Any) -> tuple[npt.NDArray[Any], Any, Any, Component]:
-    """One metric's noisy values (and interval bounds) for the released partitions."""
-    if metric.kind in ("count_distinct_units", "count"):
-        noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=1 if metric.kind == "count_distinct_units"
-                                                 else linf, max_partitions_contributed=kappa)
-        noisy = noise.add(users if metric.kind == "count_distinct_units" else rows, rng=rng)
-        low = high = None
-        if level is not None:
-            low, high = noise.interval(noisy, level)
-        return noisy, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0), str(noise.guarantee))
-    assert grid is not None and sums is not None
-    if metric.kind == "sum":
-        noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=grid.sum_sensitivity(linf),
-                                                 max_partitions_contributed=kappa)
-        noisy = noise.add(sums, rng=rng)
-        value = grid.release(noisy)
-        low = high = None
-        if level is not None:
-            h = float(noise.confidence_interval(level)) * grid.step
-            low, high = np.nextafter(value - h, -np.inf), np.nextafter(value + h, np.inf)
-        return value, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0),
-                                           f"{noise.guarantee} Values snapped to multiples of 2^{grid.exponent}.")
-    # mean: midpoint + noisy sum of offsets / noisy count, half the share each.
-    half = epsilon / 2
-    mid = (grid.lower_units + grid.upper_units) // 2
-    reach = max(grid.upper_units - mid, mid - grid.lower_units, 1)
-    offsets = sums - np.int64(mid) * rows  # |offsets| ≤ rows·reach: within int64 when the sums were
-    sum_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf * reach, max_partitions_contributed=kappa)
-    count_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf, max_partitions_contributed=kappa)
-    noisy_offsets = sum_noise.add(offsets, rng=rng)
-    noisy_rows = count_noise.add(rows, rng=rng)
-    step = grid.step
-    centre = mid * step
-    mean = centre + np.ldexp(noisy_offsets.astype(np.float64), grid.exponent) / np.maximum(noisy_rows, 1)
-    mean = np.clip(mean, grid.lower, grid.upper)
-    low = high = None
-    if level is not None:
-        each = split_level(level, 2)
-        lo, hi = mean_interval(np.ldexp(noisy_offsets.astype(np.float64), grid.exponent), noisy_rows,
-                               float(sum_noise.confidence_interval(each)) * step,
-                               float(count_noise.confidence_interval(each)),
-                               lower=grid.lower - centre, upper=grid.upper - centre)
-        low, high = lo + centre, hi + centre
-    eps = sum_noise.epsilon + count_noise.epsilon
-    text = (f"a noisy sum of offsets from the midpoint ({sum_noise.guarantee}) over a noisy row count "
-            f"({count_noise.guarantee}); values snapped to multiples of 2^{grid.exponent}.")
-    return mean, low, high, Component(f"{name} = {metric}", eps, Fraction(0), text)
+def _partition_bounds(values: npt.NDArray[Any], partitions: npt.NDArray[np.uint32], out_index: npt.NDArray[np.intp],
+                      present: npt.NDArray[np.bool_], n_parts: int, epsilon: Fraction, kappa: int, linf: int,
+                      precision_bits: int, rng: Any, column: str
+                      ) -> tuple[PartitionGrids, npt.NDArray[np.int64], ColumnClamping, Component]:
+    """APPROX_BOUNDS per released partition over its kept values (``values`` and ``partitions``
+    are the kept rows'), then each partition's sums of its values snapped to its own grid."""
+    position = np.full(n_parts, -1, dtype=np.intp)  # data partition code -> output row
+    position[out_index[present]] = np.flatnonzero(present)
+    where = position[partitions]
+    inside = where >= 0
+    values, where = values[inside], where[inside]
+    integer = values.dtype.kind in "iu"
+    found = approx_bounds_per_partition(values, where, out_index.size, epsilon, max_partitions_contributed=kappa,
+                                        max_contributions_per_partition=linf, integer=integer, rng=rng)
+    grids = PartitionGrids.from_bounds(found.lower, found.upper, found.found, precision_bits, integer)
+    usable = grids.found[where]
+    sums = np.zeros(out_index.size, dtype=np.int64)
+    np.add.at(sums, where[usable], grids.units(values[usable], where[usable]))
+    x = values[usable].astype(np.float64)
+    lo, hi = grids.lower[where[usable]], grids.upper[where[usable]]
+    clamping = ColumnClamping((math.nan, math.nan), int(x.size), int((x < lo).sum()), int((x > hi).sum()),
+                              float(np.sum(np.maximum(lo - x, 0)) + np.sum(np.maximum(x - hi, 0))))
+    component = Component(f"bounds of {column!r} per partition (APPROX_BOUNDS)", found.guarantee.epsilon_exact,
+                          Fraction(0), str(found.guarantee))
+    return grids, sums, clamping, component

@@ -1,0 +1,134 @@
+"""One metric of a grouped release: its exact integer noise, its released values and their
+intervals, for every released partition (docs/privacy/aggregate.md, step 7).
+
+Value columns are in grid units, and each partition may have its own grid (bounds found per
+partition): :class:`PartitionGrids` holds one grid per released partition, so the same code
+serves bounds given once, bounds found over the whole dataset and bounds found per partition."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect.aggregation.grid import Grid
+from dpselect.aggregation.guarantee import Component
+from dpselect.aggregation.intervals import mean_interval, split_level
+from dpselect.aggregation.metrics import Metric
+from dpselect.aggregation.noise import DiscreteLaplaceNoise
+
+__all__ = ["PartitionGrids", "noisy_metric"]
+
+
+@dataclass(frozen=True)
+class PartitionGrids:
+    """Per released partition: clamping bounds, the grid exponent, the bounds in grid units, and
+    whether bounds exist (``found`` False: no bin of the partition's noisy histogram passed; its
+    sums and means are released as NaN)."""
+
+    lower: npt.NDArray[np.float64]
+    upper: npt.NDArray[np.float64]
+    exponent: npt.NDArray[np.int64]
+    lower_units: npt.NDArray[np.int64]
+    upper_units: npt.NDArray[np.int64]
+    found: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, grid: Grid, n: int) -> PartitionGrids:
+        """The same grid for all n partitions."""
+        return cls(np.full(n, float(grid.lower)), np.full(n, float(grid.upper)), np.full(n, grid.exponent, np.int64),
+                   np.full(n, grid.lower_units, np.int64), np.full(n, grid.upper_units, np.int64),
+                   np.ones(n, dtype=bool))
+
+    @classmethod
+    def from_bounds(cls, lower: npt.NDArray[Any], upper: npt.NDArray[Any], found: npt.NDArray[np.bool_],
+                    precision_bits: int, integer: bool) -> PartitionGrids:
+        """Each found partition's grid as :meth:`Grid.for_bounds` would make it."""
+        grids = [Grid.for_bounds(float(lo), float(hi), precision_bits=precision_bits, integer=integer) if ok else None
+                 for lo, hi, ok in zip(lower, upper, found)]
+
+        def column(attr: str, missing: float | int, dtype: Any) -> Any:
+            return np.array([getattr(g, attr) if g is not None else missing for g in grids], dtype=dtype)
+
+        return cls(column("lower", math.nan, np.float64), column("upper", math.nan, np.float64),
+                   column("exponent", 0, np.int64), column("lower_units", 0, np.int64),
+                   column("upper_units", 0, np.int64), np.asarray(found, dtype=bool).copy())
+
+    def units(self, values: npt.NDArray[Any], where: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """Values of rows in partitions ``where`` (found ones) clamped and snapped to their grid."""
+        x = np.clip(values.astype(np.float64), self.lower[where], self.upper[where])
+        units = np.rint(np.ldexp(x, -self.exponent[where]))
+        return np.clip(units, self.lower_units[where], self.upper_units[where]).astype(np.int64)
+
+    def max_abs_units(self) -> int:
+        """The largest |value| in units over every found partition (≥ 1)."""
+        if not self.found.any():
+            return 1
+        return int(max(np.abs(self.lower_units[self.found]).max(), np.abs(self.upper_units[self.found]).max(), 1))
+
+    def release(self, noisy_units: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """(noisy units)·2^exponent, NaN where no bounds were found."""
+        return np.where(self.found, np.ldexp(noisy_units.astype(np.float64), self.exponent), np.nan)
+
+    def describe(self) -> str:
+        exps = np.unique(self.exponent[self.found])
+        if exps.size == 1:
+            return f"values snapped to multiples of 2^{int(exps[0])}"
+        return "values snapped to a power-of-two grid per partition"
+
+
+def noisy_metric(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int, users: npt.NDArray[np.int64],
+                 rows: npt.NDArray[np.int64], sums: npt.NDArray[np.int64] | None, grids: PartitionGrids | None,
+                 level: float | None, rng: Any) -> tuple[npt.NDArray[Any], Any, Any, Component]:
+    """One metric's noisy values (and interval bounds at ``level``) for the released partitions,
+    and its privacy component. Sensitivities are per partition (a user touches κ partitions):
+    1 for a user count, L∞ for a row count, L∞·max|units| for a sum; the noise is exact discrete
+    Laplace of scale κ·Δ/ε."""
+    if metric.kind in ("count_distinct_units", "count"):
+        noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=1 if metric.kind == "count_distinct_units"
+                                                 else linf, max_partitions_contributed=kappa)
+        noisy = noise.add(users if metric.kind == "count_distinct_units" else rows, rng=rng)
+        low = high = None
+        if level is not None:
+            low, high = noise.interval(noisy, level)
+        return noisy, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0), str(noise.guarantee))
+    assert grids is not None and sums is not None
+    if metric.kind == "sum":
+        noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=linf * grids.max_abs_units(),
+                                                 max_partitions_contributed=kappa)
+        noisy = noise.add(np.where(grids.found, sums, 0), rng=rng)
+        value = grids.release(noisy)
+        low = high = None
+        if level is not None:
+            h = float(noise.confidence_interval(level)) * np.ldexp(1.0, grids.exponent)
+            low, high = np.nextafter(value - h, -np.inf), np.nextafter(value + h, np.inf)
+        return value, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0),
+                                           f"{noise.guarantee} {grids.describe().capitalize()}.")
+    # mean: midpoint + noisy sum of offsets / noisy count, half the share each.
+    half = epsilon / 2
+    mid = (grids.lower_units + grids.upper_units) // 2
+    reach = np.maximum(np.maximum(grids.upper_units - mid, mid - grids.lower_units), 1)
+    widest = int(reach[grids.found].max()) if grids.found.any() else 1
+    offsets = np.where(grids.found, sums - mid * rows, 0)  # |offsets| ≤ rows·reach: within int64 as the sums are
+    sum_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf * widest, max_partitions_contributed=kappa)
+    count_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf, max_partitions_contributed=kappa)
+    noisy_offsets = sum_noise.add(offsets, rng=rng)
+    noisy_rows = count_noise.add(rows, rng=rng)
+    step = np.ldexp(1.0, grids.exponent)
+    centre = mid * step
+    spread = np.ldexp(noisy_offsets.astype(np.float64), grids.exponent)
+    mean = np.where(grids.found, np.clip(centre + spread / np.maximum(noisy_rows, 1), grids.lower, grids.upper), np.nan)
+    low = high = None
+    if level is not None:
+        each = split_level(level, 2)
+        lo, hi = mean_interval(spread, noisy_rows, float(sum_noise.confidence_interval(each)) * step,
+                               float(count_noise.confidence_interval(each)))
+        low = np.where(grids.found, np.clip(lo + centre, grids.lower, grids.upper), np.nan)
+        high = np.where(grids.found, np.clip(hi + centre, grids.lower, grids.upper), np.nan)
+    eps = sum_noise.epsilon + count_noise.epsilon
+    text = (f"a noisy sum of offsets from the midpoint ({sum_noise.guarantee}) over a noisy row count "
+            f"({count_noise.guarantee}); {grids.describe()}.")
+    return mean, low, high, Component(f"{name} = {metric}", eps, Fraction(0), text)
