@@ -92,7 +92,8 @@ example:
   (writes released.csv and released.csv.guarantee.json; report.json is for you only)
 """
 
-_AGGREGATE_EPILOG = _AGGREGATE_EXAMPLE + "\n" + _EXIT_CODES + """
+_AGGREGATE_EPILOG = _AGGREGATE_EXAMPLE + "\n" + _EXIT_CODES.replace(
+    "or has null privacy units", "has null privacy units,\n       or a value column holds something other than numbers") + """
 metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the default shown):
   users, count_distinct_units   privacy units (users) kept in the key after bounding   [users]
   count, rows                   rows kept in the key after bounding                    [count]
@@ -105,8 +106,8 @@ Column names containing ':' cannot be used in a SPEC.
 
 Value columns are read from CSV and JSON lines as float64 (a JSON string holding a number is
 read as that number), from Parquet with their declared integer or float type; --value-type
-COL=int64 reads COL as integers instead (exact integer sums, step 1), --value-type COL=float64
-converts a Parquet column. An empty cell, null, NaN or infinity in a value column is an error.
+COL=int64 reads COL as integers instead (then sums are released as whole numbers),
+--value-type COL=float64 converts a Parquet column (decimal, boolean, text). An empty cell, null, NaN or infinity in a value column is an error.
 Keys and privacy units are read as by 'dpselect select' (text from CSV and JSON lines).
 
 The budget (epsilon, delta) is split in equal shares of epsilon between the key selection
@@ -178,8 +179,13 @@ def _strategy_names() -> list[str]:
 
 
 def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool, selection_options: bool = True) -> None:
-    cmd.add_argument("--epsilon", "-e", required=required, type=_number, help="privacy parameter epsilon >= 0")
-    cmd.add_argument("--delta", "-d", required=required, type=_number, help="privacy parameter 0 < delta < 1")
+    cmd.add_argument("--epsilon", "-e", required=required, type=_number,
+                     help="privacy parameter epsilon >= 0" if selection_options else
+                     "privacy parameter epsilon > 0, for the whole release (keys, bounds and every metric)")
+    cmd.add_argument("--delta", "-d", required=required, type=_number,
+                     help="privacy parameter 0 < delta < 1" if selection_options else
+                     "privacy parameter 0 < delta < 1, all of it for the key selection (0 is allowed with "
+                     "--public-partitions)")
     cmd.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
                      help="bound each user to at most N partitions, chosen uniformly at random "
                      "(default 1); the budget is split over them")
@@ -330,8 +336,8 @@ def _add_aggregate_parser(commands: Any) -> None:
                      "output; none for standard output, pipes and devices)")
     agg.add_argument("--report", metavar="FILE",
                      help="write the data holder's report (what bounding, clamping and selection lost) to FILE "
-                     "as JSON, or to stderr as text with '-'. Exact and NOT differentially private: never "
-                     "publish it, never next to the release")
+                     "as JSON (a new file readable by you only), or to stderr as text with '-'. Exact and "
+                     "NOT differentially private: never publish it, never next to the release")
     agg.add_argument("--input-format", choices=("csv", "parquet", "jsonl"),
                      help="input format (default: from the name)")
     agg.add_argument("--block-size", type=_byte_size, default=None, metavar="BYTES",
@@ -714,6 +720,345 @@ def _with_public(args: argparse.Namespace, partitions: Any, strat: Any) -> Any:
         raise _Fail(EXIT_INPUT, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
     except (ColumnError, ValueError, TypeError) as exc:
         raise _Fail(EXIT_DATA, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
+
+
+# ------------------------------------------------------------------------ dpselect aggregate
+
+_METRIC_FORMS = ("users, count_distinct_units, count, rows, sum:COL, sum:COL:LO:HI, mean:COL or "
+                 "mean:COL:LO:HI, each optionally as NAME=SPEC")
+
+
+def _bound_number(text: str) -> int | float:
+    """A bound as written: an int for an integer literal (exact for integer columns), else a float."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _parse_metric(item: str) -> tuple[str, Any]:
+    """(output column name, Metric) from a --metric value; _Fail naming --metric otherwise."""
+    import dpselect
+
+    def bad(why: str) -> _Fail:
+        return _Fail(EXIT_USAGE, f"--metric {item!r}: {why}; the accepted forms are {_METRIC_FORMS}")
+
+    name, sep, spec = item.partition("=")
+    if not sep or ":" in name:  # no NAME= (a '=' after a ':' belongs to a column name)
+        name, spec = "", item
+    elif not name.strip():
+        raise bad("the NAME before '=' is empty")
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind in ("users", "count_distinct_units", "count", "rows"):
+        if rest:
+            raise bad(f"{kind} takes no column or bounds")
+        counts_users = kind in ("users", "count_distinct_units")
+        return (name or ("users" if counts_users else "count"),
+                dpselect.count_distinct_units() if counts_users else dpselect.count())
+    if kind not in ("sum", "mean"):
+        raise bad(f"unknown metric {kind!r}" if kind else "the metric is empty")
+    parts = rest.split(":")
+    if not parts[0]:
+        raise bad(f"{kind} needs a value column, as {kind}:COL or {kind}:COL:LO:HI")
+    if len(parts) not in (1, 3):
+        raise bad(f"expected {kind}:COL or {kind}:COL:LO:HI (two bounds), got {len(parts) - 1} after the column")
+    column, bounds = parts[0], None
+    if len(parts) == 3:
+        try:
+            lo, hi = _bound_number(parts[1]), _bound_number(parts[2])
+        except ValueError:
+            raise bad(f"the bounds {parts[1]!r} and {parts[2]!r} must be numbers") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise bad("the bounds must be finite numbers")
+        if lo > hi:
+            raise bad(f"the bounds are inverted: LO = {parts[1]} is above HI = {parts[2]}")
+        bounds = (lo, hi)
+    make = dpselect.sum if kind == "sum" else dpselect.mean
+    return name or f"{kind}_{column}", make(column, bounds=bounds)
+
+
+def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metrics by output name and the value columns' read types (None: as declared),
+    after checking every value typed, with errors naming the flags."""
+    by = list(args.by)
+    if not math.isfinite(args.epsilon) or args.epsilon <= 0:
+        raise _Fail(EXIT_USAGE, f"--epsilon must be a finite number > 0, got {args.epsilon:g}")
+    if not math.isfinite(args.delta) or args.delta < 0 or args.delta >= 1:
+        raise _Fail(EXIT_USAGE, f"--delta must be in (0, 1), got {args.delta:g}")
+    if args.public_partitions and args.strategy is not None:
+        raise _Fail(EXIT_USAGE, "--strategy does not apply with --public-partitions: the listed keys are released "
+                                "as they are, no selection runs")
+    if args.delta == 0 and not args.public_partitions:
+        raise _Fail(EXIT_USAGE, f"--delta must be > 0: with delta = 0 no key can be released (Theorem 2 of "
+                                f"{_PAPER}: under pure DP the set of released keys cannot depend on the data); "
+                                "delta may be 0 with --public-partitions")
+    if args.confidence_level is not None and not 0 < args.confidence_level < 1:
+        raise _Fail(EXIT_USAGE, f"--confidence-level must be in (0, 1), e.g. 0.95, got {args.confidence_level:g}")
+    twice = sorted({c for c in by if by.count(c) > 1})
+    if twice:
+        raise _Fail(EXIT_USAGE, f"--by names {', '.join(repr(c) for c in twice)} more than once")
+    if args.privacy_unit in by:
+        raise _Fail(EXIT_USAGE, f"--privacy-unit {args.privacy_unit!r} cannot also be a --by column")
+    metrics: dict[str, Any] = {}
+    for item in args.metric:
+        name, metric = _parse_metric(item)
+        if name in metrics:
+            raise _Fail(EXIT_USAGE, f"--metric: two metrics would be written to the column {name!r}; name one "
+                                    "of them with NAME=SPEC (e.g. --metric spend=sum:amount)")
+        metrics[name] = metric
+    value_columns = sorted({m.column for m in metrics.values() if m.column is not None})
+    for column in value_columns:
+        if column == args.privacy_unit or column in by:
+            role = "--privacy-unit" if column == args.privacy_unit else "a --by column"
+            raise _Fail(EXIT_USAGE, f"--metric: the value column {column!r} is also {role}; sum or average "
+                                    "another column (or a copy of it under another name)")
+    bounds: dict[str, tuple[Any, Any]] = {}
+    for name, m in metrics.items():
+        if m.column is not None and m.bounds is not None:
+            first = bounds.setdefault(m.column, m.bounds)
+            if first != m.bounds:
+                raise _Fail(EXIT_USAGE, f"--metric: the column {m.column!r} is given two different bounds, "
+                                        f"{first[0]}:{first[1]} and {m.bounds[0]}:{m.bounds[1]}; a column is "
+                                        "clamped once, so give the same LO:HI (or none) to each of its metrics")
+    outputs = list(by)
+    for name in metrics:
+        outputs.append(name)
+        if args.confidence_level is not None:
+            outputs += [f"{name}_ci_low", f"{name}_ci_high"]
+    taken = set(outputs) | {args.privacy_unit, *value_columns}
+    for name in metrics:
+        if name in {args.privacy_unit, *by, *value_columns}:
+            raise _Fail(EXIT_USAGE, f"--metric: the output name {name!r} is also an input column (--privacy-unit, "
+                                    "--by or a value column); choose another with NAME=SPEC")
+    clash = sorted({c for c in outputs if outputs.count(c) > 1})
+    if clash:
+        raise _Fail(EXIT_USAGE, f"--metric: the output column(s) {', '.join(repr(c) for c in clash)} would be "
+                                "written twice (with --confidence-level each metric adds NAME_ci_low and "
+                                "NAME_ci_high); choose other names with NAME=SPEC")
+    del taken
+    types: dict[str, str | None] = {}
+    for item in args.value_type:
+        column, sep, typ = item.partition("=")
+        if not sep or not column or typ not in _VALUE_TYPES:
+            raise _Fail(EXIT_USAGE, f"--value-type expects COL=TYPE with TYPE one of {', '.join(_VALUE_TYPES)}; "
+                                    f"got {item!r}")
+        if column not in value_columns:
+            raise _Fail(EXIT_USAGE, f"--value-type {item!r}: {column!r} is not the column of a sum or mean "
+                                    f"--metric (value columns: {', '.join(map(repr, value_columns)) or 'none'})")
+        if column in types and types[column] != typ:
+            raise _Fail(EXIT_USAGE, f"--value-type gives the column {column!r} two types")
+        types[column] = typ
+    return metrics, {c: types.get(c) for c in value_columns}
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (existing or not; symlinks followed)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _aggregate_destinations(args: argparse.Namespace, out_fmt: str, to_stdout: bool) -> tuple[Any, Any]:
+    """(sidecar path or None, report path, "-" or None), every destination checked before any work."""
+    from dpselect.files import OutputError, check_destination
+
+    protected = [args.input] + ([args.public_partitions] if args.public_partitions else [])
+    try:
+        where = check_destination(None if to_stdout else args.output, out_fmt, protected=protected)
+    except OutputError as exc:
+        raise _Fail(EXIT_OUTPUT, str(exc)) from exc
+    sidecar = args.guarantee_json
+    if sidecar is not None:
+        if sidecar in ("", "-"):
+            raise _Fail(EXIT_USAGE, "--guarantee-json needs a file name (the guarantee is printed on stderr too)")
+        if not to_stdout and _same_file(sidecar, args.output):
+            raise _Fail(EXIT_USAGE, f"--guarantee-json {sidecar!r} is the output file; give it another name")
+    elif where.mode == "replace":
+        sidecar = args.output + ".guarantee.json"
+    named = {"the input": args.input, "the --public-partitions file": args.public_partitions,
+             "the output": None if to_stdout else args.output, "the guarantee sidecar": sidecar}
+    if args.report is not None and args.report != "-":
+        if not args.report:
+            raise _Fail(EXIT_USAGE, "--report needs a file name, or '-' for stderr")
+        for what, path in named.items():
+            if path is not None and _same_file(args.report, path):
+                raise _Fail(EXIT_USAGE, f"--report {args.report!r} is {what}: the report is exact and NOT "
+                                        "differentially private, it must never overwrite or sit in place of "
+                                        "another file; give it a name of its own")
+    try:
+        for path in (sidecar, None if args.report in (None, "-") else args.report):
+            if path is not None:
+                check_destination(path, "bytes", protected=protected)
+    except OutputError as exc:
+        raise _Fail(EXIT_OUTPUT, str(exc)) from exc
+    return sidecar, args.report
+
+
+def _aggregate_flags(message: str) -> str:
+    """A message of dpselect.aggregate with its parameter names turned into the CLI's flags."""
+    message = message.replace("null_privacy_units='drop'", "--drop-null-privacy-units")
+    for name in ("max_contributions_per_partition", "confidence_level", "public_partitions", "privacy_unit"):
+        flag = f"--{name.replace('_', '-')}"
+        message = message.replace(f"{name}=", f"{flag} ").replace(f" {name} ", f" {flag} ").replace(
+            f"{name} ", f"{flag} ")
+    return _flags(message)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    """`dpselect aggregate`: read the needed columns, call dpselect.aggregate, write the release,
+    its guarantee sidecar and, if asked, the data holder's report."""
+    import json
+
+    import dpselect
+    from dpselect.files import (
+        DEFAULT_BLOCK_SIZE,
+        ColumnError,
+        InputError,
+        OutputError,
+        ValueColumnError,
+        detect_format,
+        open_batches,
+        write_outputs,
+    )
+    from dpselect.rows import ColumnTypeError, NullPrivacyUnitError, check_column_types, import_pyarrow
+
+    pa = import_pyarrow()
+    # Everything the user typed is checked before the input is touched.
+    metrics, read_types = _aggregate_plan(args)
+    by = list(args.by)
+    try:
+        in_fmt = detect_format(args.input, args.input_format, "input")
+    except ValueError as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from exc
+    to_stdout = args.output in (None, "-")
+    out_fmt = _output_format(args, to_stdout)
+    sidecar, report_to = _aggregate_destinations(args, out_fmt, to_stdout)
+    _probe_rng()
+
+    # Value columns: float64 from text formats unless --value-type says int64; Parquet keeps
+    # its declared type unless --value-type names one.
+    value_types = {c: pa.int64() if t == "int64" else pa.float64() for c, t in read_types.items()
+                   if t is not None or in_fmt != "parquet"}
+    columns = [args.privacy_unit, *by, *read_types]
+    block_size = args.block_size or DEFAULT_BLOCK_SIZE
+    try:
+        source = open_batches(args.input, in_fmt, columns, 1 << 20, block_size, value_types=value_types)
+        try:
+            check_column_types(source.schema, args.privacy_unit, by)
+        except ColumnTypeError as exc:
+            role = "--privacy-unit" if exc.role == "privacy_unit" else "--by"
+            raise _Fail(EXIT_DATA, f"{role} column {exc.column!r} of {args.input!r} has type {exc.type}: "
+                                   f"{exc.reason}") from exc
+        for column in read_types:
+            typ = source.schema.field(column).type
+            if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)) or pa.types.is_float16(typ):
+                raise _Fail(EXIT_DATA, f"--metric value column {column!r} of {args.input!r} has type {typ}: a "
+                                       "value column must hold integers or floats (float32/float64); pass "
+                                       f"--value-type {column}=float64 (or int64) to convert it")
+        _check_output_types(pa.schema([source.schema.field(c) for c in by]), out_fmt)
+        table = pa.Table.from_batches(list(source.batches), schema=source.schema)
+    except InputError as exc:
+        raise _Fail(EXIT_INPUT, str(exc)) from exc
+    except ColumnError as exc:
+        raise _Fail(EXIT_DATA, str(exc)) from exc
+    except ValueColumnError as exc:
+        raise _Fail(EXIT_DATA, f"--metric {exc}: a value column must hold numbers only") from exc
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise _Fail(EXIT_INPUT, f"cannot read {args.input!r} as {in_fmt}: {exc}") from exc
+
+    public = _read_public_partitions(args) if args.public_partitions else None
+    try:
+        result = dpselect.aggregate(
+            table, privacy_unit=args.privacy_unit, by=by, metrics=metrics, epsilon=args.epsilon,
+            delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
+            max_contributions_per_partition=args.max_contributions_per_partition, public_partitions=public,
+            strategy=args.strategy or "pi_opt", confidence_level=args.confidence_level,
+            null_privacy_units="drop" if args.drop_null_privacy_units else "error")
+    except NullPrivacyUnitError as exc:
+        raise _Fail(EXIT_DATA, (
+            f"{exc.rows} row(s) of {args.input!r} have a null privacy unit (column {exc.column!r}); a null "
+            "is not one person. Fill in the ids, or pass --drop-null-privacy-units to leave these rows "
+            "out. Nothing was released."
+        )) from exc
+    except RuntimeError as exc:
+        if _is_rng_failure(exc):
+            raise _Fail(EXIT_RNG, _rng_message(exc)) from exc
+        raise
+    except (ValueError, TypeError) as exc:
+        raise _Fail(EXIT_DATA, f"{args.input!r}: {_aggregate_flags(str(exc))}") from exc
+    del table
+
+    released = result.frame
+    guarantee = {**result.guarantee.as_dict(),
+                 "bounds": {c: [lo, hi] for c, (lo, hi) in sorted(result.bounds.items())},
+                 "metrics": {name: str(m) for name, m in metrics.items()},
+                 "release": None if to_stdout else os.path.basename(args.output)}
+    report = result.report()
+    # The sidecar and the report are renamed into place before the release: a release never
+    # appears without its guarantee next to it.
+    items: list[tuple[Any, str | None, str]] = []
+    if sidecar is not None:
+        items.append(((json.dumps(guarantee, indent=2) + "\n").encode(), sidecar, "bytes"))
+    if report_to not in (None, "-"):
+        document = {"differentially_private": False, **report.as_dict()}
+        document["warnings"] = [_aggregate_flags(w) for w in document["warnings"]]
+        items.append(((json.dumps(document, indent=2) + "\n").encode(), report_to, "bytes"))
+    items.append((released, None if to_stdout else args.output, out_fmt))
+    protected = [args.input] + ([args.public_partitions] if args.public_partitions else [])
+
+    rows = report.null_unit_rows
+    if rows:
+        _note(args, f"warning: dropped {rows} row(s) with a null privacy unit (column {args.privacy_unit!r}). "
+                    "This count is exact and NOT differentially private: it is for you, the data holder; do "
+                    "not publish it.")
+    try:
+        write_outputs(items, protected=protected, private=[report_to] if report_to not in (None, "-") else [])
+    except OutputError as exc:
+        if to_stdout:
+            _quiet_stdout()
+        raise _Fail(EXIT_OUTPUT, str(exc)) from exc
+    except BrokenPipeError:
+        _quiet_stdout()  # the reader of stdout went away (e.g. `| head`): not an error
+        return EXIT_OK
+    where = "standard output" if to_stdout else repr(args.output)
+    _note(args, f"released {released.num_rows} partitions with {len(metrics)} metric(s) to {where}.")
+    _note(args, str(result.guarantee))
+    if sidecar is not None:
+        _note(args, f"the guarantee and the bounds used are in {sidecar!r}.")
+    if report_to == "-":
+        _print_err(_aggregate_flags(str(report)))
+    elif report_to is not None:
+        _note(args, f"the data holder's report is in {report_to!r}: exact and NOT differentially private; "
+                    "never publish it.")
+    return EXIT_OK
+
+
+def _read_public_partitions(args: argparse.Namespace) -> Any:
+    """The --public-partitions file's --by columns, as a table (keys as dpselect select reads them)."""
+    from dpselect.files import ColumnError, InputError, detect_format, open_batches
+    from dpselect.rows import import_pyarrow
+
+    pa = import_pyarrow()
+    try:
+        fmt = detect_format(args.public_partitions, None, "input")
+        source = open_batches(args.public_partitions, fmt, list(args.by), 1 << 20, args.block_size or 1 << 20)
+        return pa.Table.from_batches(list(source.batches), schema=source.schema)
+    except (InputError, OSError, pa.ArrowException) as exc:
+        raise _Fail(EXIT_INPUT, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
+    except (ColumnError, ValueError) as exc:
+        raise _Fail(EXIT_DATA, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
+
+
+def _print_err(text: str) -> None:
+    try:
+        print(text, file=sys.stderr)
+    except (OSError, AttributeError):
+        pass
 
 
 def _isatty(stream: Any) -> bool:

@@ -666,7 +666,8 @@ def write_table(table: Any, destination: str | None, fmt: str, protected: Sequen
     write_outputs([(table, destination, fmt)], protected)
 
 
-def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Sequence[str] = ()) -> None:
+def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Sequence[str] = (),
+                  private: Sequence[str] = ()) -> None:
     """Write several outputs together: each item is (content, destination, fmt), the content a
     table (fmt csv, parquet or jsonl) or bytes (fmt "bytes"), the destination as for
     :func:`write_table`. Every regular file is first written in full to a temporary file beside
@@ -674,20 +675,22 @@ def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Seque
     renamed over its destination. A failure before the renames leaves every regular-file
     destination as it was and no temporary file behind. Raises OutputError (BrokenPipeError when
     the reader of standard output went away: the regular files are still renamed, as what was
-    written there was released)."""
+    written there was released). A new file whose destination is in ``private`` is created
+    readable by its owner only (an existing one keeps its permissions)."""
     pa = import_pyarrow()
-    places = [(content, check_destination(destination, fmt, protected), fmt) for content, destination, fmt in items]
-    files = [where.path for _, where, _ in places if where.mode == "replace"]
+    places = [(content, check_destination(destination, fmt, protected), fmt, destination in private)
+              for content, destination, fmt in items]
+    files = [where.path for _, where, _, _ in places if where.mode == "replace"]
     twice = sorted({path for path in files if files.count(path) > 1})
     if twice:
         raise OutputError(f"two outputs would be written to the same file {twice[0]!r}; give them different names")
     staged: list[tuple[str, _Destination]] = []
     try:
-        for content, where, fmt in places:
+        for content, where, fmt, owner_only in places:
             if where.mode == "replace":
-                staged.append((_stage(content, where, fmt), where))
+                staged.append((_stage(content, where, fmt, 0o600 if owner_only else 0o666), where))
         broken: BrokenPipeError | None = None
-        for content, where, fmt in places:
+        for content, where, fmt, _ in places:
             if where.mode == "stdout":
                 try:
                     _write_stdout(content, fmt)
@@ -731,7 +734,7 @@ def _write_stdout(content: Any, fmt: str) -> None:
         raise OutputError(f"cannot write to standard output: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
-def _stage(content: Any, where: _Destination, fmt: str) -> str:
+def _stage(content: Any, where: _Destination, fmt: str, new_mode: int = 0o666) -> str:
     """Write ``content`` in full to a new temporary file beside ``where`` (synced, with the
     permissions the destination will keep); its name. Nothing is left behind on failure."""
     pa = import_pyarrow()
@@ -752,7 +755,7 @@ def _stage(content: Any, where: _Destination, fmt: str) -> str:
         else:
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
+            os.chmod(tmp, new_mode & ~umask)
     except BaseException as exc:  # also KeyboardInterrupt and SIGTERM: never leave the temp file
         try:
             os.unlink(tmp)
