@@ -900,13 +900,14 @@ def _aggregate_destinations(args: argparse.Namespace, out_fmt: str, to_stdout: b
 
 
 def _aggregate_flags(message: str) -> str:
-    """A message of dpselect.aggregate with its parameter names turned into the CLI's flags."""
+    """A message of dpselect.aggregate (or its report) with its parameter names, those with an
+    underscore that cannot be mistaken for words, turned into the CLI's flags."""
     message = message.replace("null_privacy_units='drop'", "--drop-null-privacy-units")
-    for name in ("max_contributions_per_partition", "confidence_level", "public_partitions", "privacy_unit"):
+    for name in ("max_partitions_contributed", "max_contributions_per_partition", "confidence_level",
+                 "public_partitions", "privacy_unit"):
         flag = f"--{name.replace('_', '-')}"
-        message = message.replace(f"{name}=", f"{flag} ").replace(f" {name} ", f" {flag} ").replace(
-            f"{name} ", f"{flag} ")
-    return _flags(message)
+        message = message.replace(f"{name}=", f"{flag} ").replace(name, flag)
+    return message
 
 
 def _aggregate(args: argparse.Namespace) -> int:
@@ -967,7 +968,8 @@ def _aggregate(args: argparse.Namespace) -> int:
     except ColumnError as exc:
         raise _Fail(EXIT_DATA, str(exc)) from exc
     except ValueColumnError as exc:
-        raise _Fail(EXIT_DATA, f"--metric {exc}: a value column must hold numbers only") from exc
+        raise _Fail(EXIT_DATA, f"--metric {exc}. A value column must hold numbers of its type only "
+                               "(float64 unless --value-type says int64); nothing was released") from exc
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise _Fail(EXIT_INPUT, f"cannot read {args.input!r} as {in_fmt}: {exc}") from exc
 

@@ -81,13 +81,13 @@ class OutputError(Exception):
 
 
 class ValueColumnError(Exception):
-    """A numeric value column holds something that is not a number of its declared type.
+    """A numeric value column of ``path`` holds something that is not a number of its type.
     ``column`` names it (None if the reader could not tell which), ``detail`` says what."""
 
-    def __init__(self, column: str | None, detail: str) -> None:
-        self.column, self.detail = column, detail
+    def __init__(self, column: str | None, path: str, detail: str) -> None:
+        self.column, self.path, self.detail = column, path, detail
         where = f"value column {column!r}" if column is not None else "a value column"
-        super().__init__(f"{where}: {detail}")
+        super().__init__(f"{where} of {path!r}: {detail}")
 
 
 def _test_signal_point(point: str) -> None:
@@ -208,8 +208,8 @@ def _parquet(path: str, columns: Sequence[str], batch_rows: int, value_types: di
                 try:
                     array = array.cast(f.type)  # safe: refuses truncation and overflow
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise ValueColumnError(f.name, f"{path!r}: cannot read its {array.type} values as {f.type}: "
-                                                   f"{exc}") from exc
+                    raise ValueColumnError(f.name, path, f"cannot read its {array.type} values as {f.type}: "
+                                                         f"{exc}") from exc
             arrays.append(array)
         return pa.record_batch(arrays, schema=schema)
 
@@ -375,7 +375,7 @@ def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str]) 
     index = int(match.group(1)) if match else -1
     column = header[index] if 0 <= index < len(header) else None
     detail = re.sub(r"^In CSV column #\d+: ", "", text)
-    return ValueColumnError(column, f"{path!r}: {detail}")
+    return ValueColumnError(column, path, detail)
 
 
 def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
@@ -488,8 +488,8 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict
         try:
             return text.cast(value_types[name])
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise ValueColumnError(name, f"{path!r} (lines from {first}): not a number of type "
-                                         f"{value_types[name]}: {exc}") from exc
+            raise ValueColumnError(name, path, f"a value on line {first} or after is not a number of type "
+                                               f"{value_types[name]} ({exc})") from exc
 
     def parse(text: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:
         objs: list[dict[str, Any]] = []

@@ -313,3 +313,13 @@ def test_bounds_found_per_partition_follow_each_partitions_own_range():
     with pytest.raises(ValueError, match="bounds_scope"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"m": dpselect.mean("x")}, epsilon=1.0,
                            delta=1e-6, bounds_scope="key")
+
+
+def test_null_privacy_units_are_refused_or_dropped_with_a_warning():
+    df = pd.DataFrame({"u": pd.array([1, None, 2], dtype="Int64"), "k": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match="null"):
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6)
+    with pytest.warns(dpselect.rows.NullPrivacyUnitsDropped, match="dropped 1 row"):
+        out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=NOISELESS,
+                                 delta=1e-6, public_partitions=["a", "b"], null_privacy_units="drop")
+    assert out.report().rows == 2 and out.report().null_unit_rows == 1

@@ -29,7 +29,7 @@ from dpselect.aggregation.report import AggregateReport, ColumnClamping
 from dpselect.exact import as_fraction
 from dpselect.frames import from_arrow, to_arrow
 
-from dpselect.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, build_strategy, check_columns
+from dpselect.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, _warn_dropped, build_strategy, check_columns
 from dpselect.rng import resolve_rng, shard_test_state
 from dpselect.rows import NULL_PRIVACY_UNITS, RowCounter, arrow_from_numpy, import_pyarrow
 
@@ -317,6 +317,7 @@ def aggregate(
     table, kind = to_arrow(data, privacy_unit, [*names, *[c for c in value_columns if c not in names]])
     counter = RowCounter(privacy_unit, names, null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     users, partitions, used = counter.encode(table)
+    _warn_dropped(counter, privacy_unit)
     values = {c: ValueColumn(used, c) for c in value_columns}
     kappa, linf = max_partitions_contributed, max_contributions_per_partition
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=values[c].integer)
