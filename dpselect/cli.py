@@ -24,6 +24,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -204,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="dpselect",
-        description="Differentially private partition selection: release the keys of a GROUP BY "
+        description="Differentially private partition selection: release the keys of a GROUP BY\n"
         "that are safe to publish (select), or the keys and their statistics (aggregate).",
         epilog=_EXAMPLE + "\nRun 'dpselect select --help' or 'dpselect aggregate --help' for every option.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -827,7 +828,6 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         outputs.append(name)
         if args.confidence_level is not None:
             outputs += [f"{name}_ci_low", f"{name}_ci_high"]
-    taken = set(outputs) | {args.privacy_unit, *value_columns}
     for name in metrics:
         if name in {args.privacy_unit, *by, *value_columns}:
             raise _Fail(EXIT_USAGE, f"--metric: the output name {name!r} is also an input column (--privacy-unit, "
@@ -837,7 +837,6 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         raise _Fail(EXIT_USAGE, f"--metric: the output column(s) {', '.join(repr(c) for c in clash)} would be "
                                 "written twice (with --confidence-level each metric adds NAME_ci_low and "
                                 "NAME_ci_high); choose other names with NAME=SPEC")
-    del taken
     types: dict[str, str | None] = {}
     for item in args.value_type:
         column, sep, typ = item.partition("=")
@@ -890,12 +889,14 @@ def _aggregate_destinations(args: argparse.Namespace, out_fmt: str, to_stdout: b
                 raise _Fail(EXIT_USAGE, f"--report {args.report!r} is {what}: the report is exact and NOT "
                                         "differentially private, it must never overwrite or sit in place of "
                                         "another file; give it a name of its own")
-    try:
-        for path in (sidecar, None if args.report in (None, "-") else args.report):
-            if path is not None:
-                check_destination(path, "bytes", protected=protected)
-    except OutputError as exc:
-        raise _Fail(EXIT_OUTPUT, str(exc)) from exc
+    for flag, path in (("--guarantee-json", sidecar), ("--report", None if args.report in (None, "-") else args.report)):
+        if path is None:
+            continue
+        try:
+            check_destination(path, "bytes", protected=protected)
+        except OutputError as exc:
+            what = "the guarantee sidecar" if flag == "--guarantee-json" and args.guarantee_json is None else flag
+            raise _Fail(EXIT_OUTPUT, f"{what} {path!r}: {str(exc).replace(' with the output', '')}") from exc
     return sidecar, args.report
 
 
@@ -926,7 +927,13 @@ def _aggregate(args: argparse.Namespace) -> int:
         open_batches,
         write_outputs,
     )
-    from dpselect.rows import ColumnTypeError, NullPrivacyUnitError, check_column_types, import_pyarrow
+    from dpselect.rows import (
+        ColumnTypeError,
+        NullPrivacyUnitError,
+        NullPrivacyUnitsDropped,
+        check_column_types,
+        import_pyarrow,
+    )
 
     pa = import_pyarrow()
     # Everything the user typed is checked before the input is touched.
@@ -975,12 +982,15 @@ def _aggregate(args: argparse.Namespace) -> int:
 
     public = _read_public_partitions(args) if args.public_partitions else None
     try:
-        result = dpselect.aggregate(
-            table, privacy_unit=args.privacy_unit, by=by, metrics=metrics, epsilon=args.epsilon,
-            delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
-            max_contributions_per_partition=args.max_contributions_per_partition, public_partitions=public,
-            strategy=args.strategy or "pi_opt", confidence_level=args.confidence_level,
-            null_privacy_units="drop" if args.drop_null_privacy_units else "error")
+        with warnings.catch_warnings():
+            # Dropped null privacy units are reported below, in the CLI's own words.
+            warnings.simplefilter("ignore", NullPrivacyUnitsDropped)
+            result = dpselect.aggregate(
+                table, privacy_unit=args.privacy_unit, by=by, metrics=metrics, epsilon=args.epsilon,
+                delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
+                max_contributions_per_partition=args.max_contributions_per_partition, public_partitions=public,
+                strategy=args.strategy or "pi_opt", confidence_level=args.confidence_level,
+                null_privacy_units="drop" if args.drop_null_privacy_units else "error")
     except NullPrivacyUnitError as exc:
         raise _Fail(EXIT_DATA, (
             f"{exc.rows} row(s) of {args.input!r} have a null privacy unit (column {exc.column!r}); a null "
