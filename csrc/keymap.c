@@ -312,27 +312,27 @@ static int pipeline_drain(dps_keymap *m, row_block ring[3], size_t k, size_t n_f
     return DPS_OK;
 }
 
-int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
-                            int all_null, const uint8_t *values, size_t width, uint32_t *codes,
-                            uint32_t *new_rows, size_t *n_new) {
-    *n_new = 0;
-    if (n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND; /* rows are reported as 32-bit */
-    if (width == 0 || (m->kind == DPS_KEYMAP_WORD && width != 1 && width != 2 && width != 4 && width != 8))
-        return DPS_ERR_KEYMAP_KIND;
+/* Fills block k's rows (k->first_row and k->b are set): their value pointers and lengths. On a
+ * bad row it sets k->b to the rows before it, *bad_row, and returns an error. */
+typedef int (*fill_fn)(void *source, row_block *k, size_t *bad_row);
+
+/* The pipeline over n rows: step s fills block s and probes block s - 2 (see pipeline_step). A
+ * fill error first codes the rows before the bad one, as an unpipelined pass would have. */
+static int encode_rows(dps_keymap *m, size_t n, size_t width, fill_fn fill, void *source, uint32_t *codes,
+                       uint32_t *new_rows, size_t *n_new, size_t *bad_row) {
     row_block ring[3];
     size_t n_blocks = (n + BLOCK - 1) / BLOCK;
-    /* Step s fills block s and probes block s - 2. */
     for (size_t s = 0; s < n_blocks + 2; s++) {
         int filled = s < n_blocks;
         if (filled) {
             row_block *k = &ring[s % 3];
             k->first_row = s * BLOCK;
             k->b = n - k->first_row < BLOCK ? n - k->first_row : BLOCK;
-            for (size_t j = 0; j < k->b; j++) {
-                size_t row = k->first_row + j;
-                int null = all_null || !is_valid(validity, validity_offset + row);
-                k->ptr[j] = null ? NULL : values + row * width;
-                k->len[j] = width;
+            int bad = fill(source, k, bad_row);
+            if (bad != DPS_OK) {
+                hash_block(m, k, width);
+                int rc = pipeline_drain(m, ring, s < 2 ? 0 : s - 2, s + 1, codes, new_rows, n_new);
+                return rc != DPS_OK ? rc : bad;
             }
         }
         if (s < 2) {
@@ -345,10 +345,72 @@ int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, si
     return DPS_OK;
 }
 
+typedef struct fixed_source {
+    const uint8_t *validity;
+    size_t validity_offset;
+    int all_null;
+    const uint8_t *values;
+    size_t width;
+} fixed_source;
+
+static int fill_fixed(void *source, row_block *k, size_t *bad_row) {
+    const fixed_source *f = (const fixed_source *)source;
+    (void)bad_row;
+    for (size_t j = 0; j < k->b; j++) {
+        size_t row = k->first_row + j;
+        int null = f->all_null || !is_valid(f->validity, f->validity_offset + row);
+        k->ptr[j] = null ? NULL : f->values + row * f->width;
+        k->len[j] = f->width;
+    }
+    return DPS_OK;
+}
+
+int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
+                            int all_null, const uint8_t *values, size_t width, uint32_t *codes,
+                            uint32_t *new_rows, size_t *n_new) {
+    *n_new = 0;
+    if (n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND; /* rows are reported as 32-bit */
+    if (width == 0 || (m->kind == DPS_KEYMAP_WORD && width != 1 && width != 2 && width != 4 && width != 8))
+        return DPS_ERR_KEYMAP_KIND;
+    fixed_source source = {validity, validity_offset, all_null, values, width};
+    size_t unused;
+    return encode_rows(m, n, width, fill_fixed, &source, codes, new_rows, n_new, &unused);
+}
+
 static inline uint64_t offset_at(const void *offsets, int offsets64, size_t i) {
     if (offsets64) return (uint64_t)((const int64_t *)offsets)[i];
     int32_t v = ((const int32_t *)offsets)[i];
     return v < 0 ? UINT64_MAX : (uint64_t)v;
+}
+
+typedef struct var_source {
+    const uint8_t *validity;
+    size_t validity_offset;
+    const void *offsets;
+    int offsets64;
+    const uint8_t *data;
+    size_t data_len;
+    uint64_t previous; /* end of the last value filled */
+} var_source;
+
+static int fill_var(void *source, row_block *k, size_t *bad_row) {
+    var_source *v = (var_source *)source;
+    for (size_t j = 0; j < k->b; j++) {
+        size_t row = k->first_row + j;
+        /* A null's offsets are checked too: Arrow requires them ordered like any other. */
+        uint64_t end = offset_at(v->offsets, v->offsets64, row + 1);
+        if (end < v->previous || end > v->data_len) {
+            k->b = j;
+            *bad_row = row;
+            return DPS_ERR_KEYMAP_OFFSETS;
+        }
+        /* data may be NULL only when it is empty: every value is then empty too */
+        k->ptr[j] = is_valid(v->validity, v->validity_offset + row)
+                        ? (v->data ? v->data + v->previous : (const uint8_t *)"") : NULL;
+        k->len[j] = (size_t)(end - v->previous);
+        v->previous = end;
+    }
+    return DPS_OK;
 }
 
 int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size_t validity_offset,
@@ -356,48 +418,13 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                           uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row) {
     *n_new = 0;
     if (m->kind != DPS_KEYMAP_BYTES || n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND;
-    uint64_t previous = n ? offset_at(offsets, offsets64, 0) : 0;
-    if (n && previous > data_len) {
+    uint64_t first = n ? offset_at(offsets, offsets64, 0) : 0;
+    if (n && first > data_len) {
         *bad_row = 0;
         return DPS_ERR_KEYMAP_OFFSETS;
     }
-    row_block ring[3];
-    size_t n_blocks = (n + BLOCK - 1) / BLOCK;
-    /* Step s fills block s and probes block s - 2 (see pipeline_step). */
-    for (size_t s = 0; s < n_blocks + 2; s++) {
-        int filled = s < n_blocks;
-        if (filled) {
-            row_block *k = &ring[s % 3];
-            k->first_row = s * BLOCK;
-            k->b = n - k->first_row < BLOCK ? n - k->first_row : BLOCK;
-            for (size_t j = 0; j < k->b; j++) {
-                size_t row = k->first_row + j;
-                /* A null's offsets are checked too: Arrow requires them ordered like any other. */
-                uint64_t end = offset_at(offsets, offsets64, row + 1);
-                if (end < previous || end > data_len) {
-                    /* Code the rows before this one, as an unpipelined pass would have. */
-                    k->b = j;
-                    hash_block(m, k, 0);
-                    size_t first = s < 2 ? 0 : s - 2;
-                    int rc = pipeline_drain(m, ring, first, s + 1, codes, new_rows, n_new);
-                    if (rc != DPS_OK) return rc;
-                    *bad_row = row;
-                    return DPS_ERR_KEYMAP_OFFSETS;
-                }
-                /* data may be NULL only when it is empty: every value is then empty too */
-                k->ptr[j] = is_valid(validity, validity_offset + row) ? (data ? data + previous : (const uint8_t *)"") : NULL;
-                k->len[j] = (size_t)(end - previous);
-                previous = end;
-            }
-        }
-        if (s < 2) {
-            if (filled) hash_block(m, &ring[s % 3], 0);
-            continue;
-        }
-        int rc = pipeline_step(m, ring, s - 2, n_blocks, filled, 0, codes, new_rows, n_new);
-        if (rc != DPS_OK) return rc;
-    }
-    return DPS_OK;
+    var_source source = {validity, validity_offset, offsets, offsets64, data, data_len, first};
+    return encode_rows(m, n, 0, fill_var, &source, codes, new_rows, n_new, bad_row);
 }
 
 static inline int64_t load_index(const uint8_t *p, size_t width) {
