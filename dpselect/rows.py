@@ -72,6 +72,9 @@ NullPolicy = Literal["error", "drop"]
 # Python work is negligible, small enough that the two threads overlap for most of a batch.
 _PIECE_ROWS = 1 << 18
 
+# How many pieces ahead the worker of RowCounter.feed encodes.
+_LOOKAHEAD = 4
+
 # Pieces smaller than this are encoded on one thread.
 _THREAD_ROWS = 1 << 14
 
@@ -584,33 +587,34 @@ class RowCounter:
         # values) cost about twice an integer column: the worker encodes them and this thread
         # encodes the users and inserts both shards. Otherwise the two sides cost the same: the
         # worker encodes the users and inserts shard 1, this thread the keys and shard 0; its
-        # queue then alternates "encode piece i + 1" and "insert piece i, shard 1", so at most
-        # two pieces' codes are alive.
+        # queue then alternates "encode piece i + _LOOKAHEAD" and "insert piece i, shard 1", so
+        # at most _LOOKAHEAD + 1 pieces' codes are alive.
         keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
         there, here = (self._encode_keys, self._encode_users)
         if not keys_on_worker:
             there, here = here, there
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
-            pending = [worker.submit(there, pieces[0])]
-            # The first batch creates the pair sets (filling ~10 bytes per expected pair), while
-            # the worker encodes its first piece.
+            # The worker's encodes run _LOOKAHEAD pieces ahead, so it stays busy while this thread
+            # creates the pair sets (filling ~10 bytes per expected pair) on the first batch.
+            encoded = {j: worker.submit(there, pieces[j]) for j in range(min(_LOOKAHEAD, len(pieces)))}
+            inserts = []
             counters = self._pair_counters()
             try:
                 for i, piece in enumerate(pieces):
-                    if i + 1 < len(pieces):
-                        pending.append(worker.submit(there, pieces[i + 1]))
+                    if i + _LOOKAHEAD < len(pieces):
+                        encoded[i + _LOOKAHEAD] = worker.submit(there, pieces[i + _LOOKAHEAD])
                     mine = here(piece)
-                    theirs = pending[i if keys_on_worker else 2 * i].result()
+                    theirs = encoded.pop(i).result()
                     users, partitions = (mine, theirs) if keys_on_worker else (theirs, mine)
                     if keys_on_worker:
                         counters[1].feed(users, partitions, _SHARD_MASK, 1)
                     else:
-                        pending.insert(2 * i + 1, worker.submit(counters[1].feed, users, partitions, _SHARD_MASK, 1))
+                        inserts.append(worker.submit(counters[1].feed, users, partitions, _SHARD_MASK, 1))
                     counters[0].feed(users, partitions, _SHARD_MASK, 0)
-                for future in pending:
+                for future in inserts:
                     future.result()
             finally:
-                for future in pending:
+                for future in [*encoded.values(), *inserts]:
                     future.cancel()
 
     def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
