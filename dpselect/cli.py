@@ -325,6 +325,10 @@ def _add_aggregate_parser(commands: Any) -> None:
     agg.add_argument("--strategy", default=None, choices=_AGGREGATE_STRATEGIES,
                      help="key selection mechanism (default pi_opt, the optimal keep rule); not with "
                      "--public-partitions")
+    agg.add_argument("--bounds-scope", choices=("dataset", "partition"), default="dataset",
+                     help="for a sum or mean given no bounds: find them once over all kept values (dataset, "
+                     "the default) or per released key from its own values (partition; a key where none is "
+                     "found gets an empty value)")
     agg.add_argument("--drop-null-privacy-units", action="store_true",
                      help="leave out rows whose privacy unit is null (default: refuse them); their number "
                      "is reported on stderr, for you only (it is exact, not private)")
@@ -981,6 +985,7 @@ def _aggregate(args: argparse.Namespace) -> int:
         raise _Fail(EXIT_INPUT, f"cannot read {args.input!r} as {in_fmt}: {exc}") from exc
 
     public = _read_public_partitions(args) if args.public_partitions else None
+    null_units = table.column(args.privacy_unit).null_count  # reported only if they are dropped
     try:
         with warnings.catch_warnings():
             # Dropped null privacy units are reported below, in the CLI's own words.
@@ -989,7 +994,8 @@ def _aggregate(args: argparse.Namespace) -> int:
                 table, privacy_unit=args.privacy_unit, by=by, metrics=metrics, epsilon=args.epsilon,
                 delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
                 max_contributions_per_partition=args.max_contributions_per_partition, public_partitions=public,
-                strategy=args.strategy or "pi_opt", confidence_level=args.confidence_level,
+                strategy=args.strategy or "pi_opt", bounds_scope=args.bounds_scope,
+                confidence_level=args.confidence_level,
                 null_privacy_units="drop" if args.drop_null_privacy_units else "error")
     except NullPrivacyUnitError as exc:
         raise _Fail(EXIT_DATA, (
@@ -1010,22 +1016,21 @@ def _aggregate(args: argparse.Namespace) -> int:
                  "bounds": {c: [lo, hi] for c, (lo, hi) in sorted(result.bounds.items())},
                  "metrics": {name: str(m) for name, m in metrics.items()},
                  "release": None if to_stdout else os.path.basename(args.output)}
-    report = result.report()
+    report = result.report() if report_to is not None else None  # built only when asked for
     # The sidecar and the report are renamed into place before the release: a release never
     # appears without its guarantee next to it.
     items: list[tuple[Any, str | None, str]] = []
     if sidecar is not None:
         items.append(((json.dumps(guarantee, indent=2) + "\n").encode(), sidecar, "bytes"))
-    if report_to not in (None, "-"):
+    if report is not None and report_to != "-":
         document = {"differentially_private": False, **report.as_dict()}
         document["warnings"] = [_aggregate_flags(w) for w in document["warnings"]]
         items.append(((json.dumps(document, indent=2) + "\n").encode(), report_to, "bytes"))
     items.append((released, None if to_stdout else args.output, out_fmt))
     protected = [args.input] + ([args.public_partitions] if args.public_partitions else [])
 
-    rows = report.null_unit_rows
-    if rows:
-        _note(args, f"warning: dropped {rows} row(s) with a null privacy unit (column {args.privacy_unit!r}). "
+    if null_units:
+        _note(args, f"warning: dropped {null_units} row(s) with a null privacy unit (column {args.privacy_unit!r}). "
                     "This count is exact and NOT differentially private: it is for you, the data holder; do "
                     "not publish it.")
     try:
@@ -1042,7 +1047,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     _note(args, str(result.guarantee))
     if sidecar is not None:
         _note(args, f"the guarantee and the bounds used are in {sidecar!r}.")
-    if report_to == "-":
+    if report is not None and report_to == "-":
         _print_err(_aggregate_flags(str(report)))
     elif report_to is not None:
         _note(args, f"the data holder's report is in {report_to!r}: exact and NOT differentially private; "

@@ -23,7 +23,6 @@ import io
 import json
 import os
 import queue
-import re
 import signal
 import stat
 import sys
@@ -198,26 +197,24 @@ def _parquet(path: str, columns: Sequence[str], batch_rows: int, value_types: di
     total = handle.metadata.num_rows
     done = [0]
 
-    def convert(batch: Any) -> Any:
+    def convert(batch: Any, before: int) -> Any:
         if not value_types:
             return batch
         arrays = []
         for f in schema:
             array = batch.column(f.name)
             if f.name in value_types and array.type != f.type:
-                try:
-                    array = array.cast(f.type)  # safe: refuses truncation and overflow
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise ValueColumnError(f.name, path, f"cannot read its {array.type} values as {f.type}: "
-                                                         f"{exc}") from exc
+                # A safe cast: no truncation, no overflow.
+                array = _numbers(array, f.type, f.name, path, lambda i: f"in row {before + i + 1}")
             arrays.append(array)
         return pa.record_batch(arrays, schema=schema)
 
     def batches() -> Iterator[Any]:
         try:
             for batch in handle.iter_batches(batch_size=batch_rows, columns=list(columns)):
+                before = done[0]
                 done[0] += batch.num_rows
-                yield convert(batch.select(list(columns)))
+                yield convert(batch.select(list(columns)), before)
         finally:
             handle.close()
 
@@ -365,17 +362,34 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     return names
 
 
-def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str]) -> ValueColumnError | None:
-    """The ValueColumnError a pyarrow CSV conversion error means (only value columns are read
-    as anything but text), naming the column from the header; None for any other error."""
-    text = str(exc)
-    if "conversion error" not in text:
-        return None
-    match = re.search(r"CSV column #(\d+)", text)
-    index = int(match.group(1)) if match else -1
-    column = header[index] if 0 <= index < len(header) else None
-    detail = re.sub(r"^In CSV column #\d+: ", "", text)
-    return ValueColumnError(column, path, detail)
+def _numbers(array: Any, typ: Any, column: str, path: str, where: Callable[[int], str]) -> Any:
+    """``array`` (text, or numbers of another type) as ``typ``, or ValueColumnError naming the
+    column, the first value that does not convert and ``where(its index)``. Text is read as
+    written: a decimal integer for int64 (no sign '+', no hexadecimal), a decimal or exponent
+    number, nan or inf for float64."""
+    pa = import_pyarrow()
+    import pyarrow.compute as pc
+
+    def converts(part: Any) -> bool:
+        try:
+            part.cast(typ)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+        if pa.types.is_string(part.type) and pa.types.is_integer(typ):
+            return bool(pc.all(pc.match_substring_regex(part, r"^-?[0-9]+$")).as_py() in (True, None))
+        return True
+
+    if converts(array):
+        return array.cast(typ)
+    lo, hi = 0, len(array)  # the first value that does not convert: in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if converts(array.slice(lo, mid - lo)):
+            lo = mid
+        else:
+            hi = mid
+    value = array[lo].as_py()
+    raise ValueColumnError(column, path, f"the value {value!r} {where(lo)} cannot be read as {typ}")
 
 
 def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
@@ -384,15 +398,14 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
     import pyarrow.csv as pcsv
 
     delimiter = csv_delimiter(path)
-    header = _csv_header(path, delimiter, block_size)
-    _check_columns(path, header, columns)
+    _check_columns(path, _csv_header(path, delimiter, block_size), columns)
     size = os.path.getsize(path)
     stream, raw = _open_text(path)
     source = _CountingReader(stream, raw)
     # Keys are read as text: no type guess from the first block can be contradicted by a
     # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
-    # columns are parsed as the number type asked for.
-    types = {c: value_types.get(c, pa.string()) for c in columns}
+    # columns are read as text too, then converted to the number type asked for batch by batch
+    # (a value that does not convert is reported with its row, and the reader stops cleanly).
     try:
         reader = pcsv.open_csv(
             source,
@@ -401,20 +414,25 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(columns),
                 include_missing_columns=False,
-                column_types=types,
+                column_types={c: pa.string() for c in columns},
                 null_values=[""],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=False,
             ),
         )
-    except BaseException as exc:
+    except BaseException:
         source.close()
-        conversion = _csv_conversion_error(exc, path, header) if isinstance(exc, pa.ArrowInvalid) else None
-        if conversion is not None:
-            raise conversion from exc
         raise
-    schema = pa.schema([pa.field(c, types[c]) for c in columns])
+    schema = pa.schema([pa.field(c, value_types.get(c, pa.string())) for c in columns])
     consumed = [0]
+
+    def convert(batch: Any, before: int) -> Any:
+        if not value_types:
+            return batch
+        return pa.record_batch([
+            _numbers(batch.column(c), value_types[c], c, path,
+                     lambda i: f"in data row {before + i + 1} (after the header)") if c in value_types
+            else batch.column(c) for c in columns], schema=schema)
 
     def position() -> float | None:
         # After k batches the parser has used about k + 1 blocks (a block's last line is
@@ -429,8 +447,9 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
         try:
             for batch in reader:
                 consumed[0] += 1
+                converted = convert(batch.select(list(columns)), rows)
                 rows += batch.num_rows
-                yield batch.select(list(columns))
+                yield converted
             expected = source.tally.lines - source.tally.empty - 1  # minus the header
             if source.eof and rows != expected:
                 raise InputError(
@@ -442,9 +461,6 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
             if "straddling" in str(exc):
                 raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
                                  "raise it with --block-size") from exc
-            conversion = _csv_conversion_error(exc, path, header)
-            if conversion is not None:
-                raise conversion from exc
             raise
         finally:
             reader.close()
@@ -485,11 +501,7 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict
             text = pa.array([as_text(v, line, name) for v, line in zip(values, lines)], pa.string())
         if name not in value_types:
             return text
-        try:
-            return text.cast(value_types[name])
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise ValueColumnError(name, path, f"a value on line {first} or after is not a number of type "
-                                               f"{value_types[name]} ({exc})") from exc
+        return _numbers(text, value_types[name], name, path, lambda i: f"on line {first + i} (or after it, past empty lines)")
 
     def parse(text: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:
         objs: list[dict[str, Any]] = []

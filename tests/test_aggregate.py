@@ -323,3 +323,10 @@ def test_null_privacy_units_are_refused_or_dropped_with_a_warning():
         out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=NOISELESS,
                                  delta=1e-6, public_partitions=["a", "b"], null_privacy_units="drop")
     assert out.report().rows == 2 and out.report().null_unit_rows == 1
+
+
+@pytest.mark.parametrize("strategy", ["public", "mixed", "auto", "dp_sips", "nope"])
+def test_only_count_based_selections_are_accepted(strategy):
+    with pytest.raises(ValueError, match="strategy must be one of pi_opt, release, laplace, gaussian"):
+        dpselect.aggregate(search_log(12, n=200), privacy_unit="user_id", by="query",
+                           metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6, strategy=strategy)

@@ -392,7 +392,14 @@ def test_non_numeric_value_columns(tmp_path, capsys):
     csv_src = write(tmp_path / "in.csv", table, "csv")
     assert run(csv_src, *BASE, "--metric", "sum:label:0:1", "-o", str(tmp_path / "a.csv")) == cli.EXIT_DATA
     err = one_error(capsys.readouterr().err)
-    assert "--metric value column 'label'" in err and "'text'" in err and "--value-type" in err
+    assert "--metric value column 'label'" in err and "'text' in data row 1" in err and "--value-type" in err
+    # int64 reads decimal integers as written: no hexadecimal, no fraction.
+    src = tmp_path / "ints.csv"
+    for bad, row in (("0x10", 2), ("2.5", 2)):
+        src.write_text(f"user,key,amount\nu1,a,7\nu2,a,{bad}\n")
+        assert run(str(src), *BASE, "--metric", "sum:amount:0:10", "--value-type", "amount=int64",
+                   "-o", str(tmp_path / "a.csv")) == cli.EXIT_DATA
+        assert f"the value {bad!r} in data row {row}" in one_error(capsys.readouterr().err)
     # A Parquet text column is refused from its declared type, before any row is read.
     pq_src = write(tmp_path / "in.parquet", table, "parquet")
     assert run(pq_src, *BASE, "--metric", "mean:label", "-o", str(tmp_path / "b.csv")) == cli.EXIT_DATA

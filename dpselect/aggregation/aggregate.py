@@ -40,6 +40,9 @@ __all__ = ["AggregateResult", "aggregate", "DEFAULT_PRECISION_BITS"]
 # units could leave int64 (the kernel refuses, never wraps).
 DEFAULT_PRECISION_BITS = 30
 _SHARD_MASK = 1  # users split by code parity between two threads, as in dpselect.rows
+# The key selections aggregate runs on the bounded user counts (the row mechanisms need each
+# user's set, and "public"/"mixed" are what public_partitions= does).
+SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
 
 
 @dataclass
@@ -302,6 +305,9 @@ def aggregate(
     auto_columns = [c for c in value_columns if c not in given_bounds]
     eps_total, delta_total = _budget_amounts(epsilon, delta)
     shares = _shares(eps_total, delta_total, _weights(checked, auto_columns, public_partitions is not None, weights))
+    if strategy not in SELECTION_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
     strat = None
     if public_partitions is None:
         eps_sel, delta_sel = shares["selection"]
