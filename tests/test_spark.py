@@ -1,0 +1,306 @@
+"""dpselect.spark against the single-machine functions, on a local[2] SparkSession started once.
+
+Exact where the result is deterministic (κ ≥ every user's keys, L∞ ≥ every user's rows per key,
+and, end to end, a budget so large that no noise is drawn but 0); statistical elsewhere (keep
+rates, the uniform bounding, the noise's variance), with 5-sigma tolerances. Skipped where
+pyspark or Java is missing."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+if shutil.which("java") is None:
+    pytest.skip("Spark needs Java", allow_module_level=True)
+
+import dpselect  # noqa: E402
+from dpselect import spark as ds  # noqa: E402
+from dpselect.aggregation.grid import Grid  # noqa: E402
+from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
+from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),  # pyspark on pandas 3
+    pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.timeout(600),
+]
+
+ROOT = Path(dpselect.__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = (SparkSession.builder.master("local[2]").appName("dpselect-tests")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.default.parallelism", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "2g")
+               .config("spark.executorEnv.DPSELECT_ALLOW_INSECURE_RNG", "1"))
+    if (ROOT / "pyproject.toml").is_file():  # a source tree: the Python workers must import this dpselect
+        path = os.pathsep.join(p for p in (str(ROOT), saved["PYTHONPATH"]) if p)
+        os.environ["PYTHONPATH"] = path
+        builder = builder.config("spark.executorEnv.PYTHONPATH", path)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def frame(spark, **columns):
+    return spark.createDataFrame(pa.table(columns))
+
+
+def rows_of(df) -> list[tuple]:
+    return [tuple(r) for r in df.collect()]
+
+
+# ---------------------------------------------------------------- packaging
+
+
+def test_importing_dpselect_does_not_import_pyspark():
+    code = "import sys, dpselect, dpselect.spark; assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(ROOT))
+
+
+def test_workers_import_the_same_dpselect(spark):
+    def where(batches):
+        import dpselect as worker_dpselect
+
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays([pa.array([worker_dpselect.__file__] * batch.num_rows)], names=["f"])
+
+    files = {r.f for r in spark.range(4, numPartitions=2).mapInArrow(where, "f string").collect()}
+    assert files == {dpselect.__file__}
+
+
+# ---------------------------------------------------------------- exact where deterministic
+
+
+def _table(seed: int, users: int, keys: int, rows: int, max_keys: int, max_rows: int | None = None):
+    """Each user touches at most ``max_keys`` keys (and at most ``max_rows`` rows in each)."""
+    gen = np.random.default_rng(seed)
+    own = gen.integers(0, keys, size=(users, max_keys))
+    user = gen.integers(0, users, rows)
+    key = own[user, gen.integers(0, max_keys, rows)]
+    if max_rows is not None:  # keep at most max_rows rows per (user, key)
+        order = np.lexsort((key, user))
+        user, key = user[order], key[order]
+        first = np.r_[True, (user[1:] != user[:-1]) | (key[1:] != key[:-1])]
+        start = np.maximum.accumulate(np.where(first, np.arange(user.size), 0))
+        keep = np.arange(user.size) - start < max_rows
+        user, key = user[keep], key[keep]
+    value = gen.integers(-5, 20, user.size)
+    return pa.table({"user": pa.array(user * 7 + 3), "key": pa.array([f"k{k}" for k in key]),
+                     "value": pa.array(value)})
+
+
+def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
+    table = _table(1, users=3000, keys=40, rows=20000, max_keys=3)
+    per_key = ds._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, "error")
+    got = {r.key: r[ds._USERS] for r in per_key.collect()}
+    counter = RowCounter("user", ["key"])
+    counter.feed(table)
+    parts = counter.finish(3, None, dpselect.SecureRNG())
+    single = dict(zip(parts.keys.column("key").to_pylist(), parts.counts.tolist()))
+    truth = table.to_pandas().groupby("key")["user"].nunique().to_dict()
+    assert got == single == truth
+
+
+def test_per_key_aggregates_are_exact_when_nothing_is_bounded(spark):
+    table = _table(2, users=2000, keys=30, rows=12000, max_keys=2, max_rows=3)
+    grid = Grid.for_bounds(0, 10, precision_bits=30, integer=True)
+    per_key = ds._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
+                                    2, 3, None, "error")
+    got = {r.key: (r[ds._USERS], r[ds._ROWS], r[ds._SUM + "0"]) for r in per_key.collect()}
+    pdf = table.to_pandas()
+    pdf["units"] = grid.to_units(pdf["value"].to_numpy())
+    truth = {k: (g["user"].nunique(), len(g), int(g["units"].sum())) for k, g in pdf.groupby("key")}
+    assert got == truth
+
+
+def test_aggregate_end_to_end_equals_single_machine_without_noise(spark):
+    # A budget so large that every noise draw is 0 and pi_opt keeps every key of >= 2 users: the
+    # two paths must then agree exactly on the bounded statistics.
+    table = _table(3, users=3000, keys=25, rows=15000, max_keys=3, max_rows=2)
+    metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+               "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+                  max_partitions_contributed=3, max_contributions_per_partition=2)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    got = on_spark.frame.toPandas()
+    want = local.frame.to_pandas()
+    assert list(got.columns) == list(want.columns)
+    assert got.equals(want), (got.head(), want.head())
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    assert on_spark.guarantee.is_dp and ds.guarantee_of(on_spark.frame) == str(local.guarantee)
+
+
+def test_release_end_to_end_equals_single_machine_without_noise(spark):
+    table = _table(4, users=2000, keys=20, rows=8000, max_keys=2)
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=2, counts=True)
+    got = ds.select_partitions(spark.createDataFrame(table), **kwargs).toPandas()
+    want = dpselect.select_partitions(table, **kwargs).to_pandas()
+    assert got.equals(want)
+
+
+def test_key_types_nulls_and_several_columns_come_back(spark):
+    n = 4000
+    gen = np.random.default_rng(5)
+    a = gen.integers(0, 3, n)
+    table = pa.table({"user": pa.array(gen.integers(0, 1000, n).astype(str)),
+                      "a": pa.array(np.where(a == 2, None, a).tolist(), pa.int32()),
+                      "b": pa.array(gen.integers(0, 2, n).astype(bool))})
+    df = spark.createDataFrame(table)
+    out = ds.select_partitions(df, privacy_unit="user", by=["a", "b"], epsilon=1e6, delta=1e-5,
+                               max_partitions_contributed=6)
+    assert [(f.name, f.dataType) for f in out.schema.fields] == [(f.name, f.dataType) for f in df.schema.fields[1:]]
+    assert rows_of(out) == sorted(set(zip(table["a"].to_pylist(), table["b"].to_pylist())),
+                                  key=lambda t: (t[0] is not None, t[0], t[1]))
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_kappa_subset_is_uniform(spark):
+    # 3000 users, each with the same 3 keys (several rows each): κ = 1 keeps one, uniformly.
+    users = np.repeat(np.arange(3000), 5)
+    keys = np.random.default_rng(6).integers(0, 3, users.size)
+    keys[::5], keys[1::5], keys[2::5] = 0, 1, 2
+    df = frame(spark, user=users, key=keys)
+    counts = [r[ds._USERS] for r in ds._select_per_key(df, "user", ["key"], 1, None, "error").collect()]
+    assert len(counts) == 3 and sum(counts) == 3000
+    assert all(abs(c - 1000) < 5 * math.sqrt(3000 * (1 / 3) * (2 / 3)) for c in counts), counts
+
+
+def test_linf_rows_are_uniform(spark):
+    # 3000 users with rows valued 0, 1, 2, 3 in one key; L∞ = 1 keeps one: the sum is ≈ 1.5 per user.
+    users = np.repeat(np.arange(3000), 4)
+    values = np.tile(np.arange(4), 3000)
+    df = frame(spark, user=users, key=np.zeros(users.size, np.int64), value=values)
+    grid = Grid.for_bounds(0, 3, integer=True)
+    row = ds._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, "error").collect()[0]
+    assert row[ds._USERS] == row[ds._ROWS] == 3000
+    assert abs(row[ds._SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
+
+
+def test_keep_rate_matches_the_single_machine_and_pi_opt(spark):
+    strat = dpselect.make_strategy("pi_opt", epsilon=1.0, delta=1e-3)
+    n = next(m for m in range(1, 100) if strat.keep_probability([m])[0] > 0.4)
+    p = float(strat.keep_probability([n])[0])
+    keys = 800
+    table = pa.table({"user": pa.array(np.arange(keys * n)), "key": pa.array(np.repeat(np.arange(keys), n))})
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-3, strategy="pi_opt")
+    on_spark = ds.select_partitions(spark.createDataFrame(table), **kwargs).count() / keys
+    local = dpselect.select_partitions(table, **kwargs).num_rows / keys
+    tol = 5 * math.sqrt(p * (1 - p) / keys)
+    assert abs(on_spark - p) < tol and abs(local - p) < tol, (on_spark, local, p)
+
+
+def _discrete_laplace_variance(scale: float) -> float:
+    q = math.exp(-1 / scale)
+    return 2 * q / (1 - q) ** 2
+
+
+def test_metric_noise_has_the_single_machine_scale(spark):
+    keys, per_key = 500, 40
+    users = np.arange(keys * per_key)
+    table = pa.table({"user": pa.array(users), "key": pa.array(users // per_key),
+                      "value": pa.array(np.full(users.size, 4.0))})
+    metrics = {"n": dpselect.count_distinct_units(), "total": dpselect.sum("value", bounds=(0, 8))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
+    local = dpselect.aggregate(table, **kwargs).frame.to_pandas()
+    assert len(on_spark) == len(local) == keys  # 40 users: pi_opt keeps every key
+    n_var = _discrete_laplace_variance(1 / 1.0)  # ε share 1, sensitivity 1, κ = 1
+    grid = Grid.for_bounds(0, 8, precision_bits=30)
+    s_var = _discrete_laplace_variance(grid.max_abs_units() / 1.0) * grid.step ** 2
+    for result in (on_spark, local):
+        n_noise = result["n"].to_numpy() - per_key
+        s_noise = result["total"].to_numpy() - 4.0 * per_key
+        assert abs(n_noise.mean()) < 5 * math.sqrt(n_var / keys)
+        assert abs(s_noise.mean()) < 5 * math.sqrt(s_var / keys)
+        assert 0.6 < n_noise.var() / n_var < 1.5
+        assert 0.6 < s_noise.var() / s_var < 1.5
+
+
+# ---------------------------------------------------------------- randomness
+
+
+def test_executors_draw_fresh_secure_values(spark):
+    df = spark.range(40000, numPartitions=4)
+    first = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
+    second = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
+    assert len(set(first)) == len(first) == 40000  # no two partitions (or forked workers) share a stream
+    assert not set(first) & set(second)
+
+
+def test_the_release_is_drawn_once(spark):
+    table = _table(7, users=2000, keys=200, rows=6000, max_keys=3)
+    out = ds.select_partitions(spark.createDataFrame(table), privacy_unit="user", by="key", epsilon=0.5,
+                               delta=1e-5, max_partitions_contributed=2, counts=True)
+    assert rows_of(out) == rows_of(out)
+    assert "differentially private" in ds.guarantee_of(out)
+    assert out.schema["key"].metadata[ds._PRIVATE] is True
+
+
+def test_test_rng_is_deterministic_for_a_fixed_partitioning(spark):
+    table = _table(8, users=2000, keys=200, rows=6000, max_keys=3)
+    df = spark.createDataFrame(table).repartition(3, "user")
+    kwargs = dict(privacy_unit="user", by="key", epsilon=0.5, delta=1e-5, max_partitions_contributed=2, counts=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = ds.select_partitions(df, rng=InsecureDeterministicRNG(11), **kwargs)
+        b = ds.select_partitions(df, rng=InsecureDeterministicRNG(11), **kwargs)
+        c = ds.select_partitions(df, rng=InsecureDeterministicRNG(12), **kwargs)
+    assert rows_of(a) == rows_of(b) != rows_of(c)
+    assert ds.guarantee_of(a).startswith("NOT DP") and a.schema["key"].metadata[ds._PRIVATE] is False
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def test_null_privacy_units(spark):
+    df = frame(spark, user=pa.array([1, None, 2, 3] * 50), key=pa.array([1, 1, 2, 2] * 50))
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="null privacy unit"):
+        ds.select_partitions(df, **kwargs)
+    with pytest.warns(NullPrivacyUnitsDropped, match="dropped 50 row"):
+        out = ds.select_partitions(df, null_privacy_units="drop", **kwargs)
+    assert out.count() <= 2
+
+
+def test_refusals(spark):
+    df = frame(spark, user=np.arange(10), key=np.arange(10) % 2, value=np.array([1.0] * 9 + [math.nan]),
+               fuser=np.arange(10.0))
+    base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
+    with pytest.raises(TypeError, match="float"):
+        ds.select_partitions(df, **{**base, "privacy_unit": "fuser"})
+    with pytest.raises(ValueError, match="strategy"):
+        ds.select_partitions(df, strategy="dp_sips", **base)
+    with pytest.raises(TypeError, match="pyspark.sql.DataFrame"):
+        ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
+    with pytest.raises(ValueError, match="needs bounds"):
+        ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
+    with pytest.raises(ValueError, match="NaN"):
+        ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
