@@ -249,7 +249,9 @@ def _select_per_key(df: Any, privacy_unit: str, names: list[str], kappa: int, sp
     distinct (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user."""
     F = _spark().functions
     data = _drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
-    pairs = data.dropDuplicates([privacy_unit, *names])
+    # One shuffle by user serves the deduplication and the bounding window (hash partitioning by
+    # user clusters every (user, key) too); the per-key count is the second and last shuffle.
+    pairs = data.repartition(privacy_unit).dropDuplicates([privacy_unit, *names])
     drawn = _with_random(pairs, spec, b"bound", null_privacy_units == "error", privacy_unit)
     bounded = _keep_first(drawn, [privacy_unit], names, kappa)
     return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(_USERS))
@@ -354,7 +356,7 @@ def _aggregate_per_key(df: Any, privacy_unit: str, names: list[str], value_colum
     F = _spark().functions
     unit_cols = {c: f"{_SUM}{i}" for i, c in enumerate(value_columns)}
     rows = df.select(privacy_unit, *names, *[F.col(c).alias(unit_cols[c]) for c in value_columns])
-    rows = _drop_null_units(rows, privacy_unit, null_privacy_units)
+    rows = _drop_null_units(rows, privacy_unit, null_privacy_units).repartition(privacy_unit)  # one shuffle by user
     drawn = _with_random(rows, spec, b"rows", null_privacy_units == "error", privacy_unit,
                          {unit_cols[c]: g for c, g in grids.items()})
     kept_rows = _keep_first(drawn, [privacy_unit, *names], [], linf)

@@ -159,9 +159,10 @@ def test_aggregate_end_to_end_equals_single_machine_without_noise(spark):
 def test_release_end_to_end_equals_single_machine_without_noise(spark):
     table = _table(4, users=2000, keys=20, rows=8000, max_keys=2)
     kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=2, counts=True)
-    got = ds.select_partitions(spark.createDataFrame(table), **kwargs).toPandas()
-    want = dpselect.select_partitions(table, **kwargs).to_pandas()
-    assert got.equals(want)
+    out = ds.select_partitions(spark.createDataFrame(table), **kwargs)
+    local = dpselect.select_partitions(table, **kwargs)
+    assert out.toPandas().equals(local.to_pandas())
+    assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.guarantee"].decode()
 
 
 def test_key_types_nulls_and_several_columns_come_back(spark):
