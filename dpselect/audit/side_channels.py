@@ -19,9 +19,9 @@ The row mechanisms make no such claim (their work follows the data): their consu
 measured and shown for information only.
 
 Schemas. A released table's column names and types must not depend on the data: the audit
-compares them on an input whose release is empty and on inputs whose release is not, for
-``select_partitions`` and ``aggregate`` (Arrow tables, and pandas frames when pandas is
-installed).
+compares a non-empty release with the releases of an input without rows, of one user (empty but
+with probability δ), and of the non-empty input plus one user, for ``select_partitions`` and
+``aggregate`` (Arrow tables, and pandas frames when pandas is installed).
 
 The test generator must be allowed explicitly (``DPSELECT_ALLOW_INSECURE_RNG=1``, or
 ``dpselect audit --allow-test-rng``); without it the consumption checks are skipped. Nothing
@@ -140,16 +140,16 @@ def _count_op(target: Target, counts: npt.NDArray[np.int64]) -> Callable[[Any], 
     name = getattr(s, "name", "")
     if not target.by_name:
         return lambda rng: s.apply(counts, rng=rng)
-    args = (counts, target.epsilon, target.delta)
-    kw: dict[str, Any] = dict(max_partitions_contributed=target.kappa)
+    kw: dict[str, Any] = dict(epsilon=target.epsilon, delta=target.delta, max_partitions_contributed=target.kappa,
+                              **target.options)
     if name == "public":
-        return lambda rng: dpselect.release(*args, public=True, rng=rng, **kw)
+        return lambda rng: dpselect.release(counts, public=True, rng=rng, **kw)
     if name == "mixed":
         mask = np.zeros(counts.shape, bool)
-        return lambda rng: dpselect.release(*args, public=mask, rng=rng, **kw, **target.options)
+        return lambda rng: dpselect.release(counts, public=mask, rng=rng, **kw)
     if target.releases_counts:
-        return lambda rng: dpselect.release(*args, rng=rng, **kw, **target.options)
-    return lambda rng: dpselect.select(*args, strategy=name, rng=rng, **kw, **target.options)
+        return lambda rng: dpselect.release(counts, rng=rng, **kw)
+    return lambda rng: dpselect.select(counts, strategy=name, rng=rng, **kw)
 
 
 def _count_plan(target: Target, batch: int) -> list[Any]:
@@ -233,7 +233,9 @@ def _schemas(target: Target, rows_entry: Callable[..., Any] | None) -> list[Sche
                 "value": pa.array([2.0] * (big + 1), pa.float64())}
     plus_one = {k: pa.concat_arrays([v, pa.array([big + 1] if k == "user" else (["common"] if k == "key" else [3.0]),
                                                  v.type)]) for k, v in keys_big.items()}
-    inputs = [("an empty release", pa.table(keys_small)), ("a non-empty release", pa.table(keys_big)),
+    no_rows = {k: pa.array([], v.type) for k, v in keys_small.items()}
+    reference = ("a non-empty release", pa.table(keys_big))
+    inputs = [reference, ("no rows", pa.table(no_rows)), ("one user", pa.table(keys_small)),
               ("the same plus one user", pa.table(plus_one))]
     frames: list[tuple[str, Callable[[Any], Any]]] = [("arrow", lambda t: t)]
     try:
@@ -269,6 +271,7 @@ def _schemas(target: Target, rows_entry: Callable[..., Any] | None) -> list[Sche
                     result = select(data, strategy=target.strategy, **kw)
                 entry = f"select_partitions ({frame_name})"
             results.append((label, _schema_text(result)))
-        for (label_a, a), (label_b, b) in zip(results, results[1:]):
+        (label_a, a) = results[0]
+        for label_b, b in results[1:]:  # every input against the non-empty release
             out.append(SchemaComparison(entry, label_a, label_b, a, b))
     return out
