@@ -342,8 +342,9 @@ class AuditReport:
                              f"eps={r.epsilon:<4g} delta={r.delta:<7.3g} kappa={r.max_partitions_contributed:<2} "
                              f"eps_lb={_fmt_eps(r.epsilon_lb)}")
             else:
+                skipped = " (bytes consumed: skipped)" if any(s.startswith("bytes") for s in r.skipped) else ""
                 lines.append(f"{'PASS' if r.passed else 'FLAGGED':<7} side-channels {r.mechanism:<18} "
-                             f"{len(r.consumption)} consumption pair(s), {len(r.schemas)} schema pair(s)")
+                             f"{len(r.consumption)} consumption pair(s), {len(r.schemas)} schema pair(s){skipped}")
         verdict = "all audits passed" if self.passed else f"{len(self.failures)} audit(s) FAILED"
         lines.append(f"{verdict} ({len(self.results)} audits, {self.seconds:.1f} s)")
         return "\n".join(lines)

@@ -31,6 +31,8 @@ def _budgets(quick: bool, mechanism: str) -> dict[str, int]:
     """Trials per audit: the policy mechanisms loop over users in Python, so they get fewer."""
     if mechanism in _POLICY:
         return {"trials": 600 if quick else 10_000, "row_trials": 300 if quick else 4_000, "side": 100}
+    if mechanism == "aggregate":  # fast per copy: more copies, so the metrics' noise shows something
+        return {"trials": 1_000, "row_trials": 20_000 if quick else 200_000, "side": 300 if quick else 2_000}
     if mechanism in ROW_MECHANISMS:
         return {"trials": 40_000 if quick else 400_000, "row_trials": 4_000 if quick else 40_000,
                 "side": 200 if quick else 1_000}
