@@ -1,0 +1,154 @@
+"""What an audit is about: a shipped mechanism by name (built exactly as the package builds it),
+or a strategy object (including one dpselect did not build), with its claim and its keep
+probabilities."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from dpselect.exact import as_fraction
+from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES, make_strategy
+
+__all__ = [
+    "COUNT_MECHANISMS",
+    "ROW_MECHANISMS",
+    "MECHANISMS",
+    "Target",
+    "build_target",
+    "keep_curve",
+    "added_weight",
+]
+
+COUNT_MECHANISMS: tuple[str, ...] = tuple(STRATEGIES)  # pi_opt, release, laplace, gaussian, public, mixed
+ROW_MECHANISMS: tuple[str, ...] = tuple(ROW_STRATEGIES)  # weighted_*, dp_sips, policy_*
+AGGREGATE = "aggregate"
+MECHANISMS: tuple[str, ...] = (*COUNT_MECHANISMS, *ROW_MECHANISMS, AGGREGATE)
+
+# The grouped release audited by default: its metrics, contribution bound per partition and the
+# value column's bounds (a user's values are clamped to them).
+AGGREGATE_DEFAULTS: dict[str, Any] = {"linf": 2, "bounds": (0.0, 8.0)}
+
+_NORMAL = NormalDist()
+
+
+@dataclass
+class Target:
+    """One audited mechanism: ``strategy`` is the object that runs (None for the grouped
+    release, which is built per call), ``kind`` is "count", "rows" or "aggregate"."""
+
+    label: str
+    kind: str
+    strategy: Any
+    epsilon: float
+    delta: float
+    kappa: int
+    claimed_epsilon: float
+    claimed_delta: Fraction
+    options: dict[str, Any] = field(default_factory=dict)
+    by_name: bool = True
+
+    @property
+    def releases_counts(self) -> bool:
+        return bool(getattr(self.strategy, "releases_counts", False))
+
+    @property
+    def is_public(self) -> bool:
+        return getattr(self.strategy, "name", "") in ("public", "mixed")
+
+
+def build_target(mechanism: Any, epsilon: float | None, delta: float | None, kappa: int | None,
+                 options: dict[str, Any]) -> Target:
+    """Build by name exactly as ``dpselect.make_strategy`` does, or wrap a strategy object (whose
+    parameters are its own: then epsilon, delta and κ must be left out)."""
+    if isinstance(mechanism, str):
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {list(MECHANISMS)} or a strategy object, got {mechanism!r}")
+        if epsilon is None or delta is None:
+            raise TypeError(f"epsilon and delta are required to audit {mechanism!r}")
+        k = 1 if kappa is None else kappa
+        if mechanism == AGGREGATE:
+            unknown = set(options) - set(AGGREGATE_DEFAULTS)
+            if unknown:
+                raise TypeError(f"the grouped release audit takes the options {sorted(AGGREGATE_DEFAULTS)}, "
+                                f"got {sorted(unknown)}")
+            opts = {**AGGREGATE_DEFAULTS, **options}
+            return Target(AGGREGATE, "aggregate", None, float(epsilon), float(delta), k, float(epsilon),
+                          as_fraction(float(delta)), opts)  # type: ignore[arg-type]
+        strategy = make_strategy(mechanism, epsilon=epsilon, delta=delta, max_partitions_contributed=k, **options)
+        kind = "rows" if mechanism in ROW_MECHANISMS else "count"
+        return _from_strategy(mechanism, kind, strategy, dict(options), by_name=True)
+    if epsilon is not None or delta is not None or kappa is not None or options:
+        raise ValueError("a strategy object carries its own parameters: pass neither epsilon, delta, "
+                         "max_partitions_contributed nor options with it")
+    if not hasattr(mechanism, "guarantee") or not hasattr(mechanism, "params"):
+        raise TypeError(f"cannot audit {type(mechanism).__name__}: expected a mechanism name or a strategy object "
+                        "with .params and .guarantee")
+    kind = "rows" if hasattr(mechanism, "select_sets") else "count"
+    label = str(getattr(mechanism, "name", type(mechanism).__name__))
+    return _from_strategy(label, kind, mechanism, {}, by_name=False)
+
+
+def _from_strategy(label: str, kind: str, strategy: Any, options: dict[str, Any], by_name: bool) -> Target:
+    params = strategy.params
+    claim = strategy.guarantee
+    return Target(label, kind, strategy, float(params.epsilon), float(params.delta),
+                  int(params.max_partitions_contributed), float(claim.epsilon), Fraction(claim.delta_exact),
+                  options, by_name)
+
+
+# ------------------------------------------------------------------ keep probabilities
+
+def _q(z: float) -> float:
+    """P[Z > z] for a standard normal Z."""
+    return _NORMAL.cdf(-z)
+
+
+def _row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
+    """Approximate keep probability of a partition whose weighted count is ``weight`` (floats;
+    only used to choose where to test, never for a verdict)."""
+    base = getattr(strategy, "_base", strategy)  # the policy mechanisms threshold like their base
+    if hasattr(base, "rhos"):  # DP-SIPS: kept by some round
+        dropped = np.ones_like(weight)
+        for sigma, rho in zip(base.sigmas, base.rhos):
+            dropped *= np.array([1 - _q((rho / 2**32 - w) / float(sigma)) for w in weight])
+        return 1 - dropped
+    rho = base.rho_units / 2**32
+    if hasattr(base, "sigma"):
+        return np.array([_q((rho - w) / float(base.sigma)) for w in weight])
+    eps = float(base.params.epsilon_exact)
+    return np.array([0.5 * math.exp(-eps * (rho - w)) if w <= rho else 1 - 0.5 * math.exp(-eps * (w - rho))
+                     for w in weight])
+
+
+def added_weight(strategy: Any, kappa: int) -> float:
+    """The weight one user with κ partitions adds to each of them (1 for count mechanisms)."""
+    weights = getattr(getattr(strategy, "_base", strategy), "weights", None)
+    if weights is None:
+        return 1.0
+    return float(weights[kappa]) / 2**32
+
+
+def keep_curve(target: Target, limit: int = 20_000) -> np.ndarray:
+    """π(n) for n = 0, 1, ... until it reaches (or stops approaching) 1: the probability that a
+    partition of n single-partition users is released, as the mechanism states it (a count
+    strategy's own ``keep_probability``; for the row mechanisms an approximation from σ and ρ)."""
+    strategy = target.strategy
+    if target.kind == "rows":
+        n_max = 8
+        while n_max < limit and _row_keep(strategy, np.array([float(n_max)]))[0] < 1 - 1e-9:
+            n_max *= 2
+        return _row_keep(strategy, np.arange(n_max + 1, dtype=np.float64))
+    cap = getattr(strategy, "count_cap", None)
+    if cap is None:
+        k = getattr(strategy, "k", 0)
+        threshold = getattr(strategy, "release_threshold", k)
+        cap = int(threshold) + int(k) + 2
+    n_max = min(int(cap) + 2, limit)
+    if not hasattr(strategy, "keep_probability") and hasattr(strategy, "_exact_above"):  # mixed: its private rule
+        return np.array([float(strategy._exact_above(n, strategy.k)) for n in range(n_max + 1)])
+    return np.asarray(strategy.keep_probability(np.arange(n_max + 1, dtype=np.int64)), dtype=np.float64)
