@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpselect",
         description="Differentially private partition selection: release the keys of a GROUP BY\n"
         "that are safe to publish (select), or the keys and their statistics (aggregate).",
-        epilog=_EXAMPLE + "\nRun 'dpselect select --help' or 'dpselect aggregate --help' for every option.",
+        epilog=_EXAMPLE + "\nRun 'dpselect select --help' or 'dpselect aggregate --help' for every option;\n"
+        "'dpselect audit --help' checks the mechanisms' guarantees (certificates and empirical audits).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dpselect {__version__}")
@@ -377,8 +378,13 @@ def _signals_as_interrupts() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpselect`` command; returns the exit code."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "audit":
+        # The audits have their own parser (dpselect.audit.runner): exit 0 all pass, 1 a failure.
+        from dpselect.audit.runner import main as audit_main
+
+        return audit_main(argv[1:])
+    parser = build_parser()
     if not argv:
         parser.print_help()
         return EXIT_OK

@@ -358,3 +358,10 @@ def test_main_runs_one_configuration_and_writes_json(tmp_path, capsys):
     assert audit.main(["pi_opt", "--epsilon", "1", "--delta", "0", "--only", "certificate"]) == 2  # delta = 0 refused
     with pytest.raises(SystemExit):
         audit.main(["no_such_mechanism"])
+
+
+def test_dpselect_audit_runs_from_the_command_line(capsys):
+    from dpselect.cli import main
+
+    assert main(["audit", "pi_opt", "--epsilon", "1", "--delta", "1e-5", "--only", "certificate"]) == 0
+    assert "PASS" in capsys.readouterr().out
