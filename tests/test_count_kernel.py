@@ -228,6 +228,9 @@ def test_laws_on_small_inputs(pairs, kappa, cap, batches):
 
 # ------------------------------------------------------------------- counting kernel's memory
 
+@pytest.mark.not_under_sanitizers(
+    reason="AddressSanitizer reserves terabytes of address space for its shadow memory, so a "
+           "2 GiB RLIMIT_AS leaves it no room to allocate at all")
 def test_a_huge_user_code_does_not_size_the_kernel():
     """One pair whose user code is near 2**32 used to make finish allocate one 8-byte offset per
     code value (32 GiB). Run under a 2 GiB address-space limit: it must simply work."""
