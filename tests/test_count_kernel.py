@@ -174,7 +174,7 @@ def test_errors():
         counter.finish(1, 0, None, None)
     with pytest.raises(ValueError, match="cap"):
         counter.finish(1, 1, 0, None)
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(TypeError, match="users must have dtype uint32"):
         counter.feed(np.zeros(2, np.int64), np.zeros(2, np.int64))  # must be uint32 codes
     bad = PairCounter()
     bad.feed(np.zeros(1, np.uint32), np.full(1, 5, np.uint32))
