@@ -46,19 +46,28 @@ def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_stat
         raise ValueError(f"weights must have kappa + 1 = {kappa + 1} entries, got {w.shape[0]}")
     # Each user's run is grouped[ends[u - 1]:ends[u]]: the ends must not decrease (a decrease
     # would make a run's length wrap around in C) and the last must be the end of grouped.
-    for i in range(1, n_users):
-        if e[i] < e[i - 1]:
-            raise ValueError(f"ends must be non-decreasing, got ends[{i - 1}] = {e[i - 1]} > ends[{i}] = {e[i]}")
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(1, n_users):
+            if e[i] < e[i - 1]:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
     if n_users and e[n_users - 1] != <size_t>g.shape[0]:
         raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
     if not n_users and g.shape[0]:
         raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
     # Every code is checked before anything is added, so a refused call leaves histogram as it was
     # (the kernel checks again as it goes; only an overflow can stop it half-way).
-    for i in range(g.shape[0]):
-        if g[i] >= n_partitions:
-            raise ValueError(f"grouped[{i}] = {g[i]} is not a partition code: a partition code is out of "
-                             f"range (histogram has {n_partitions} partitions)")
+    with nogil:
+        for i in range(g.shape[0]):
+            if g[i] >= n_partitions:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
+                         f"range (histogram has {n_partitions} partitions)")
     cdef const uint8_t[::1] skip
     cdef const uint8_t *skip_ptr = NULL
     if excluded_arr is not None:

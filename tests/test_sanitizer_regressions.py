@@ -241,3 +241,29 @@ def test_bound_rows_refuses_kept_overlapping_the_codes():
     codes = np.zeros(8, np.uint32)
     with pytest.raises(ValueError, match="kept overlaps partitions"):
         _bound.bound_rows(np.zeros(8, np.uint32), codes, 1, 1, 1, 1, [], None, kept=codes.view(np.uint8)[:8])
+
+
+# ------------------------------------------------------------------ found by the entry-point properties
+
+def test_uniform_below_array_takes_a_numpy_bound():
+    """np.uint64 bounds passed the type check, then bound % 2**64 overflowed in numpy
+    (OverflowError: Python int too large to convert to C long)."""
+    got = _rng.uniform_below_array(np.uint64(2**64 - 1), 5, state())
+    assert got.dtype == np.uint64 and got.shape == (5,)
+    np.testing.assert_array_equal(_rng.uniform_below_array(np.int64(3), 50, state()),
+                                  _rng.uniform_below_array(3, 50, state()))
+
+
+def test_a_wrong_test_state_is_named():
+    """A wrong test_state said only "Cannot convert str to dpselect._rng.TestState"."""
+    with pytest.raises(TypeError, match="test_state must be None"):
+        _noise.add_discrete_laplace(np.zeros(2, np.int64), 1, 1, None, "seed")
+
+
+def test_weighted_round_refuses_a_bad_code_before_adding_anything():
+    """A code out of range was found while adding: the users before it had already been added."""
+    histogram = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="partition code is out of range"):
+        _weighted.weighted_round(np.array([2, 3], np.uintp), np.array([0, 1, 7], np.uint32), None, 2,
+                                 np.array([0, 10, 20], np.int64), histogram, state())
+    assert not histogram.any()
