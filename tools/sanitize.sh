@@ -13,8 +13,9 @@
 #    PYTHONMALLOC=malloc (so Python's own objects are checked too, not hidden in pymalloc's
 #    arenas) and PYTHONPATH pointing at the copy (so the tests' child processes import the
 #    sanitized build too, never an installed dpselect).
-# Exits non-zero if the build fails, a test fails, or a sanitizer reports anything (a report
-# aborts the process that made it: pytest itself, or a child process whose test then fails).
+# Exits non-zero if the build fails, a test fails, or a sanitizer reports anything: a report
+# aborts the process that made it (pytest itself, or a child process) and is kept in a file,
+# printed at the end; any report fails the run, even one from a child whose test passed.
 #
 # Environment: PYTHON (default python3) needs Cython, numpy, setuptools and the test extras;
 # CC (default gcc) is the compiler whose runtimes are preloaded; DPSELECT_SANITIZE_KEEP=1 keeps
@@ -76,8 +77,13 @@ echo "sanitize.sh: built in $((SECONDS - started)) s"
 
 # detect_leaks=0: CPython keeps many objects alive until exit, by design.
 # abort_on_error=1: a report kills the process (no pytest summary can hide it).
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:print_summary=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# log_path: every report also goes to a file (report.<pid>), because pytest captures the file
+# descriptors of a running test (and a test captures its child processes' stderr), so a report
+# printed only to stderr would be lost with the aborted process. They are printed at the end.
+reports="$work/reports"
+mkdir "$reports"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:print_summary=1:log_path=$reports/asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:log_path=$reports/ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LD_PRELOAD="$asan $ubsan${LD_PRELOAD:+ $LD_PRELOAD}"
 export PYTHONMALLOC=malloc
 export PYTHONPATH="$tree"
@@ -101,8 +107,20 @@ started=$SECONDS
 status=0
 "$python" -m pytest -q -p no:cacheprovider "$@" || status=$?
 echo "sanitize.sh: pytest exited $status after $((SECONDS - started)) s"
+found=$(find "$reports" -type f | sort)
+if [ -n "$found" ]; then
+    for report in $found; do
+        echo "sanitize.sh: ---------------- $(basename "$report") ----------------" >&2
+        cat "$report" >&2
+    done
+    echo "sanitize.sh: FAILED: $(echo "$found" | wc -l) sanitizer report(s), above" >&2
+    exit 1
+fi
 if [ "$status" -eq 5 ]; then
     echo "sanitize.sh: no test was collected" >&2
     exit 1
+fi
+if [ "$status" -ne 0 ]; then
+    echo "sanitize.sh: FAILED: pytest exited $status" >&2
 fi
 exit "$status"
