@@ -11,6 +11,12 @@ is required when a ``.c`` is missing (a git checkout) or older than its ``.pyx``
 
 Binaries are built without debug information and stripped (the wheels were ~1.7 MB per module,
 mostly DWARF); set ``DPSELECT_DEBUG_BUILD=1`` to keep the symbols for a debugger or profiler.
+
+``DPSELECT_SANITIZE=1`` (gcc or clang, not Windows) builds with AddressSanitizer and
+UndefinedBehaviorSanitizer, every undefined-behaviour report fatal, at -O1 with debug information
+and frame pointers, unstripped. Such modules only load with the ASan runtime preloaded into the
+interpreter: use ``tools/sanitize.sh``, which builds them in a temporary copy of the tree and runs
+the test suite under them (docs/testing.md, "Sanitizers").
 """
 from __future__ import annotations
 
@@ -35,8 +41,18 @@ CYTHON_DIRECTIVES = {
 }
 
 DEBUG_BUILD = os.environ.get("DPSELECT_DEBUG_BUILD", "") not in ("", "0")
+SANITIZE = os.environ.get("DPSELECT_SANITIZE", "") not in ("", "0")
+SANITIZER_FLAGS = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=undefined",  # any undefined behaviour aborts the process
+    "-fno-omit-frame-pointer",
+    "-O1",  # after -O3: the later level wins
+    "-g",
+]
 
 if sys.platform == "win32":
+    if SANITIZE:
+        raise SystemExit("dpselect: DPSELECT_SANITIZE=1 needs gcc or clang (Linux or macOS)")
     extra_compile_args = ["/O2", "/std:c11"]
     extra_link_args: list[str] = []
     libraries = ["bcrypt"]
@@ -51,7 +67,11 @@ else:
     ]
     extra_link_args = []
     libraries = ["pthread", "m"] if sys.platform.startswith("linux") else []
-    if not DEBUG_BUILD:
+    if SANITIZE:
+        # Symbols and line numbers stay, so that every report names the function and line.
+        extra_compile_args += SANITIZER_FLAGS
+        extra_link_args += SANITIZER_FLAGS
+    elif not DEBUG_BUILD:
         # Python's own CFLAGS carry -g; a later -g0 wins.
         extra_compile_args.append("-g0")
         if sys.platform.startswith("linux"):

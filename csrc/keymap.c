@@ -377,9 +377,18 @@ int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, si
     return encode_rows(m, n, width, fill_fixed, &source, codes, new_rows, n_new, &unused);
 }
 
+/* Offsets are loaded with memcpy, like every other value here: the caller's buffer may sit at
+ * any address (a slice of a byte buffer), and reading it through an int32_t or int64_t pointer
+ * that is not aligned for the type is undefined behaviour (UBSan: "load of misaligned address"). */
 static inline uint64_t offset_at(const void *offsets, int offsets64, size_t i) {
-    if (offsets64) return (uint64_t)((const int64_t *)offsets)[i];
-    int32_t v = ((const int32_t *)offsets)[i];
+    const uint8_t *p = (const uint8_t *)offsets;
+    if (offsets64) {
+        int64_t v;
+        memcpy(&v, p + i * sizeof v, sizeof v);
+        return (uint64_t)v; /* a negative offset becomes huge, so it fails the range checks */
+    }
+    int32_t v;
+    memcpy(&v, p + i * sizeof v, sizeof v);
     return v < 0 ? UINT64_MAX : (uint64_t)v;
 }
 

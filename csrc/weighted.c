@@ -9,6 +9,9 @@ int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64
                        int64_t *histogram, size_t n_partitions) {
     size_t start = 0;
     for (uint64_t u = 0; u < n_users; u++) {
+        /* ends must not decrease: ends[u] < start would make d wrap around to nearly 2^64 and
+         * send the subset draw far outside grouped (the binding checks this first too). */
+        if (ends[u] < start) return DPS_ERR_BAD_TABLE;
         uint32_t *parts = grouped + start;
         size_t d = ends[u] - start;
         start = ends[u];
@@ -30,8 +33,12 @@ int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64
         for (size_t i = 0; i < m; i++) {
             uint32_t p = parts[i];
             if (p >= n_partitions) return DPS_ERR_BAD_TABLE;
-            if (histogram[p] > INT64_MAX - weights[m]) return DPS_ERR_BAD_TABLE;
-            histogram[p] += weights[m];
+            /* Overflow checked without overflowing: INT64_MAX - w itself overflows for a
+             * negative w (the old test did, and the sum then wrapped around silently). */
+            const int64_t w = weights[m];
+            if ((w > 0 && histogram[p] > INT64_MAX - w) || (w < 0 && histogram[p] < INT64_MIN - w))
+                return DPS_ERR_BAD_TABLE;
+            histogram[p] += w;
         }
     }
     return DPS_OK;

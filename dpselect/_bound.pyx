@@ -10,6 +10,7 @@ from libc.stdlib cimport malloc, free
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+from dpselect._boundary import check_array, check_disjoint, check_int, U32_MAX
 
 
 cdef extern from "bound_rows.h" nogil:
@@ -31,35 +32,46 @@ cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_ARG
 
 
-def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32_t n_users,
-               uint32_t n_partitions, object kappa, object linf, list values, object test_state,
-               uint32_t shard_mask=0, uint32_t shard=0, bint users_before=False,
-               uint8_t[::1] kept=None):
+def bound_rows(object users, object partitions, object n_users,
+               object n_partitions, object kappa, object linf, list values, object test_state,
+               object shard_mask=0, object shard=0, bint users_before=False,
+               object kept=None):
     """Bound every user of the shard to ``kappa`` partitions and ``linf`` rows per partition
     (uniform subsets, package CSPRNG) and sum per partition over the kept rows.
 
     ``values`` is a list of C-contiguous int64 arrays, one per value column, each as long as
     ``users``. Returns ``(users, rows, sums, users_before, stats)``: int64 arrays of
     ``n_partitions`` (``sums`` is ``len(values) × n_partitions``; ``users_before`` is None unless
-    asked) and a dict of row and pair totals. ``kept``, a zeroed uint8 array of one entry per
-    row, if given, gets 1 for every kept row."""
-    cdef size_t n = <size_t>users.shape[0]
-    if <size_t>partitions.shape[0] != n:
-        raise ValueError(f"users and partitions must have the same length, got {n} and {partitions.shape[0]}")
+    asked) and a dict of row and pair totals. ``kept``, a zeroed uint8 (or bool) array of one
+    entry per row, if given, gets 1 for every kept row."""
+    users_arr = check_array("users", users, [np.uint32], copy=True)
+    partitions_arr = check_array("partitions", partitions, [np.uint32], copy=True)
+    cdef const uint32_t[::1] users_view = users_arr
+    cdef const uint32_t[::1] parts_view = partitions_arr
+    cdef uint32_t c_users = check_int("n_users", n_users, 0, U32_MAX)
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 0, U32_MAX)
+    cdef uint32_t c_mask = check_int("shard_mask", shard_mask, 0, U32_MAX)
+    cdef uint32_t c_shard = check_int("shard", shard, 0, U32_MAX)
+    # Integers first: Cython's C conversion below would truncate a float (1.5 -> 1).
+    kappa = check_int("max_partitions_contributed (kappa)", kappa, -2**64, 2**64)
+    linf = check_int("max_contributions_per_partition (linf)", linf, -2**64, 2**64)
+    cdef size_t n = <size_t>users_view.shape[0]
+    if <size_t>parts_view.shape[0] != n:
+        raise ValueError(f"users and partitions must have the same length, got {n} and {parts_view.shape[0]}")
     if not 1 <= kappa < 2 ** 64:
         raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
     if not 1 <= linf < 2 ** 64:
         raise ValueError(f"max_contributions_per_partition must be >= 1, got {linf}")
-    if shard & ~shard_mask or shard_mask & (shard_mask + 1):
+    if c_shard & ~c_mask or c_mask & (c_mask + 1):
         raise ValueError(f"shard_mask must be 2**b - 1 and shard one of its values, got {shard_mask}, {shard}")
     if n >= 2 ** 32:
         raise ValueError(f"at most 2**32 - 1 rows per call, got {n}")
-    arrays = [np.ascontiguousarray(v) for v in values]
+    arrays = [check_array(f"values[{j}]", v, [np.int64], copy=True) for j, v in enumerate(values)]
     for j, v in enumerate(arrays):
-        if v.dtype != np.int64 or v.ndim != 1 or <size_t>v.shape[0] != n:
+        if <size_t>v.shape[0] != n:
             raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
     cdef size_t n_values = len(arrays)
-    cdef Py_ssize_t n_parts = n_partitions
+    cdef Py_ssize_t n_parts = c_parts
     out_users = np.zeros(max(n_parts, 1), dtype=np.int64)
     out_rows = np.zeros(max(n_parts, 1), dtype=np.int64)
     out_sums = np.zeros((max(n_values, 1), max(n_parts, 1)), dtype=np.int64)
@@ -81,13 +93,19 @@ def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32
         one = arrays[i]
         value_ptrs[i] = &one[0] if n else NULL
     cdef uint8_t *kept_ptr = NULL
+    cdef uint8_t[::1] kept_view
     if kept is not None:
-        if <size_t>kept.shape[0] != n:
-            raise ValueError(f"kept must have one entry per row ({n}), got {kept.shape[0]}")
+        kept_arr = check_array("kept", kept, [np.uint8, np.bool_], writable=True)
+        # kept is written while the codes and values are still being read.
+        check_disjoint({"kept": kept_arr}, {"users": users_arr, "partitions": partitions_arr,
+                                            **{f"values[{j}]": v for j, v in enumerate(arrays)}})
+        kept_view = kept_arr.view(np.uint8)
+        if <size_t>kept_view.shape[0] != n:
+            raise ValueError(f"kept must have one entry per row ({n}), got {kept_view.shape[0]}")
         if n:
-            kept_ptr = &kept[0]
-    cdef const uint32_t *u_ptr = &users[0] if n else NULL
-    cdef const uint32_t *p_ptr = &partitions[0] if n else NULL
+            kept_ptr = &kept_view[0]
+    cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
+    cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
     cdef uint64_t k = <uint64_t>kappa
     cdef uint64_t l = <uint64_t>linf
     cdef dps_bound_stats stats
@@ -97,7 +115,7 @@ def bound_rows(const uint32_t[::1] users, const uint32_t[::1] partitions, uint32
     try:
         s = begin_batch(test_state)
         with nogil:
-            rc = dps_bound_rows(s, n, u_ptr, p_ptr, n_users, n_partitions, shard_mask, shard, k, l, n_values,
+            rc = dps_bound_rows(s, n, u_ptr, p_ptr, c_users, c_parts, c_mask, c_shard, k, l, n_values,
                                 value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0], before_ptr, kept_ptr, &stats, &bad)
             end_batch(s)
         finish_batch(test_state)

@@ -10,6 +10,7 @@ from libc.string cimport memcpy
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+from dpselect._boundary import check_array, check_int, U32_MAX, U64_MAX
 
 
 cdef extern from "count.h" nogil:
@@ -57,14 +58,14 @@ cdef class PairCounter:
     cdef bint initialised
     cdef bint busy
 
-    def __cinit__(self, Py_ssize_t expected_pairs=0):
-        if expected_pairs < 0:
-            raise ValueError(f"expected_pairs must be >= 0, got {expected_pairs}")
+    def __cinit__(self, object expected_pairs=0):
+        _non_negative("expected_pairs", expected_pairs)
+        cdef Py_ssize_t expected = check_int("expected_pairs", expected_pairs, 0, 2**63 - 1)
         self.initialised = False
         self.busy = False
         cdef int rc
         with nogil:
-            rc = dps_counter_init(&self.c, <size_t>expected_pairs)
+            rc = dps_counter_init(&self.c, <size_t>expected)
         if rc != DPS_OK:
             dps_counter_free(&self.c)
         _check(rc)
@@ -81,20 +82,23 @@ cdef class PairCounter:
         self.busy = True
         return 0
 
-    def feed(self, const uint32_t[::1] users, const uint32_t[::1] partitions,
-             uint32_t shard_mask=0, uint32_t shard=0) -> None:
+    def feed(self, object users, object partitions, object shard_mask=0, object shard=0) -> None:
         """Add rows (users[i], partitions[i]); duplicates are ignored. With a shard, only the
         rows whose ``users[i] & shard_mask == shard`` are added, as user ``users[i] >> b`` for
         ``shard_mask = 2**b - 1`` (every row's codes are checked): two counters fed the same
         rows with shards 0 and 1 of mask 1 split the users between them, so two threads can fill
         and finish them at once, each with dense user codes."""
-        if users.shape[0] != partitions.shape[0]:
+        cdef const uint32_t[::1] u = check_array("users", users, [np.uint32], copy=True)
+        cdef const uint32_t[::1] p = check_array("partitions", partitions, [np.uint32], copy=True)
+        cdef uint32_t mask = check_int("shard_mask", shard_mask, 0, U32_MAX)
+        cdef uint32_t which = check_int("shard", shard, 0, U32_MAX)
+        if u.shape[0] != p.shape[0]:
             raise ValueError(f"users and partitions must have the same length, got "
-                             f"{users.shape[0]} and {partitions.shape[0]}")
-        if shard & ~shard_mask or shard_mask & (shard_mask + 1):
+                             f"{u.shape[0]} and {p.shape[0]}")
+        if which & ~mask or mask & (mask + 1):
             raise ValueError(f"shard_mask must be 2**b - 1 and shard one of its values, got "
                              f"shard_mask={shard_mask}, shard={shard}")
-        cdef size_t n = <size_t>users.shape[0]
+        cdef size_t n = <size_t>u.shape[0]
         cdef size_t bad = 0
         cdef int rc = DPS_OK
         if n == 0:
@@ -102,7 +106,7 @@ cdef class PairCounter:
         self._enter()
         try:
             with nogil:
-                rc = dps_counter_feed(&self.c, &users[0], &partitions[0], n, shard_mask, shard, &bad)
+                rc = dps_counter_feed(&self.c, &u[0], &p[0], n, mask, which, &bad)
         finally:
             self.busy = False
         if rc == DPS_ERR_BAD_CODE:
@@ -123,12 +127,12 @@ cdef class PairCounter:
         """Bytes held by the pair set."""
         return dps_counter_bytes(&self.c)
 
-    def group(self, Py_ssize_t n_partitions):
+    def group(self, object n_partitions):
         """Consume the pairs and return them grouped by user: (ends, partitions) where user u's
         distinct partition codes are partitions[ends[u - 1]:ends[u]] (ends[-1] read as 0).
         No randomness is used; the weighted mechanisms bound each user later, per round."""
-        if n_partitions < 0:
-            raise ValueError(f"n_partitions must be >= 0, got {n_partitions}")
+        _non_negative("n_partitions", n_partitions)
+        cdef size_t n_parts = check_int("n_partitions", n_partitions, 0, 2**63 - 1)
         cdef size_t *ends = NULL
         cdef uint32_t *grouped = NULL
         cdef uint64_t n_users = 0
@@ -137,7 +141,7 @@ cdef class PairCounter:
         self._enter()
         try:
             with nogil:
-                rc = dps_counter_group(&self.c, <size_t>n_partitions, &ends, &grouped, &n_users, &n_pairs)
+                rc = dps_counter_group(&self.c, n_parts, &ends, &grouped, &n_users, &n_pairs)
         finally:
             self.busy = False
         try:
@@ -153,19 +157,23 @@ cdef class PairCounter:
             free(grouped)
         return ends_arr, parts_arr
 
-    def finish(self, Py_ssize_t n_partitions, object kappa, object cap, object test_state):
+    def finish(self, object n_partitions, object kappa, object cap, object test_state):
         """int64 counts per partition code after bounding every user to ``kappa`` partitions,
         saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state``. Memory is
         bounded by the distinct pairs fed, whatever the user codes' values."""
-        if n_partitions < 0:
-            raise ValueError(f"n_partitions must be >= 0, got {n_partitions}")
+        _non_negative("n_partitions", n_partitions)
+        cdef Py_ssize_t n_parts = check_int("n_partitions", n_partitions, 0, 2**63 - 1)
+        # Checked as integers first: Cython's C conversion would truncate a float (1.5 -> 1).
+        kappa = check_int("max_partitions_contributed (kappa)", kappa, -2**64, 2**64)
         if not 1 <= kappa < 2 ** 64:
             raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
-        if cap is not None and not 1 <= cap < 2 ** 63:
-            raise ValueError(f"count cap must be None or in [1, 2**63), got {cap}")
+        if cap is not None:
+            cap = check_int("cap (the count cap)", cap, -2**64, 2**64)
+            if not 1 <= cap < 2 ** 63:
+                raise ValueError(f"count cap must be None or in [1, 2**63), got {cap}")
         cdef uint64_t k = <uint64_t>kappa
         cdef uint64_t c = 0 if cap is None else <uint64_t>cap
-        counts = np.zeros(max(n_partitions, 1), dtype=np.int64)
+        counts = np.zeros(max(n_parts, 1), dtype=np.int64)
         cdef int64_t[::1] out = counts
         cdef int rc
         self._enter()
@@ -173,13 +181,20 @@ cdef class PairCounter:
         try:
             s = begin_batch(test_state)
             with nogil:
-                rc = dps_counter_finish(&self.c, s, k, c, &out[0], <size_t>n_partitions)
+                rc = dps_counter_finish(&self.c, s, k, c, &out[0], <size_t>n_parts)
                 end_batch(s)
             finish_batch(test_state)
         finally:
             self.busy = False
         _check(rc)
-        return counts[:n_partitions]
+        return counts[:n_parts]
+
+
+cdef int _non_negative(str name, object value) except -1:
+    """The historical message for a negative size or count (checked before its type)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return 0
 
 
 # ------------------------------------------------------------------ column codes (csrc/keymap.h)
@@ -226,25 +241,44 @@ cdef int _check_keymap(int rc, object name, size_t bad_row) except -1:
     return check_status(rc)
 
 
-cdef object _bytes_view(object buf):
+cdef object _bytes_view(object buf, object what, object name):
     """Any contiguous buffer as unsigned bytes (pyarrow buffers say 'b', numpy uint8 'B')."""
-    return memoryview(buf).cast("B")
+    try:
+        return memoryview(buf).cast("B")
+    except (TypeError, ValueError, BufferError) as exc:
+        raise TypeError(f"column {name!r}: the {what} buffer must be a C-contiguous buffer, "
+                        f"got {type(buf).__name__} ({exc})") from None
 
 
-cdef const uint8_t *_buffer(object buf, size_t need, object what, object name) except? NULL:
-    """The address of an Arrow buffer holding at least `need` bytes (NULL for None)."""
+cdef const uint8_t *_buffer(object buf, object need, object what, object name) except? NULL:
+    """The address of an Arrow buffer holding at least `need` bytes (NULL for None). `need` is
+    a Python int: computed in size_t, (offset + n) * width could wrap around and let a huge
+    offset pass the check, then send the kernel before the buffer."""
     cdef const uint8_t[::1] view
     if buf is None:
         if need:
             raise ValueError(f"column {name!r}: the {what} buffer is missing")
         return NULL
-    view = _bytes_view(buf)
-    if <size_t>view.shape[0] < need:
+    view = _bytes_view(buf, what, name)
+    if view.shape[0] < need:
         raise ValueError(f"column {name!r}: the {what} buffer holds {view.shape[0]} bytes, "
                          f"{need} are needed (a corrupt array)")
     if view.shape[0] == 0:
         return NULL
     return &view[0]
+
+
+# Element offsets into Arrow buffers (far beyond any real buffer; keeps every size_t product exact).
+MAX_OFFSET = 2**48
+
+
+def _sizes(name, *values):
+    """Sizes and offsets as Python ints (any int passes here: the callers check the ranges and
+    name them in one message); a float, bool or other object is refused, never truncated."""
+    for value in values:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"column {name!r}: sizes and offsets must be integers, got {value!r}")
+    return tuple(int(v) for v in values)
 
 
 cdef class KeyMap:
@@ -258,12 +292,13 @@ cdef class KeyMap:
     cdef bint busy
     cdef readonly object name
 
-    def __cinit__(self, str kind, uint64_t seed, object name="column"):
+    def __cinit__(self, str kind, object seed, object name="column"):
         if kind not in ("word", "bytes"):
             raise ValueError(f"kind must be 'word' or 'bytes', got {kind!r}")
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
         self.busy = False
         self.name = name
-        _check_keymap(dps_keymap_init(&self.m, DPS_KEYMAP_WORD if kind == "word" else DPS_KEYMAP_BYTES, seed),
+        _check_keymap(dps_keymap_init(&self.m, DPS_KEYMAP_WORD if kind == "word" else DPS_KEYMAP_BYTES, c_seed),
                       name, 0)
 
     def __dealloc__(self):
@@ -282,18 +317,19 @@ cdef class KeyMap:
         self.busy = True
         return 0
 
-    def encode_fixed(self, Py_ssize_t n, Py_ssize_t offset, object validity, object values,
-                     Py_ssize_t width, bint all_null=False):
+    def encode_fixed(self, object n, object offset, object validity, object values,
+                     object width, bint all_null=False):
         """(codes, new_rows) for n values of `width` bytes starting at element `offset` of the
         Arrow buffers (validity may be None: no nulls; all_null: Arrow's null type)."""
-        if n < 0 or offset < 0 or width <= 0 or n >= DPS_CODE_LIMIT or width > 1 << 20:
+        n, offset, width = _sizes(self.name, n, offset, width)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or width <= 0 or n >= DPS_CODE_LIMIT or width > 1 << 20:
             raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}, width={width}")
         cdef size_t sn = <size_t>n, soff = <size_t>offset, sw = <size_t>width
-        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
                                             "validity", self.name)
         cdef const uint8_t *vals = NULL
         if not all_null:
-            vals = _buffer(values, (soff + sn) * sw, "values", self.name)
+            vals = _buffer(values, (offset + n) * width, "values", self.name)
             if vals != NULL:
                 vals += soff * sw
         codes = np.empty(n, dtype=np.uint32)
@@ -313,22 +349,23 @@ cdef class KeyMap:
         _check_keymap(rc, self.name, 0)
         return codes, new_rows[:n_new]
 
-    def encode_var(self, Py_ssize_t n, Py_ssize_t offset, object validity, object offsets,
+    def encode_var(self, object n, object offset, object validity, object offsets,
                    bint offsets64, object data):
         """(codes, new_rows) for n variable-length values (Arrow string/binary layout with 32-
         or 64-bit offsets) starting at element `offset`."""
-        if n < 0 or offset < 0 or n >= DPS_CODE_LIMIT:
+        n, offset = _sizes(self.name, n, offset)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT:
             raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}")
         cdef size_t sn = <size_t>n, soff = <size_t>offset
         cdef size_t osize = 8 if offsets64 else 4
-        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
                                             "validity", self.name)
-        cdef const uint8_t *offs = _buffer(offsets, (soff + sn + 1) * osize, "offsets", self.name)
+        cdef const uint8_t *offs = _buffer(offsets, (offset + n + 1) * osize, "offsets", self.name)
         cdef const uint8_t[::1] data_view
         cdef const uint8_t *dat = NULL
         cdef size_t data_len = 0
         if data is not None:
-            data_view = _bytes_view(data)
+            data_view = _bytes_view(data, "data", self.name)
             data_len = <size_t>data_view.shape[0]
             if data_len:
                 dat = &data_view[0]
@@ -363,7 +400,8 @@ cdef class DictionaryCodes:
     cdef readonly Py_ssize_t dict_len
     cdef readonly object name
 
-    def __cinit__(self, Py_ssize_t dict_len, object name="column"):
+    def __cinit__(self, object dict_len, object name="column"):
+        dict_len, = _sizes(name, dict_len)
         if dict_len < 0 or dict_len >= DPS_CODE_LIMIT:
             raise ValueError(f"column {name!r}: bad dictionary length {dict_len}")
         self.slot_of = np.full(max(dict_len, 1), DPS_CODE_LIMIT, dtype=np.uint32)
@@ -375,14 +413,15 @@ cdef class DictionaryCodes:
     def __len__(self):
         return self.next_code
 
-    def encode(self, Py_ssize_t n, Py_ssize_t offset, object validity, object indices, Py_ssize_t index_width):
+    def encode(self, object n, object offset, object validity, object indices, object index_width):
         """(codes, new_rows) of n indices of `index_width` bytes from element `offset`."""
-        if n < 0 or offset < 0 or n >= DPS_CODE_LIMIT or index_width not in (1, 2, 4, 8):
+        n, offset, index_width = _sizes(self.name, n, offset, index_width)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT or index_width not in (1, 2, 4, 8):
             raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}, index width={index_width}")
         cdef size_t sn = <size_t>n, soff = <size_t>offset, sw = <size_t>index_width
-        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (soff + sn + 7) // 8,
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
                                             "validity", self.name)
-        cdef const uint8_t *idx = _buffer(indices, (soff + sn) * sw, "indices", self.name)
+        cdef const uint8_t *idx = _buffer(indices, (offset + n) * index_width, "indices", self.name)
         codes = np.empty(n, dtype=np.uint32)
         new_rows = np.empty(n, dtype=np.uint32)
         if n == 0:

@@ -13,6 +13,7 @@ from libc.string cimport memcpy
 
 from dpselect._csrc cimport *
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+from dpselect._boundary import check_int
 
 
 class NegativeCountError(ValueError):
@@ -51,10 +52,50 @@ cdef int _count_dtype(Py_buffer *view) except -1:
 
 
 cdef int _get_1d(object obj, Py_buffer *view, int flags, str name) except -1:
-    PyObject_GetBuffer(obj, view, flags | PyBUF_STRIDES | PyBUF_FORMAT)
+    try:
+        PyObject_GetBuffer(obj, view, flags | PyBUF_STRIDES | PyBUF_FORMAT)
+    except TypeError:
+        raise TypeError(f"{name} must be an array (an object with the buffer protocol), "
+                        f"got {type(obj).__name__}") from None
+    except (BufferError, ValueError) as exc:
+        if flags & PyBUF_WRITABLE:
+            raise ValueError(f"{name} is read-only ({exc})") from None
+        raise ValueError(f"{name}: {exc}") from None
     if view.ndim != 1:
         PyBuffer_Release(view)
         raise ValueError(f"{name} must be 1-D for the kernel, got {view.ndim} dimensions")
+    return 0
+
+
+cdef void _extent(Py_buffer *view, char **lo, char **hi) noexcept:
+    """[lo, hi): the bytes a 1-D strided buffer spans (lo == hi when it is empty)."""
+    cdef char *start = <char *>view.buf
+    cdef Py_ssize_t last
+    if view.shape[0] == 0:
+        lo[0] = hi[0] = start
+        return
+    last = (view.shape[0] - 1) * view.strides[0]
+    if last >= 0:
+        lo[0] = start
+        hi[0] = start + last + view.itemsize
+    else:
+        lo[0] = start + last
+        hi[0] = start + view.itemsize
+
+
+cdef int _check_disjoint(Py_buffer *a, str a_name, Py_buffer *b, str b_name) except -1:
+    """An output may not share memory with the counts or another output: the kernel reads a
+    count again after writing outputs (the rare tie path, the zeroing after a negative count),
+    so an overlap would change the counts it reads. Checked on the spans, so interleaved views
+    of one buffer are refused too."""
+    cdef char *alo
+    cdef char *ahi
+    cdef char *blo
+    cdef char *bhi
+    _extent(a, &alo, &ahi)
+    _extent(b, &blo, &bhi)
+    if alo < bhi and blo < ahi:
+        raise ValueError(f"{b_name} overlaps {a_name}: pass separate arrays")
     return 0
 
 
@@ -133,11 +174,17 @@ cdef class WeightTableHandle:
 
     def __cinit__(self, cumulative):
         # A private copy: the caller's array may change later; what the kernel samples may not.
-        self.cum = np.array(cumulative, dtype=np.uint64, order="C", copy=True)
+        # Refused rather than converted: a float or negative weight is a wrong table, not
+        # something to round or wrap.
+        arr = np.asarray(cumulative)
+        if arr.dtype != np.uint64:
+            raise TypeError(f"cumulative (the weight table) must have dtype uint64, got {arr.dtype}")
+        if arr.ndim != 1 or arr.shape[0] == 0 or arr.shape[0] >= 2 ** 31:
+            raise ValueError("cumulative (the weight table) must be 1-D with between 1 and 2**31 - 1 entries, "
+                             f"got shape {arr.shape}")
+        self.cum = np.array(arr, dtype=np.uint64, order="C", copy=True)
         self.cum.setflags(write=False)
         cdef Py_ssize_t m = self.cum.shape[0]
-        if self.cum.ndim != 1 or m == 0 or m >= 2 ** 31:
-            raise ValueError("weight table must be 1-D with between 1 and 2**31 - 1 entries")
         self.hi = np.empty(dps_weight_table_storage(<uint32_t>m), dtype=np.int32)
         cdef const uint64_t[::1] cv = self.cum
         cdef int32_t[::1] hv = self.hi
@@ -179,6 +226,7 @@ def select_into(counts, KeepTableHandle table, out, test_state=None):
         _get_1d(out, &o, PyBUF_WRITABLE, "out")
         try:
             _check_out(&o, c.shape[0], 1, "?B", "out")
+            _check_disjoint(&c, "counts", &o, "out")
             _run_select(&c, table, &o, dtype, test_state)
         finally:
             PyBuffer_Release(&o)
@@ -200,18 +248,21 @@ cdef int _run_select(Py_buffer *c, KeepTableHandle table, Py_buffer *o, int dtyp
     return check_status(rc)
 
 
-def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_state=None,
+def release_into(counts, WeightTableHandle noise, k, keep, noisy, test_state=None,
                  threshold=None, bint keep_all=False):
     """keep[i] = counts[i] + X_i > threshold (default k: the TSGD rule; any threshold >= -k), or
     always with keep_all; noisy[i] = counts[i] + X_i where kept, else 0."""
     cdef Py_buffer c, kv, nv
     cdef dps_release_rule rule
+    k = check_int("k", k, 0, 2**31 - 1)  # the table has 2k + 1 < 2**32 entries
     if noise.table.m != 2 * <uint64_t>k + 1:
         raise ValueError(f"noise table has {noise.table.m} entries, expected 2k+1 = {2 * k + 1}")
     if threshold is None:
         threshold = k
-    if not -<long long>k <= threshold <= 2**62:
+    if (isinstance(threshold, (int, np.integer)) and not isinstance(threshold, bool)
+            and not -k <= threshold <= 2**62):
         raise ValueError(f"threshold must be between -k = {-k} and 2**62, got {threshold}")
+    threshold = check_int("threshold", threshold, -k, 2**62)
     rule.k = k
     rule.cut = <uint64_t>(threshold + k)
     rule.keep_all = 1 if keep_all else 0
@@ -221,9 +272,12 @@ def release_into(counts, WeightTableHandle noise, uint32_t k, keep, noisy, test_
         _get_1d(keep, &kv, PyBUF_WRITABLE, "keep")
         try:
             _check_out(&kv, c.shape[0], 1, "?B", "keep")
+            _check_disjoint(&c, "counts", &kv, "keep")
             _get_1d(noisy, &nv, PyBUF_WRITABLE, "noisy")
             try:
                 _check_out(&nv, c.shape[0], 8, "lq", "noisy")
+                _check_disjoint(&c, "counts", &nv, "noisy")
+                _check_disjoint(&kv, "keep", &nv, "noisy")
                 _run_release(&c, noise, &rule, &kv, &nv, dtype, test_state)
             finally:
                 PyBuffer_Release(&nv)

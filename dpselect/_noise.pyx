@@ -13,6 +13,7 @@ from libc.stdint cimport uint8_t, uint64_t, int64_t
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_BAD_TABLE
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+from dpselect._boundary import check_int
 
 
 cdef extern from "discrete_noise.h" nogil:
@@ -101,7 +102,9 @@ cdef object _values(object values):
         raise TypeError(f"values must have dtype int64, got {values.dtype}")
     if values.ndim != 1:
         raise ValueError(f"values must be 1-D, got {values.ndim} dimensions")
-    return np.ascontiguousarray(values)
+    # Aligned too: the kernel reads int64_t through a pointer, and a C-contiguous view at an odd
+    # address (np.frombuffer with an offset) is undefined behaviour there. A copy, same values.
+    return np.require(values, requirements=["C", "A"])
 
 
 cdef object _out(object out, object values):
@@ -111,8 +114,8 @@ cdef object _out(object out, object values):
         raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
     if out.dtype != np.int64 or not out.dtype.isnative:
         raise TypeError(f"out must have dtype int64, got {out.dtype}")
-    if out.ndim != 1 or not out.flags.c_contiguous:
-        raise ValueError("out must be a 1-D C-contiguous array")
+    if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.aligned:
+        raise ValueError("out must be a 1-D C-contiguous, aligned array")
     if out.shape[0] != values.shape[0]:
         raise ValueError(f"out has length {out.shape[0]}, expected {values.shape[0]} (the length of values)")
     if not out.flags.writeable:
@@ -203,20 +206,21 @@ cdef dps_u128 _u128(str name, object value, object low) except *:
     return r
 
 
-def bernoulli_exp(gamma_num, gamma_den, Py_ssize_t size, test_state=None):
+def bernoulli_exp(gamma_num, gamma_den, size, test_state=None):
     """``size`` exact Bernoulli(exp(-gamma_num/gamma_den)) draws (Algorithm 1; tests)."""
     cdef dps_u128 num = _u128("gamma_num", gamma_num, 0)
     cdef dps_u128 den = _u128("gamma_den", gamma_den, 1)
-    if size < 0:
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool) and size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
-    out = np.zeros(size, dtype=np.bool_)
+    cdef Py_ssize_t n = check_int("size", size, 0, 2**63 - 1)
+    out = np.zeros(n, dtype=np.bool_)
     cdef uint8_t[::1] o = out.view(np.uint8)
     cdef int hit = 0
     cdef int rc = DPS_OK
     cdef Py_ssize_t i
     cdef dps_rng *s = begin_batch(test_state)
     with nogil:
-        for i in range(size):
+        for i in range(n):
             rc = dps_bernoulli_exp(s, num, den, &hit)
             if rc != DPS_OK:
                 break
@@ -232,7 +236,7 @@ def bernoulli_exp(gamma_num, gamma_den, Py_ssize_t size, test_state=None):
 def _u128_mul64(a, b, bint portable=False):
     """a * b for 64-bit a, b, through the kernel's helper (tests)."""
     cdef dps_u128 r
-    cdef uint64_t x = a, y = b
+    cdef uint64_t x = check_int("a", a, 0, _U64 - 1), y = check_int("b", b, 0, _U64 - 1)
     if portable:
         dps_u128_mul64_portable(x, y, &r)
     else:

@@ -8,6 +8,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_BAD_TABLE
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
+from dpselect._boundary import check_array, check_disjoint, check_int, U64_MAX
 
 
 cdef extern from "weighted.h" nogil:
@@ -17,30 +18,70 @@ cdef extern from "weighted.h" nogil:
     void dps_normal_upper_tail(const double *z, double *out, size_t n)
 
 
-def weighted_round(const size_t[::1] ends, uint32_t[::1] grouped, excluded, uint64_t kappa,
-                   const int64_t[::1] weights, int64_t[::1] histogram, test_state=None):
+def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_state=None):
     """Add each user's weighted bounded set to ``histogram`` (see csrc/weighted.h). ``excluded``:
     None, or a uint8/bool array over partitions (1: already released, not drawn again)."""
-    cdef Py_ssize_t n_users = ends.shape[0]
-    cdef size_t n_partitions = <size_t>histogram.shape[0]
-    if kappa < 1 or <uint64_t>weights.shape[0] != kappa + 1:
-        raise ValueError("weights must have kappa + 1 entries, kappa >= 1")
-    if n_users and ends[n_users - 1] != <size_t>grouped.shape[0]:
-        raise ValueError("ends and grouped disagree")
+    ends_arr = check_array("ends", ends, [np.uintp], copy=True)
+    grouped_arr = check_array("grouped", grouped, [np.uint32], writable=True)
+    weights_arr = check_array("weights", weights, [np.int64], copy=True)
+    histogram_arr = check_array("histogram", histogram, [np.int64], writable=True)
+    excluded_arr = None
+    if excluded is not None:
+        excluded_arr = check_array("excluded", excluded, [np.uint8, np.bool_], copy=True).view(np.uint8)
+    # grouped (reordered in place) and histogram are written while the others are read: an
+    # overlap could turn checked ends or codes into out-of-range ones half-way.
+    check_disjoint({"grouped": grouped_arr, "histogram": histogram_arr},
+                   {"ends": ends_arr, "weights": weights_arr, "excluded": excluded_arr})
+    cdef const size_t[::1] e = ends_arr
+    cdef uint32_t[::1] g = grouped_arr
+    cdef const int64_t[::1] w = weights_arr
+    cdef int64_t[::1] h = histogram_arr
+    cdef uint64_t k = check_int("kappa", kappa, 1, U64_MAX)
+    cdef Py_ssize_t n_users = e.shape[0]
+    cdef size_t n_partitions = <size_t>h.shape[0]
+    cdef Py_ssize_t i
+    # kappa + 1 is compared in Python: in uint64 it wraps to 0 for kappa = 2**64 - 1, and an empty
+    # weights array then passed, to be read far past its end.
+    if w.shape[0] != kappa + 1:
+        raise ValueError(f"weights must have kappa + 1 = {kappa + 1} entries, got {w.shape[0]}")
+    # Each user's run is grouped[ends[u - 1]:ends[u]]: the ends must not decrease (a decrease
+    # would make a run's length wrap around in C) and the last must be the end of grouped.
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(1, n_users):
+            if e[i] < e[i - 1]:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
+    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
+    if not n_users and g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
+    # Every code is checked before anything is added, so a refused call leaves histogram as it was
+    # (the kernel checks again as it goes; only an overflow can stop it half-way).
+    with nogil:
+        for i in range(g.shape[0]):
+            if g[i] >= n_partitions:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
+                         f"range (histogram has {n_partitions} partitions)")
     cdef const uint8_t[::1] skip
     cdef const uint8_t *skip_ptr = NULL
-    if excluded is not None:
-        skip = np.ascontiguousarray(excluded).view(np.uint8)
+    if excluded_arr is not None:
+        skip = excluded_arr
         if <size_t>skip.shape[0] != n_partitions:
-            raise ValueError("excluded must have one entry per partition")
+            raise ValueError(f"excluded must have one entry per partition ({n_partitions}), got {skip.shape[0]}")
         if n_partitions:
             skip_ptr = &skip[0]
     cdef int rc
     cdef dps_rng *s = begin_batch(test_state)
     with nogil:
-        rc = dps_weighted_round(s, &ends[0] if n_users else NULL, &grouped[0] if grouped.shape[0] else NULL,
-                                <uint64_t>n_users, skip_ptr, kappa, &weights[0],
-                                &histogram[0] if n_partitions else NULL, n_partitions)
+        rc = dps_weighted_round(s, &e[0] if n_users else NULL, &g[0] if g.shape[0] else NULL,
+                                <uint64_t>n_users, skip_ptr, k, &w[0],
+                                &h[0] if n_partitions else NULL, n_partitions)
         end_batch(s)
     finish_batch(test_state)
     if rc == DPS_ERR_BAD_TABLE:
@@ -48,12 +89,13 @@ def weighted_round(const size_t[::1] ends, uint32_t[::1] grouped, excluded, uint
     check_status(rc)
 
 
-def normal_upper_tail(const double[::1] z):
+def normal_upper_tail(z):
     """P[Z > z] for Z ~ N(0, 1), element-wise, in double precision (erfc)."""
-    out = np.empty(z.shape[0], dtype=np.float64)
+    cdef const double[::1] zv = check_array("z", z, [np.float64], copy=True)
+    out = np.empty(zv.shape[0], dtype=np.float64)
     cdef double[::1] o = out
-    cdef Py_ssize_t n = z.shape[0]
+    cdef Py_ssize_t n = zv.shape[0]
     if n:
         with nogil:
-            dps_normal_upper_tail(&z[0], &o[0], <size_t>n)
+            dps_normal_upper_tail(&zv[0], &o[0], <size_t>n)
     return out

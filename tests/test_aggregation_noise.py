@@ -279,7 +279,10 @@ def test_laplace_for_epsilon_never_spends_more_than_asked(eps: Fraction, sensiti
         assert "scale" in str(exc) and Fraction(sensitivity * l0) / eps >= 2**63 - 1
         return
     assert noise.epsilon <= eps
-    assert noise.epsilon >= eps * (1 - Fraction(1, 2**50))
+    # The scale is rounded up to a multiple of 2^-k with k <= 62 (denominators below 2^63): that
+    # costs epsilon less than 2^-62 / scale relatively, which exceeds 2^-50 for scales below 2^-12.
+    target = Fraction(sensitivity * l0) / eps
+    assert noise.epsilon >= eps * (1 - max(Fraction(1, 2**50), Fraction(1, 2**62) / target))
     assert noise.scale == representable_scale(Fraction(sensitivity * l0) / eps)
 
 
