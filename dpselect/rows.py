@@ -464,6 +464,17 @@ class PartitionCounts:
                 "exact counts, NOT private: input of a selection, never to publish)")
 
 
+def _without_null_units(batch: Any, units: Any) -> Any:
+    """The rows of ``batch`` whose privacy unit (``units``, its column) is not null. pyarrow has
+    no filter (take) kernel for string and binary views: such columns are first made plain large
+    strings and binaries, the type :func:`key_type` gives them anyway."""
+    pa = import_pyarrow()
+    plain = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+    if any(f.type in plain for f in batch.schema):
+        batch = batch.cast(pa.schema([f.with_type(plain.get(f.type, f.type)) for f in batch.schema]))
+    return batch.filter(pa.compute.is_valid(units))
+
+
 def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
                        ) -> tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]:
     """One grouping by user from the shards' groupings: every shard's non-empty users in its
@@ -568,7 +579,7 @@ class RowCounter:
             self.null_unit_rows += nulls
             if self.null_privacy_units == "error":
                 return  # finish() will refuse: only the number of such rows matters now
-            batch = batch.filter(pa.compute.is_valid(units))
+            batch = _without_null_units(batch, units)
             if batch.num_rows == 0:
                 return
         if batch.num_rows <= _PIECE_ROWS:
@@ -628,7 +639,7 @@ class RowCounter:
         if units.null_count:
             self.null_unit_rows += units.null_count
             self.check_null_units()
-            batch = batch.filter(pa.compute.is_valid(units))
+            batch = _without_null_units(batch, units)
         if batch.num_rows <= _PIECE_ROWS:
             return (*self._encode_both(batch), batch)
         # The two columns' sides on two threads, piece by piece (see feed).
