@@ -36,7 +36,7 @@ from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_dra
 from dpselect.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
 
-__all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG"]
+__all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG", "MAX_KAPPA"]
 
 GOPI = ("Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin, \"Differentially private set union\", "
         "ICML 2020, Theorem 5.1")
@@ -44,6 +44,8 @@ SWANBERG = ("Swanberg, Desfontaines, Haney, \"DP-SIPS: a simpler, more scalable 
             "differentially private partition selection\", 2023")
 WEIGHT_BITS = 32
 _ONE = 1 << WEIGHT_BITS
+# Largest κ of the weighted mechanisms: certifying ρ costs about 10 ms per set size (minutes here).
+MAX_KAPPA = 1 << 16
 
 
 @dataclass
@@ -76,7 +78,13 @@ class UserSets:
 
 @functools.lru_cache(maxsize=64)
 def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
-    """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above."""
+    """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above.
+    Every mechanism calls it before certifying its threshold, one exact bound per m = 1..κ (about
+    10 ms each): κ above MAX_KAPPA is refused here, at once, rather than after hours."""
+    if kappa > MAX_KAPPA:
+        raise ValueError(f"weighted partition selection supports max_partitions_contributed up to {MAX_KAPPA} "
+                         f"(its threshold is certified for every set size 1..κ, about 10 ms each), got {kappa}; "
+                         "bound contributions more tightly, or use a count-based strategy (dpselect.select)")
     w = [0] + [math.isqrt((_ONE * _ONE) // m) if norm == "l2" else _ONE // m for m in range(1, kappa + 1)]
     out = np.array(w, dtype=np.int64)
     out.setflags(write=False)
