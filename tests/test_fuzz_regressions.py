@@ -1,0 +1,111 @@
+"""Inputs the fuzz targets (fuzz/, docs/fuzzing.md) found to crash, hang or misbehave, minimized
+and kept here as plain tests, each with the fix's expected behaviour."""
+from __future__ import annotations
+
+import base64
+import warnings
+
+import numpy as np
+import pytest
+
+import dpselect
+
+pa = pytest.importorskip("pyarrow")
+
+
+# ------------------------------------------------------------------ fuzz_rows
+
+@pytest.mark.parametrize("view", ["string_view", "binary_view"])
+@pytest.mark.parametrize("column", ["u", "k"])
+def test_view_columns_with_dropped_null_privacy_units(view: str, column: str) -> None:
+    """fuzz_rows: a string/binary view column in a batch with null privacy units, rows dropped
+    (null_privacy_units="drop"), raised ArrowNotImplementedError: pyarrow cannot filter views."""
+    from dpselect.rows import RowCounter
+
+    typ = getattr(pa, view)()
+    wrap = (lambda v: v) if view == "string_view" else (lambda v: None if v is None else v.encode())
+    users = pa.array([wrap(v) for v in ["a", None, "b", "a"]], typ if column == "u" else pa.string())
+    keys = pa.array([wrap(v) for v in ["x", "y", "x", "z"]], typ if column == "k" else pa.string())
+    counter = RowCounter("u", ["k"], null_privacy_units="drop")
+    counter.feed(pa.table({"u": users, "k": keys}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = counter.finish(2 ** 63, None)
+    assert counter.null_unit_rows == 1
+    key = wrap if column == "k" else (lambda v: v)
+    expected = {key("x"): 2, key("z"): 1}
+    assert dict(zip(result.keys.column("k").to_pylist(), result.counts.tolist())) == expected
+
+
+def test_select_partitions_on_a_view_table_with_dropped_null_units() -> None:
+    """The same through the public API, and through aggregate (its encoding path)."""
+    table = pa.table({"u": pa.array(["a", None, "b"] * 200, pa.string_view()),
+                      "k": pa.array(["x", "y", "z"] * 200, pa.string_view())})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = dpselect.select_partitions(table, privacy_unit="u", by="k", epsilon=1.0, delta=1e-5,
+                                         null_privacy_units="drop")
+        agg = dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()},
+                                 epsilon=1.0, delta=1e-5, null_privacy_units="drop")
+    assert set(out.column("k").to_pylist()) <= {"x", "z"}
+    assert set(agg.frame.column("k").to_pylist()) <= {"x", "z"}
+
+
+# ------------------------------------------------------------------ fuzz_select
+
+def test_gaussian_thresholding_with_a_tiny_epsilon_is_refused_at_once() -> None:
+    """fuzz_select (hang): ε = 1e-3, δ = 1e-12, κ = 1000 made Gaussian thresholding compute exact
+    normal-CDF bounds for millions of table entries (hours) before refusing the table as too long.
+    The table cannot end before n = T + 15σ: beyond MAX_TABLE_ENTRIES it is refused before any."""
+    from dpselect.mechanisms import gaussian
+
+    calls = []
+    original = gaussian.normal_cdf_bounds
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    gaussian.normal_cdf_bounds = counted
+    try:
+        with pytest.raises(ValueError, match="too long"):
+            dpselect.select(np.arange(10), 0.001, 1e-12, strategy="gaussian", max_partitions_contributed=1000)
+    finally:
+        gaussian.normal_cdf_bounds = original
+    assert len(calls) < 1000, f"{len(calls)} exact CDF evaluations before the refusal"
+
+
+@pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
+                                      "policy_laplace"])
+@pytest.mark.parametrize("kappa", [10 ** 6, 2 ** 63])
+def test_weighted_mechanisms_refuse_a_huge_kappa_at_once(strategy: str, kappa: int) -> None:
+    """fuzz_select (hang): κ = 10^6 made the weighted mechanisms certify a threshold for every set
+    size 1..κ (about 10 ms each: hours), and κ = 2^63 tried to build a weight table of 2^63 entries."""
+    from dpselect.mechanisms.weighted import MAX_KAPPA
+
+    assert kappa > MAX_KAPPA
+    with pytest.raises(ValueError, match="max_partitions_contributed up to"):
+        dpselect.make_strategy(strategy, epsilon=1.0, delta=1e-5, max_partitions_contributed=kappa)
+    users = np.array([0, 1, 2], dtype=np.int64)
+    with pytest.raises(ValueError, match="max_partitions_contributed up to"):
+        dpselect.select_rows(users, users, 1.0, 1e-5, strategy=strategy, max_partitions_contributed=kappa)
+
+
+def test_weighted_mechanisms_still_take_a_moderate_kappa() -> None:
+    strat = dpselect.make_strategy("weighted_laplace", epsilon=1.0, delta=1e-5, max_partitions_contributed=20)
+    assert strat.max_partitions_contributed == 20
+
+
+@pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
+                                      "policy_laplace", "mixed"])
+def test_keep_probability_of_a_strategy_without_one_is_a_value_error(strategy: str) -> None:
+    """fuzz_select: keep_probability(strategy="weighted_gaussian") raised AttributeError (the row
+    mechanisms and the mixed release have no keep probability of a count alone)."""
+    with pytest.raises(ValueError, match="count-based strategies"):
+        dpselect.keep_probability(np.array([], dtype=np.uint16), 10.0, 0.5, strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy", ["pi_opt", "release", "laplace", "gaussian", "auto", "public"])
+def test_keep_probability_of_count_based_strategies_still_works(strategy: str) -> None:
+    p = dpselect.keep_probability(np.array([0, 5, 50, 500]), 1.0, 1e-5, strategy=strategy)
+    assert p.shape == (4,) and np.all((p >= 0) & (p <= 1))
