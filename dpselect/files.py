@@ -162,14 +162,39 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
     value_types = dict(value_types or {})
     try:
         if fmt == "parquet":
-            return _parquet(path, columns, batch_rows, value_types)
-        if fmt == "csv":
-            return _csv(path, columns, block_size, value_types)
-        return _jsonl(path, columns, block_size, value_types)
+            source = _parquet(path, columns, batch_rows, value_types)
+        elif fmt == "csv":
+            source = _csv(path, columns, block_size, value_types)
+        else:
+            source = _jsonl(path, columns, block_size, value_types)
     except (ColumnError, InputError, ValueColumnError):
         raise
     except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read {path!r} as {fmt}: {exc}") from exc
+        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+    source.batches = _reading(path, fmt, source.batches)
+    return source
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (pyarrow's span several: "...\nDeserializing page
+    header failed."), for an error message that is one line."""
+    return re.sub(r"\s*\n\s*", "; ", str(exc).strip())
+
+
+def _reading(path: str, fmt: str, batches: Iterator[Any]) -> Iterator[Any]:
+    """The batches, a reader's failure while iterating (a corrupt page, a truncated stream)
+    turned into InputError with a one-line message."""
+    pa = import_pyarrow()
+    try:
+        yield from batches
+    except (ColumnError, InputError, ValueColumnError):
+        raise
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def _check_columns(path: str, available: Sequence[str], columns: Sequence[str]) -> None:
