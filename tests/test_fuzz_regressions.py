@@ -109,3 +109,79 @@ def test_keep_probability_of_a_strategy_without_one_is_a_value_error(strategy: s
 def test_keep_probability_of_count_based_strategies_still_works(strategy: str) -> None:
     p = dpselect.keep_probability(np.array([0, 5, 50, 500]), 1.0, 1e-5, strategy=strategy)
     assert p.shape == (4,) and np.all((p >= 0) & (p <= 1))
+
+
+@pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
+                                      "policy_laplace"])
+@pytest.mark.parametrize("epsilon", [50.5, 1e3, 1e300])
+def test_weighted_mechanisms_refuse_a_huge_epsilon_at_once(strategy: str, epsilon: float) -> None:
+    """fuzz_select (out of memory, hang): ε = 1e300 made the weighted mechanisms' exact arithmetic
+    (e^ε's series, the analytic Gaussian bound's tails) grow without end."""
+    from dpselect.mechanisms.weighted import MAX_EPSILON
+
+    assert epsilon > MAX_EPSILON
+    with pytest.raises(ValueError, match="epsilon up to"):
+        dpselect.make_strategy(strategy, epsilon=epsilon, delta=0.1, max_partitions_contributed=2)
+
+
+def test_weighted_mechanisms_take_epsilon_up_to_the_limit() -> None:
+    from dpselect.mechanisms.weighted import MAX_EPSILON
+
+    strat = dpselect.make_strategy("weighted_laplace", epsilon=MAX_EPSILON, delta=0.1, max_partitions_contributed=2)
+    assert strat.params.epsilon == MAX_EPSILON
+
+
+# ------------------------------------------------------------------ fuzz_files
+
+# A small Parquet file (columns u, k, k2, v) with one byte of a page header changed: pyarrow opens
+# it, then fails on the first batch with a two-line message ("...No more data to read.\n
+# Deserializing page header failed.").
+CORRUPT_PARQUET = (
+    "eNqVVb9vUkEcv7v3wCchhja9y3sJA0N7waStUtMOhqQ9KLRGiEjSGBMXeEFqiIIPS2njYIxDhw7+AQ4Ojp2MYwcHRwcHR4f+EQ4d"
+    "HLzvvQc85JD0G3I/vnffz+dzH76BiqhmqEkXqF2SE5pHKLaIEUI1GOoU0XnKluVJgkZpNLmB0rhu49rcnDy9niJyNDE2iA6hD8OR"
+    "DuHI9voahARdGCBYSSiGw3/rbROytgnnDKVDOw1iii4OEBNZpOJy05/R1gSyNTgZrC43JYMmq2GK0RslShRTJAFq3ImHkzR2beyG"
+    "ig2CCdIV93XFfRuHXTOwXzzmmgGStK6ZyicjcG20m/Y9kADRf3NyqlvJrdGKkbQmO/lg58k6sqNdd7/xvEYtRONLxMYHS6gEbP6u"
+    "NdgRuSOtNURjkO4hZjnLTomjJI076yiacGQlJcxkr9k7zLPcCveoA3olBviRkFOWmU7U4cqiMYjWCOIr5qc4aFNl+CwQEoBIlQrl"
+    "A2afJAzh78n/u3UC+GYYNjbQ1lOo3zH7iflvg38xrtap01nYhclMbrE3EaR11GPH/HOEn0TCvTvpBgE3CNFbChhnUf52rIVnYegd"
+    "PbvG/8zo5Cs5eo7ZN8x/WPyjdbVu1rIo8ewcHD2JsF8mcpJ2XFSrDx7d9RvdviC3IA5FTgjxUPhxXwiZaIqiEE2Rb6pcTl4owyIv"
+    "xD2VGM1Bab4FqzoM2wqqAMPTisKXV8oquTO8HwQsdx8Dn8RTsx/NfBukKYp9lXFHfCKQIkTtGGQ0xbbS4/pJFQWFdGfIv6dIizr+"
+    "nS6ILgOfFL0HeFLHLvigbgxJC0X1KF9kYQQCy1wm0FcI4yM71al5Lw8ar1bcTmel5nntw1Sv4XWftV+k1jZWb69mHPhVGX7QqeyN"
+    "ivwH/At+TOVn"
+)
+
+
+def test_a_corrupt_parquet_page_is_a_one_line_input_error(tmp_path, capsys) -> None:
+    """fuzz_files: the CLI printed pyarrow's multi-line message as is: the error took three lines."""
+    import zlib
+
+    from dpselect import cli
+
+    src = tmp_path / "in.parquet"
+    src.write_bytes(zlib.decompress(base64.b64decode("".join(CORRUPT_PARQUET))))
+    before = src.read_bytes()
+    out = tmp_path / "out" / "released.parquet"
+    out.parent.mkdir()
+    code = cli.main(["select", str(src), "--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5",
+                     "--counts", "-q", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_INPUT, err
+    assert err.count("\n") == 1 and err.startswith("dpselect: error: cannot read "), repr(err)
+    assert "Deserializing page header failed" in err
+    assert list(out.parent.iterdir()) == [] and src.read_bytes() == before
+
+
+def test_a_reader_failing_while_iterating_gives_a_one_line_input_error(tmp_path) -> None:
+    from dpselect import files
+
+    src = tmp_path / "in.csv"
+    src.write_text("u,k\n1,a\n")
+    source = files.open_batches(str(src), "csv", ["u", "k"], 10)
+
+    def failing():
+        yield from []
+        raise pa.ArrowInvalid("first line\nsecond line\n")
+
+    source.batches = files._reading(str(src), "csv", failing())
+    with pytest.raises(files.InputError) as info:
+        list(source.batches)
+    assert str(info.value) == f"cannot read {str(src)!r} as csv: first line; second line"
