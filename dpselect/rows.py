@@ -464,6 +464,18 @@ class PartitionCounts:
                 "exact counts, NOT private: input of a selection, never to publish)")
 
 
+def _null_count(column: Any) -> int:
+    """Rows whose value is null. A dictionary column's null_count counts null indices only: an
+    index pointing at a null dictionary value (``dictionary_encode(null_encoding="encode")``) is a
+    null too, which pyarrow's is_null sees."""
+    pa = import_pyarrow()
+    if pa.types.is_dictionary(column.type):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.is_null(column), min_count=0).as_py())
+    return int(column.null_count)
+
+
 def _without_null_units(batch: Any, units: Any) -> Any:
     """The rows of ``batch`` whose privacy unit (``units``, its column) is not null. pyarrow has
     no filter (take) kernel for string and binary views: such columns are first made plain large
@@ -574,7 +586,7 @@ class RowCounter:
             return
         self.rows += batch.num_rows
         units = batch.column(self.privacy_unit)
-        nulls = units.null_count
+        nulls = _null_count(units)
         if nulls:
             self.null_unit_rows += nulls
             if self.null_privacy_units == "error":
@@ -636,8 +648,9 @@ class RowCounter:
         self.check_schema(batch.schema)
         self.rows += batch.num_rows
         units = batch.column(self.privacy_unit)
-        if units.null_count:
-            self.null_unit_rows += units.null_count
+        nulls = _null_count(units)
+        if nulls:
+            self.null_unit_rows += nulls
             self.check_null_units()
             batch = _without_null_units(batch, units)
         if batch.num_rows <= _PIECE_ROWS:
