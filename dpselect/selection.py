@@ -86,6 +86,9 @@ def select(
     built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
                       neighbours=neighbours, **options)
     if not isinstance(built, TabledSelection):  # δ = 0 allowed, or a mechanism that is not keep/drop
+        if not hasattr(built, "apply"):  # a row mechanism: it needs each user's set, not counts
+            raise ValueError(f"strategy {strategy!r} selects from (user, partition) rows, not counts: use "
+                             "dpselect.select_rows or dpselect.select_partitions")
         if getattr(built, "releases_counts", False) and not isinstance(built, NoRelease):
             raise ValueError(f"strategy {strategy!r} releases noisy counts: use dpselect.release")
         arr = as_counts(counts)
