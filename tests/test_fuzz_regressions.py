@@ -185,3 +185,48 @@ def test_a_reader_failing_while_iterating_gives_a_one_line_input_error(tmp_path)
     with pytest.raises(files.InputError) as info:
         list(source.batches)
     assert str(info.value) == f"cannot read {str(src)!r} as csv: first line; second line"
+
+
+# ------------------------------------------------------------------ fuzz_rows, fuzz_select (second run)
+
+@pytest.mark.parametrize("policy", ["error", "drop"])
+def test_a_null_dictionary_value_is_a_null_privacy_unit(policy: str) -> None:
+    """fuzz_rows: a dictionary privacy-unit column whose *dictionary* holds a null (an index
+    pointing at it: dictionary_encode(null_encoding="encode")) has null_count 0, so those rows
+    were neither refused nor dropped: they were counted as one user, the "null" person."""
+    units = pa.array(["a", None, "b", None, None]).dictionary_encode(null_encoding="encode")
+    assert units.null_count == 0  # what made the rows slip through
+    table = pa.table({"u": units, "k": ["x", "y", "x", "y", "z"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if policy == "error":
+            from dpselect.rows import NullPrivacyUnitError
+
+            with pytest.raises(NullPrivacyUnitError, match="3 row"):
+                dpselect.select_partitions(table, privacy_unit="u", by="k", epsilon=1.0, delta=1e-5)
+            return
+        from dpselect.rows import RowCounter
+
+        counter = RowCounter("u", ["k"], null_privacy_units="drop")
+        counter.feed(table)
+        result = counter.finish(2 ** 63, None)
+    assert counter.null_unit_rows == 3
+    assert dict(zip(result.keys.column("k").to_pylist(), result.counts.tolist())) == {"x": 2}
+
+
+def test_a_null_dictionary_value_is_refused_in_aggregate_too() -> None:
+    from dpselect.rows import NullPrivacyUnitError
+
+    units = pa.array(["a", None] * 50).dictionary_encode(null_encoding="encode")
+    table = pa.table({"u": units, "k": ["x"] * 100})
+    with pytest.raises(NullPrivacyUnitError):
+        dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0,
+                           delta=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_laplace"])
+def test_select_with_a_row_strategy_is_a_value_error(strategy: str) -> None:
+    """fuzz_select: dpselect.select(counts, strategy="weighted_gaussian") raised AttributeError
+    ('WeightedGaussian' object has no attribute 'apply')."""
+    with pytest.raises(ValueError, match="select_rows"):
+        dpselect.select(np.arange(5), 1.0, 1e-5, strategy=strategy)
