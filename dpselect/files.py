@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -423,17 +423,22 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     return names
 
 
-def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str]) -> ValueColumnError | None:
-    """The ValueColumnError a pyarrow CSV conversion error means (only value columns are read
-    as anything but text), naming the column from the header; None for any other error."""
+def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str],
+                          value_columns: Collection[str] = ()) -> ValueColumnError | InputError | None:
+    """What a pyarrow CSV conversion error means, naming the column from the header: a value
+    column (``value_columns``) holding something that is not a number of its type is a
+    ValueColumnError; any other column is read as text, so its conversion error is bytes that
+    are not UTF-8 (an InputError). None for any other error."""
     text = str(exc)
     if "conversion error" not in text:
         return None
     match = re.search(r"CSV column #(\d+)", text)
     index = int(match.group(1)) if match else -1
     column = header[index] if 0 <= index < len(header) else None
-    detail = re.sub(r"^In CSV column #\d+: ", "", text)
-    return ValueColumnError(column, path, detail)
+    detail = _one_line(re.sub(r"^In CSV column #\d+: ", "", text))
+    if column is None or column in value_columns:
+        return ValueColumnError(column, path, detail)
+    return InputError(f"cannot read {path!r} as csv: column {column!r}: {detail} (the input must be UTF-8 text)")
 
 
 def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
@@ -472,7 +477,7 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
     except BaseException as exc:
         source.stop()  # pyarrow may already be reading ahead: end the input for it
         source.close()
-        conversion = _csv_conversion_error(exc, path, header) if isinstance(exc, pa.ArrowInvalid) else None
+        conversion = _csv_conversion_error(exc, path, header, value_types) if isinstance(exc, pa.ArrowInvalid) else None
         if conversion is not None:
             raise conversion from exc
         raise
@@ -511,7 +516,7 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
             if "straddling" in str(exc):
                 raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
                                  "raise it with --block-size") from exc
-            conversion = _csv_conversion_error(exc, path, header)
+            conversion = _csv_conversion_error(exc, path, header, value_types)
             if conversion is not None:
                 raise conversion from exc
             raise
