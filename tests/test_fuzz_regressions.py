@@ -230,3 +230,38 @@ def test_select_with_a_row_strategy_is_a_value_error(strategy: str) -> None:
     ('WeightedGaussian' object has no attribute 'apply')."""
     with pytest.raises(ValueError, match="select_rows"):
         dpselect.select(np.arange(5), 1.0, 1e-5, strategy=strategy)
+
+
+@pytest.mark.parametrize("where", ["first block", "later block"])
+@pytest.mark.parametrize("command", ["select", "aggregate"])
+def test_csv_bytes_that_are_not_utf8_are_a_one_line_input_error(tmp_path, capsys, where: str, command: str) -> None:
+    """fuzz_files: a key or privacy-unit cell that is not UTF-8 made pyarrow report a "conversion
+    error", which the CSV reader took for a bad *value column* (ValueColumnError naming 'u'): it
+    escaped `dpselect select` as a traceback."""
+    from dpselect import cli
+
+    src = tmp_path / "in.csv"
+    bad = b"a\xff\xff,x,1\n"
+    rows = b"".join(b"u%d,k,1\n" % i for i in range(3000))
+    src.write_bytes(b"u,k,v\n" + (bad + rows if where == "first block" else rows + bad))
+    before = src.read_bytes()
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    extra = ["--metric", "sum:v:0:2"] if command == "aggregate" else []
+    code = cli.main([command, str(src), "--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5",
+                     "--block-size", "1K", *extra, "-o", str(out_dir / "o.parquet")])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_INPUT, err
+    assert err.count("\n") == 1 and "column 'u'" in err and "UTF-8" in err, err
+    assert list(out_dir.iterdir()) == [] and src.read_bytes() == before
+
+
+def test_a_value_column_that_is_not_a_number_is_still_a_value_error(tmp_path, capsys) -> None:
+    from dpselect import cli
+
+    src = tmp_path / "in.csv"
+    src.write_text("u,k,v\n" + "".join(f"u{i},k,1\n" for i in range(50)) + "x,k,abc\n")
+    code = cli.main(["aggregate", str(src), "--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5",
+                     "--metric", "sum:v:0:2", "-o", str(tmp_path / "o.parquet")])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_DATA and "value column 'v'" in err, err
