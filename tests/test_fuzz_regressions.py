@@ -3,7 +3,10 @@ and kept here as plain tests, each with the fix's expected behaviour."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -265,3 +268,24 @@ def test_a_value_column_that_is_not_a_number_is_still_a_value_error(tmp_path, ca
                      "--metric", "sum:v:0:2", "-o", str(tmp_path / "o.parquet")])
     err = capsys.readouterr().err
     assert code == cli.EXIT_DATA and "value column 'v'" in err, err
+
+
+# ------------------------------------------------------------------ the targets themselves
+
+FUZZ_DIR = Path(__file__).resolve().parents[1] / "fuzz"
+
+
+@pytest.mark.skipif(not (FUZZ_DIR / "run.sh").is_file(), reason="runs on a source checkout with fuzz/")
+@pytest.mark.parametrize("target", ["rows", "select", "bound", "files"])
+def test_fuzz_target_passes_on_its_seed_corpus(target: str) -> None:
+    """Each fuzz target, run by libFuzzer on its committed seeds only (-runs=0: no mutation), so a
+    change that breaks a target's property or the target itself shows up in the test suite."""
+    pytest.importorskip("atheris")
+    seeds = sorted((FUZZ_DIR / "corpus" / target).iterdir())
+    assert seeds, f"no seeds in fuzz/corpus/{target}"
+    proc = subprocess.run([sys.executable, str(FUZZ_DIR / f"fuzz_{target}.py"), "-runs=0", "-timeout=120",
+                           *map(str, seeds)], capture_output=True, text=True, timeout=600, check=False,
+                          cwd=FUZZ_DIR.parent)
+    tail = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("INFO: Instrumenting"))[-3000:]
+    assert proc.returncode == 0, tail
+    assert "Executed" in proc.stderr or "Done" in proc.stderr, tail
