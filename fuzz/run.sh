@@ -2,7 +2,8 @@
 # Run every fuzz target for SECONDS each (default 60), one after the other, niced.
 #   fuzz/run.sh 300            # five minutes per target
 #   fuzz/run.sh 60 rows files  # only these targets
-# Needs the in-place build (python setup.py build_ext --inplace) and atheris (pip install atheris).
+# Needs the in-place build (python setup.py build_ext --inplace) and atheris (pip install atheris);
+# FUZZ_ASAN=1 for a tree built by fuzz/build_asan.sh.
 # The committed seeds in fuzz/corpus/<target>/ are read, never written: inputs the fuzzer finds
 # go to $FUZZ_WORK/corpus/<target>/ (default: a directory under /tmp, kept between runs), and
 # crashes, timeouts and out-of-memory inputs to $FUZZ_WORK/artifacts/<target>-*. Each target's
@@ -18,6 +19,13 @@ targets=("$@")
 python=${PYTHON:-python3}
 work=${FUZZ_WORK:-${TMPDIR:-/tmp}/dpselect-fuzz}
 mkdir -p "$work/artifacts" "$work/logs"
+# FUZZ_ASAN=1: the C kernel was built with AddressSanitizer (fuzz/build_asan.sh); load its runtime
+# first. Python itself leaks by design: no leak report.
+preload=()
+if [ "${FUZZ_ASAN:-0}" = 1 ]; then
+    preload=(env "LD_PRELOAD=$(gcc -print-file-name=libasan.so)"
+             "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}")
+fi
 
 status=0
 summary=()
@@ -31,7 +39,7 @@ for target in "${targets[@]}"; do
     log="$work/logs/$target.log"
     echo "== fuzz_$target: ${seconds}s (log: $log)"
     # -timeout: one input running that long is a hang; -rss_limit_mb: room for pyarrow.
-    (cd "$root" && nice -n 19 "$python" "$script" \
+    (cd "$root" && nice -n 19 ${preload[@]+"${preload[@]}"} "$python" "$script" \
         -max_total_time="$seconds" -timeout=120 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/$target-" \
         "$work/corpus/$target" "$here/corpus/$target") >"$log" 2>&1
