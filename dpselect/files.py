@@ -19,16 +19,19 @@ are followed to the file they name; a read-only output is never replaced.
 """
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
 import queue
+import re
 import signal
 import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -158,17 +161,46 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
         raise InputError(f"input {path!r} is a directory, not a file")
     if not os.access(path, os.R_OK):
         raise InputError(f"input file {path!r} is not readable (permission denied)")
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        # Opening a FIFO would wait for a writer, then fail: the readers seek in their input.
+        raise InputError(f"input {path!r} is not a regular file (a pipe or a device); dpselect reads files it "
+                         "can seek in: save the input to a file first")
     value_types = dict(value_types or {})
     try:
         if fmt == "parquet":
-            return _parquet(path, columns, batch_rows, value_types)
-        if fmt == "csv":
-            return _csv(path, columns, block_size, value_types)
-        return _jsonl(path, columns, block_size, value_types)
+            source = _parquet(path, columns, batch_rows, value_types)
+        elif fmt == "csv":
+            source = _csv(path, columns, block_size, value_types)
+        else:
+            source = _jsonl(path, columns, block_size, value_types)
     except (ColumnError, InputError, ValueColumnError):
         raise
     except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read {path!r} as {fmt}: {exc}") from exc
+        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+    source.batches = _reading(path, fmt, source.batches)
+    return source
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (pyarrow's span several: "...\nDeserializing page
+    header failed."), for an error message that is one line."""
+    return re.sub(r"\s*\n\s*", "; ", str(exc).strip())
+
+
+def _reading(path: str, fmt: str, batches: Iterator[Any]) -> Iterator[Any]:
+    """The batches, a reader's failure while iterating (a corrupt page, a truncated stream)
+    turned into InputError with a one-line message."""
+    pa = import_pyarrow()
+    try:
+        yield from batches
+    except (ColumnError, InputError, ValueColumnError):
+        raise
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def _check_columns(path: str, available: Sequence[str], columns: Sequence[str]) -> None:
@@ -285,11 +317,35 @@ class _CountingReader(io.RawIOBase):
         self.tally = _LineTally()
         self.positions: list[int] = []  # file offset after each block read
         self.eof = False
+        self._stopped = False
+        self._reading = 0  # reads in progress (pyarrow calls read() from threads of its own)
+        self._idle = threading.Condition()
+        _LIVE_SOURCES.add(self)
 
     def readable(self) -> bool:
         return True
 
+    def stop(self, wait: float = 0.0) -> None:
+        """From now on every read is an end of file, so that pyarrow's read-ahead comes to an end
+        instead of waiting for more; then wait up to ``wait`` seconds for the reads in progress
+        (one blocked on a slow input may last)."""
+        with self._idle:
+            self._stopped = True
+            self._idle.wait_for(lambda: self._reading == 0, timeout=wait)
+
     def read(self, size: int = -1) -> bytes:
+        with self._idle:
+            if self._stopped:
+                return b""
+            self._reading += 1
+        try:
+            return self._read(size)
+        finally:
+            with self._idle:
+                self._reading -= 1
+                self._idle.notify_all()
+
+    def _read(self, size: int) -> bytes:
         data = self._stream.read(size) if size is not None and size >= 0 else self._stream.read()
         data = bytes(data)
         if data:
@@ -306,6 +362,7 @@ class _CountingReader(io.RawIOBase):
     def close(self) -> None:
         if self.closed:
             return
+        self.stop(wait=_STOP_WAIT_S)  # never close the stream under a read in progress
         try:
             self._stream.close()
             if self._raw is not self._stream:
@@ -331,6 +388,8 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     """The header's column names, from the first block only."""
     import pyarrow.csv as pcsv
 
+    pa = import_pyarrow()
+
     stream, raw = _open_text(path)
     try:
         first = bytes(stream.read(block_size))
@@ -352,7 +411,7 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     elif len(first) >= block_size:
         first = first[: max(first.rfind(b"\n"), first.rfind(b"\r")) + 1]
     header = pcsv.open_csv(
-        io.BytesIO(first),
+        pa.BufferReader(first),  # native: no pyarrow thread calls back into Python
         read_options=pcsv.ReadOptions(block_size=max(len(first), 1)),
         parse_options=pcsv.ParseOptions(delimiter=delimiter),
         convert_options=pcsv.ConvertOptions(include_columns=[]),
@@ -392,13 +451,32 @@ def _numbers(array: Any, typ: Any, column: str, path: str, where: Callable[[int]
     raise ValueColumnError(column, path, f"the value {value!r} {where(lo)} cannot be read as {typ}")
 
 
+def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str],
+                          value_columns: Collection[str] = ()) -> ValueColumnError | InputError | None:
+    """What a pyarrow CSV conversion error means, naming the column from the header: a value
+    column (``value_columns``) holding something that is not a number of its type is a
+    ValueColumnError; any other column is read as text, so its conversion error is bytes that
+    are not UTF-8 (an InputError). None for any other error."""
+    text = str(exc)
+    if "conversion error" not in text:
+        return None
+    match = re.search(r"CSV column #(\d+)", text)
+    index = int(match.group(1)) if match else -1
+    column = header[index] if 0 <= index < len(header) else None
+    detail = _one_line(re.sub(r"^In CSV column #\d+: ", "", text))
+    if column is None or column in value_columns:
+        return ValueColumnError(column, path, detail)
+    return InputError(f"cannot read {path!r} as csv: column {column!r}: {detail} (the input must be UTF-8 text)")
+
+
 def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
     """CSV, possibly compressed (by extension), read block by block with pyarrow."""
     pa = import_pyarrow()
     import pyarrow.csv as pcsv
 
     delimiter = csv_delimiter(path)
-    _check_columns(path, _csv_header(path, delimiter, block_size), columns)
+    header = _csv_header(path, delimiter, block_size)
+    _check_columns(path, header, columns)
     size = os.path.getsize(path)
     stream, raw = _open_text(path)
     source = _CountingReader(stream, raw)
@@ -406,6 +484,10 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
     # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
     # columns are read as text too, then converted to the number type asked for batch by batch
     # (a value that does not convert is reported with its row, and the reader stops cleanly).
+    # Ctrl-C must stop the run the way SIGTERM does, through Python's handler once open_csv has
+    # returned: pyarrow's own temporary SIGINT handler cancels open_csv midway, leaving tasks of
+    # its thread pools behind, which abort the process at exit ("terminate called").
+    pa.enable_signal_handlers(False)
     try:
         reader = pcsv.open_csv(
             source,
@@ -420,8 +502,12 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
                 quoted_strings_can_be_null=False,
             ),
         )
-    except BaseException:
+    except BaseException as exc:
+        source.stop()  # pyarrow may already be reading ahead: end the input for it
         source.close()
+        conversion = _csv_conversion_error(exc, path, header, value_types) if isinstance(exc, pa.ArrowInvalid) else None
+        if conversion is not None:
+            raise conversion from exc
         raise
     schema = pa.schema([pa.field(c, value_types.get(c, pa.string())) for c in columns])
     consumed = [0]
@@ -442,10 +528,16 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
         index = min(consumed[0], len(source.positions) - 1)
         return min(1.0, source.positions[index] / size)
 
+    guard = _CsvReader(reader, source)
+
     def batches() -> Iterator[Any]:
         rows = 0
         try:
-            for batch in reader:
+            while True:
+                try:
+                    batch = guard.next()
+                except StopIteration:
+                    break
                 consumed[0] += 1
                 converted = convert(batch.select(list(columns)), rows)
                 rows += batch.num_rows
@@ -461,12 +553,67 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
             if "straddling" in str(exc):
                 raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
                                  "raise it with --block-size") from exc
+            conversion = _csv_conversion_error(exc, path, header, value_types)
+            if conversion is not None:
+                raise conversion from exc
             raise
         finally:
-            reader.close()
-            source.close()
+            guard.finish()
 
     return BatchSource(batches(), schema, position)
+
+
+class _CsvReader:
+    """pyarrow's streaming CSV reader over a _CountingReader, with an end that leaves no
+    pyarrow thread inside Python. Its read-ahead threads call the source's read() on their own;
+    one still doing so when the interpreter finalizes is a fatal error (SIGABRT), so a reader
+    stopped early (an error, Ctrl-C, SIGTERM) is ended for them and drained, by whoever stops
+    it first: the batches' generator, or at the latest an atexit hook (which runs before
+    finalization, even when the generator was never started)."""
+
+    def __init__(self, reader: Any, source: _CountingReader) -> None:
+        self._reader = reader
+        self._source = source
+        self._lock = threading.Lock()
+        self._done = False
+        _LIVE_CSV_READERS.add(self)
+
+    def next(self) -> Any:
+        with self._lock:
+            if self._done:
+                raise StopIteration
+            return self._reader.read_next_batch()
+
+    def finish(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self._source.stop()  # every read from now on is an end of file...
+            try:
+                while True:  # ...so the read-ahead ends once what it holds is drained
+                    self._reader.read_next_batch()
+            except Exception:  # noqa: BLE001 - StopIteration at the end; a cut last line
+                pass
+            finally:
+                self._reader.close()
+                self._source.close()
+
+
+_LIVE_CSV_READERS: weakref.WeakSet[_CsvReader] = weakref.WeakSet()
+_LIVE_SOURCES: weakref.WeakSet[_CountingReader] = weakref.WeakSet()
+# How long a stop waits for a read in progress (a slow input may block one much longer).
+_STOP_WAIT_S = 5.0
+
+
+@atexit.register
+def _finish_csv_readers() -> None:
+    """Before the interpreter finalizes: end every CSV input pyarrow may still be reading
+    ahead, so that none of its threads is inside Python then."""
+    for reader in list(_LIVE_CSV_READERS):
+        reader.finish()
+    for source in list(_LIVE_SOURCES):
+        source.stop(wait=_STOP_WAIT_S)
 
 
 def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
@@ -583,6 +730,16 @@ def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
             put(("end", done))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             put(("error", exc))
+        finally:
+            # Close the source here and now (pyarrow's reader, the file), not when it is garbage
+            # collected: that may be at interpreter exit, when pyarrow's threads still reading
+            # ahead can no longer call back into Python (a fatal error, SIGABRT).
+            close = getattr(batches, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - the source's own error was already handed over
+                    pass
 
     reader = threading.Thread(target=read, name="dpselect-reader", daemon=True)
     reader.start()
@@ -667,6 +824,10 @@ def check_destination(destination: str | None, fmt: str, protected: Sequence[str
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise OutputError(f"output directory {directory!r} does not exist")
+    # The output is written to a new file beside it, then renamed: both need the directory
+    # writable (permissions, or a read-only file system). Refused now, before any work.
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {shown}: its directory {directory!r} is not writable")
     return _Destination(target, "replace", shown)
 
 
@@ -755,7 +916,7 @@ def _stage(content: Any, where: _Destination, fmt: str, new_mode: int = 0o666) -
     try:
         fd, tmp = tempfile.mkstemp(prefix=".dpselect-", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise OutputError(f"cannot create a file in {directory!r}: {exc.strerror}") from exc
+        raise OutputError(f"cannot write {where.shown}: cannot create a file in {directory!r}: {exc.strerror}") from exc
     try:
         with os.fdopen(fd, "wb") as sink:
             _write(content, sink, fmt)

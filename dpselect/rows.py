@@ -467,6 +467,29 @@ class PartitionCounts:
                 "exact counts, NOT private: input of a selection, never to publish)")
 
 
+def _null_count(column: Any) -> int:
+    """Rows whose value is null. A dictionary column's null_count counts null indices only: an
+    index pointing at a null dictionary value (``dictionary_encode(null_encoding="encode")``) is a
+    null too, which pyarrow's is_null sees."""
+    pa = import_pyarrow()
+    if pa.types.is_dictionary(column.type):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.is_null(column), min_count=0).as_py())
+    return int(column.null_count)
+
+
+def _without_null_units(batch: Any, units: Any) -> Any:
+    """The rows of ``batch`` whose privacy unit (``units``, its column) is not null. pyarrow has
+    no filter (take) kernel for string and binary views: such columns are first made plain large
+    strings and binaries, the type :func:`key_type` gives them anyway."""
+    pa = import_pyarrow()
+    plain = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+    if any(f.type in plain for f in batch.schema):
+        batch = batch.cast(pa.schema([f.with_type(plain.get(f.type, f.type)) for f in batch.schema]))
+    return batch.filter(pa.compute.is_valid(units))
+
+
 def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
                        ) -> tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]:
     """One grouping by user from the shards' groupings: every shard's non-empty users in its
@@ -566,12 +589,12 @@ class RowCounter:
             return
         self.rows += batch.num_rows
         units = batch.column(self.privacy_unit)
-        nulls = units.null_count
+        nulls = _null_count(units)
         if nulls:
             self.null_unit_rows += nulls
             if self.null_privacy_units == "error":
                 return  # finish() will refuse: only the number of such rows matters now
-            batch = batch.filter(pa.compute.is_valid(units))
+            batch = _without_null_units(batch, units)
             if batch.num_rows == 0:
                 return
         if batch.num_rows <= _PIECE_ROWS:
@@ -629,10 +652,11 @@ class RowCounter:
         self.check_schema(batch.schema)
         self.rows += batch.num_rows
         units = batch.column(self.privacy_unit)
-        if units.null_count:
-            self.null_unit_rows += units.null_count
+        nulls = _null_count(units)
+        if nulls:
+            self.null_unit_rows += nulls
             self.check_null_units()
-            batch = batch.filter(pa.compute.is_valid(units))
+            batch = _without_null_units(batch, units)
         if batch.num_rows <= _PIECE_ROWS:
             return (*self._encode_both(batch), batch)
         # The two columns' sides on two threads, piece by piece (see feed).

@@ -86,6 +86,9 @@ def select(
     built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
                       neighbours=neighbours, **options)
     if not isinstance(built, TabledSelection):  # δ = 0 allowed, or a mechanism that is not keep/drop
+        if not hasattr(built, "apply"):  # a row mechanism: it needs each user's set, not counts
+            raise ValueError(f"strategy {strategy!r} selects from (user, partition) rows, not counts: use "
+                             "dpselect.select_rows or dpselect.select_partitions")
         if getattr(built, "releases_counts", False) and not isinstance(built, NoRelease):
             raise ValueError(f"strategy {strategy!r} releases noisy counts: use dpselect.release")
         arr = as_counts(counts)
@@ -182,6 +185,10 @@ def keep_probability(
     floating-point closed form."""
     built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split,
                       allow_no_release=True, neighbours=neighbours, **options)
+    if not hasattr(built, "keep_probability"):  # a row mechanism, or the mixed release
+        raise ValueError(f"strategy {strategy!r} does not keep a partition with a probability of its count "
+                         "alone; keep_probability takes the count-based strategies: pi_opt, release, laplace, "
+                         "gaussian, auto, public")
     arr = as_counts(n, "n")
     if arr.size and np.issubdtype(arr.dtype, np.signedinteger) and arr.min() < 0:
         raise ValueError("n must be non-negative (numbers of distinct users)")

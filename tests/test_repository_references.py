@@ -22,7 +22,7 @@ SUFFIXES = {".py", ".pyx", ".pxd", ".pyi", ".c", ".h", ".md", ".toml", ".cfg", "
 
 def _shipped_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "pyproject.toml", ROOT / "setup.py"]
-    for folder in ("dpselect", "csrc", "docs", "tests", "bench", "examples", "scripts"):
+    for folder in ("dpselect", "csrc", "docs", "tests", "bench", "examples", "scripts", "fuzz"):
         for path in sorted((ROOT / folder).rglob("*")):
             generated = path.parent.name == "dpselect" and path.suffix == ".c"  # Cython output
             if path.is_file() and path.suffix in SUFFIXES and not generated:

@@ -42,6 +42,7 @@ MAX_GAUSSIAN_EPSILON = 50.0
 # Entries stop once 1 − π is below 2^-(w − 8): larger counts keep the last entry.
 _TAIL_GAP = Fraction(1, 2 ** (_WIDTH - 8))
 _SQRT_BITS = 256
+_TOO_LONG = "the Gaussian keep table would be too long: raise epsilon or lower max_partitions_contributed"
 
 
 # ------------------------------------------------------------------ calibration (floats, as Google)
@@ -168,6 +169,11 @@ def optimal_noise_share(epsilon: float, delta: float, kappa: int) -> float:
 def _gaussian_table(sigma: Fraction, threshold: Fraction) -> tuple[KeepTable, Fraction]:
     """Lower bounds of Φ((n − T)/σ) for n = 0 .. N − 1, and the largest gap g between an entry
     (or the saturated tail) and the exact value."""
+    # The table ends once 1 − Φ((n − T)/σ) <= 2^-(w − 8), which needs (n − T)/σ > 15 (1 − Φ(15) >
+    # 2^-167): refuse at once a table that cannot fit, rather than after computing millions of
+    # exact entries (hours at a tiny epsilon).
+    if threshold + 15 * sigma > MAX_TABLE_ENTRIES:
+        raise ValueError(_TOO_LONG)
     scale = 1 << _WIDTH
     values = [0]
     gap = Fraction(0)
@@ -186,7 +192,7 @@ def _gaussian_table(sigma: Fraction, threshold: Fraction) -> tuple[KeepTable, Fr
                 break
         n += 1
         if n > MAX_TABLE_ENTRIES:
-            raise ValueError("the Gaussian keep table would be too long: raise epsilon or lower max_partitions_contributed")
+            raise ValueError(_TOO_LONG)
     gap = max(gap, 1 - Fraction(values[-1], scale))  # counts beyond the table keep the last entry
     words = _words(values, _LIMBS)
     table = KeepTable(words=_read_only(words), partition_epsilon=Fraction(0), partition_delta=Fraction(0),

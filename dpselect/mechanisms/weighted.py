@@ -31,12 +31,12 @@ import numpy.typing as npt
 from dpselect import _weighted
 from dpselect.exact import exp_lower
 from dpselect.guarantee import PrivacyGuarantee
-from dpselect.mechanisms.gaussian import agm_delta_upper, certified_sigma, gaussian_threshold
+from dpselect.mechanisms.gaussian import MAX_GAUSSIAN_EPSILON, agm_delta_upper, certified_sigma, gaussian_threshold
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
 from dpselect.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
 
-__all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG"]
+__all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG", "MAX_KAPPA", "MAX_EPSILON"]
 
 GOPI = ("Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin, \"Differentially private set union\", "
         "ICML 2020, Theorem 5.1")
@@ -44,6 +44,10 @@ SWANBERG = ("Swanberg, Desfontaines, Haney, \"DP-SIPS: a simpler, more scalable 
             "differentially private partition selection\", 2023")
 WEIGHT_BITS = 32
 _ONE = 1 << WEIGHT_BITS
+# Largest κ of the weighted mechanisms: certifying ρ costs about 10 ms per set size (minutes here).
+MAX_KAPPA = 1 << 16
+# Largest ε of the weighted mechanisms (as for Gaussian thresholding).
+MAX_EPSILON = MAX_GAUSSIAN_EPSILON
 
 
 @dataclass
@@ -76,7 +80,13 @@ class UserSets:
 
 @functools.lru_cache(maxsize=64)
 def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
-    """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above."""
+    """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above.
+    Every mechanism calls it before certifying its threshold, one exact bound per m = 1..κ (about
+    10 ms each): κ above MAX_KAPPA is refused here, at once, rather than after hours."""
+    if kappa > MAX_KAPPA:
+        raise ValueError(f"weighted partition selection supports max_partitions_contributed up to {MAX_KAPPA} "
+                         f"(its threshold is certified for every set size 1..κ, about 10 ms each), got {kappa}; "
+                         "bound contributions more tightly, or use a count-based strategy (dpselect.select)")
     w = [0] + [math.isqrt((_ONE * _ONE) // m) if norm == "l2" else _ONE // m for m in range(1, kappa + 1)]
     out = np.array(w, dtype=np.int64)
     out.setflags(write=False)
@@ -122,9 +132,18 @@ class _RowMechanism:
         return self.select_sets(UserSets.from_codes(users, partitions, n_partitions), rng=rng)
 
 
-def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
+def _check_epsilon(params: PrivacyParams) -> None:
+    """ε in (0, MAX_EPSILON]: the thresholds are certified in exact arithmetic, whose cost grows
+    with ε (e^ε's series; the analytic Gaussian bound's normal tails), without end at ε = 1e300."""
     if params.delta_exact == 0 or params.epsilon_exact == 0:
         raise ValueError("weighted partition selection needs epsilon > 0 and delta > 0")
+    if params.epsilon > MAX_EPSILON:
+        raise ValueError(f"weighted partition selection supports epsilon up to {MAX_EPSILON:g}, got "
+                         f"{params.epsilon:g}")
+
+
+def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
+    _check_epsilon(params)
     if not 0 < noise_share < 1:
         raise ValueError(f"noise_share must be in (0, 1), got {noise_share!r}")
     delta_noise = params.delta_exact * Fraction(noise_share)
@@ -199,8 +218,7 @@ class WeightedLaplace(_RowMechanism):
     norm = "l1"
 
     def __init__(self, params: PrivacyParams) -> None:
-        if params.delta_exact == 0 or params.epsilon_exact == 0:
-            raise ValueError("weighted partition selection needs epsilon > 0 and delta > 0")
+        _check_epsilon(params)
         if params.affected_partitions != params.max_partitions_contributed:
             raise ValueError("weighted mechanisms support neighbours='add_remove' only")
         self.params = params
