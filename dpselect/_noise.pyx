@@ -140,11 +140,10 @@ cdef int _raise(int rc, size_t bad, object out) except -1:
     return check_status(rc)
 
 
-def add_discrete_laplace(values, scale_num, scale_den, out=None, test_state=None):
-    """out[i] = values[i] + X_i with X_i exact discrete Laplace of scale t = scale_num/scale_den:
-    P[X = x] proportional to exp(-|x|/t). ``values``: 1-D int64; ``out`` may be ``values``."""
-    cdef uint64_t num = check_param("scale_num", scale_num)
-    cdef uint64_t den = check_param("scale_den", scale_den)
+cdef object _add_noise(object values, object out, object test_state, uint64_t num, uint64_t den,
+                       dps_dgauss *gauss):
+    """values + noise into out (the batch loop shared by both noises): discrete Gaussian when
+    ``gauss`` is given, else discrete Laplace of scale num/den."""
     arr = _values(values)
     res = _out(out, arr)
     cdef const int64_t[::1] v = arr
@@ -155,13 +154,24 @@ def add_discrete_laplace(values, scale_num, scale_den, out=None, test_state=None
     cdef dps_rng *s = begin_batch(test_state)
     if n:
         with nogil:
-            rc = dps_add_discrete_laplace(s, num, den, &v[0], &o[0], n, &bad)
+            if gauss != NULL:
+                rc = dps_add_discrete_gaussian(s, gauss, &v[0], &o[0], n, &bad)
+            else:
+                rc = dps_add_discrete_laplace(s, num, den, &v[0], &o[0], n, &bad)
             end_batch(s)
     else:
         end_batch(s)
     finish_batch(test_state)
     _raise(rc, bad, res)
     return res
+
+
+def add_discrete_laplace(values, scale_num, scale_den, out=None, test_state=None):
+    """out[i] = values[i] + X_i with X_i exact discrete Laplace of scale t = scale_num/scale_den:
+    P[X = x] proportional to exp(-|x|/t). ``values``: 1-D int64; ``out`` may be ``values``."""
+    cdef uint64_t num = check_param("scale_num", scale_num)
+    cdef uint64_t den = check_param("scale_den", scale_den)
+    return _add_noise(values, out, test_state, num, den, NULL)
 
 
 def add_discrete_gaussian(values, sigma2_num, sigma2_den, out=None, test_state=None):
@@ -175,23 +185,7 @@ def add_discrete_gaussian(values, sigma2_num, sigma2_den, out=None, test_state=N
     g.shift_den = shift_den
     g.gamma_den.hi = gamma_den >> 64
     g.gamma_den.lo = gamma_den & (_U64 - 1)
-    arr = _values(values)
-    res = _out(out, arr)
-    cdef const int64_t[::1] v = arr
-    cdef int64_t[::1] o = res
-    cdef size_t n = <size_t>arr.shape[0]
-    cdef size_t bad = 0
-    cdef int rc = DPS_OK
-    cdef dps_rng *s = begin_batch(test_state)
-    if n:
-        with nogil:
-            rc = dps_add_discrete_gaussian(s, &g, &v[0], &o[0], n, &bad)
-            end_batch(s)
-    else:
-        end_batch(s)
-    finish_batch(test_state)
-    _raise(rc, bad, res)
-    return res
+    return _add_noise(values, out, test_state, 0, 0, &g)
 
 
 cdef dps_u128 _u128(str name, object value, object low) except *:
