@@ -405,9 +405,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(str(exc), prog=prog)
             return EXIT_INTERNAL
         except KeyboardInterrupt as exc:
+            global _interrupted
+            _interrupted = True
             _error("interrupted; no output was written" if not isinstance(exc, _Terminated)
                    else f"terminated by signal {exc.signum}; no output was written", newline=True, prog=prog)
             return 128 + exc.signum if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+
+
+# Set by main() when a run ended on Ctrl-C or a signal, after its cleanup ran.
+_interrupted = False
+
+
+def console_main() -> None:
+    """The ``dpselect`` command: main(), then exit with its code.
+
+    A run stopped by a signal may leave pyarrow's reader threads mid-read (its CSV read-ahead);
+    letting the interpreter finalize then can destroy a running C++ thread and abort the process
+    (exit -6 instead of 128 + the signal). Its temporary output is already removed by then, so
+    such a run flushes what it printed and leaves at once, without finalization."""
+    code = main()
+    if _interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 def _error(message: str, newline: bool = False, prog: str = "dpselect") -> None:
@@ -1105,4 +1130,4 @@ def _quiet_stdout() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()
