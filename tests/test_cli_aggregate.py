@@ -6,8 +6,6 @@ so the checks on released numbers use partitions far above the selection thresho
 large enough that a noise draw beyond the tolerance has probability below 1e-9."""
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import stat
@@ -23,6 +21,7 @@ pcsv = pytest.importorskip("pyarrow.csv")
 
 import dpselect
 from dpselect import cli
+from file_formats import read_rows, write_table
 
 # Three keys of 400, 300 and 200 users; every user has 1 to 3 rows in one key, with amounts in
 # [0, 100]. Key "c" is mentioned by a public-partitions file but absent from the data.
@@ -46,28 +45,10 @@ def make_table() -> pa.Table:
 
 
 def write(path, table: pa.Table, fmt: str) -> str:
-    if fmt == "csv":
-        pcsv.write_csv(table, str(path))
-    elif fmt == "csv.gz":
-        buf = io.BytesIO()
-        pcsv.write_csv(table, buf)
-        with gzip.open(path, "wb") as f:
-            f.write(buf.getvalue())
-    elif fmt == "parquet":
-        pq.write_table(table, str(path), row_group_size=101)
-    else:
-        with open(path, "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in table.to_pylist())
-    return str(path)
+    return write_table(path, table, fmt, row_group_size=101)
 
 
-def read(path: str, fmt: str) -> list[dict]:
-    if fmt == "csv":
-        return pcsv.read_csv(path).to_pylist()
-    if fmt == "parquet":
-        return pq.read_table(path).to_pylist()
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+read = read_rows
 
 
 def run(*args: str) -> int:

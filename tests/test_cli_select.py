@@ -1,9 +1,7 @@
 """The `dpselect select` command: round trips through every format, batches, every error path."""
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +14,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 from dpselect import cli
+from file_formats import read_rows, write_table
 from dpselect.progress import Progress
 
 BIG = {"alpha": 300, "beta": 200, "gamma, with comma": 150, "": 0}
@@ -40,29 +39,11 @@ def make_rows(n_tiny: int = 0) -> pa.Table:
                      "other": list(range(len(users)))})
 
 
-def write_input(path, table, fmt: str) -> str:
-    if fmt == "csv":
-        pcsv.write_csv(table, str(path))
-    elif fmt == "csv.gz":
-        buf = io.BytesIO()
-        pcsv.write_csv(table, buf)
-        with gzip.open(path, "wb") as f:
-            f.write(buf.getvalue())
-    elif fmt == "parquet":
-        pq.write_table(table, str(path), row_group_size=97)
-    else:
-        with open(path, "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in table.to_pylist())
-    return str(path)
+def write_input(path, table: pa.Table, fmt: str) -> str:
+    return write_table(path, table, fmt, row_group_size=97)
 
 
-def read_output(path: str, fmt: str) -> list[dict]:
-    if fmt == "csv":
-        return pcsv.read_csv(path).to_pylist()
-    if fmt == "parquet":
-        return pq.read_table(path).to_pylist()
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+read_output = read_rows
 
 
 def run(*args: str) -> int:
