@@ -26,6 +26,7 @@ import dpselect  # noqa: E402
 from dpselect import spark as ds  # noqa: E402
 from dpselect.aggregation.grid import Grid  # noqa: E402
 from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
+from dpselect.spark import _aggregate, _common, _select  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 
 pytestmark = [
@@ -116,8 +117,8 @@ def _table(seed: int, users: int, keys: int, rows: int, max_keys: int, max_rows:
 
 def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
     table = _table(1, users=3000, keys=40, rows=20000, max_keys=3)
-    per_key = ds._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, "error")
-    got = {r.key: r[ds._USERS] for r in per_key.collect()}
+    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, "error")
+    got = {r.key: r[_common.USERS] for r in per_key.collect()}
     counter = RowCounter("user", ["key"])
     counter.feed(table)
     parts = counter.finish(3, None, dpselect.SecureRNG())
@@ -129,9 +130,9 @@ def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
 def test_per_key_aggregates_are_exact_when_nothing_is_bounded(spark):
     table = _table(2, users=2000, keys=30, rows=12000, max_keys=2, max_rows=3)
     grid = Grid.for_bounds(0, 10, precision_bits=30, integer=True)
-    per_key = ds._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
+    per_key = _aggregate._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
                                     2, 3, None, "error")
-    got = {r.key: (r[ds._USERS], r[ds._ROWS], r[ds._SUM + "0"]) for r in per_key.collect()}
+    got = {r.key: (r[_common.USERS], r[_common.ROWS], r[_common.SUM + "0"]) for r in per_key.collect()}
     pdf = table.to_pandas()
     pdf["units"] = grid.to_units(pdf["value"].to_numpy())
     truth = {k: (g["user"].nunique(), len(g), int(g["units"].sum())) for k, g in pdf.groupby("key")}
@@ -189,7 +190,7 @@ def test_kappa_subset_is_uniform(spark):
     keys = np.random.default_rng(6).integers(0, 3, users.size)
     keys[::5], keys[1::5], keys[2::5] = 0, 1, 2
     df = frame(spark, user=users, key=keys)
-    counts = [r[ds._USERS] for r in ds._select_per_key(df, "user", ["key"], 1, None, "error").collect()]
+    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, None, "error").collect()]
     assert len(counts) == 3 and sum(counts) == 3000
     assert all(abs(c - 1000) < 5 * math.sqrt(3000 * (1 / 3) * (2 / 3)) for c in counts), counts
 
@@ -200,9 +201,10 @@ def test_linf_rows_are_uniform(spark):
     values = np.tile(np.arange(4), 3000)
     df = frame(spark, user=users, key=np.zeros(users.size, np.int64), value=values)
     grid = Grid.for_bounds(0, 3, integer=True)
-    row = ds._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, "error").collect()[0]
-    assert row[ds._USERS] == row[ds._ROWS] == 3000
-    assert abs(row[ds._SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
+    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, "error")
+    row = per_key.collect()[0]
+    assert row[_common.USERS] == row[_common.ROWS] == 3000
+    assert abs(row[_common.SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
 
 
 def test_keep_rate_matches_the_single_machine_and_pi_opt(spark):
@@ -250,8 +252,8 @@ def test_metric_noise_has_the_single_machine_scale(spark):
 
 def test_executors_draw_fresh_secure_values(spark):
     df = spark.range(40000, numPartitions=4)
-    first = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
-    second = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
+    first = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
+    second = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
     assert len(set(first)) == len(first) == 40000  # no two partitions (or forked workers) share a stream
     assert not set(first) & set(second)
 
@@ -263,7 +265,7 @@ def test_the_release_is_drawn_once(spark):
     first = rows_of(out)
     assert len(first) > 10 and rows_of(out) == first and out.count() == len(first)
     assert "differentially private" in ds.guarantee_of(out)
-    assert out.schema["key"].metadata[ds._PRIVATE] is True
+    assert out.schema["key"].metadata[_common.PRIVATE] is True
 
 
 def test_test_rng_is_deterministic_for_a_fixed_partitioning(spark):
@@ -277,7 +279,7 @@ def test_test_rng_is_deterministic_for_a_fixed_partitioning(spark):
         c = ds.select_partitions(df, rng=InsecureDeterministicRNG(12), **kwargs)
     assert len(rows_of(a)) > 10
     assert rows_of(a) == rows_of(b) != rows_of(c)
-    assert ds.guarantee_of(a).startswith("NOT DP") and a.schema["key"].metadata[ds._PRIVATE] is False
+    assert ds.guarantee_of(a).startswith("NOT DP") and a.schema["key"].metadata[_common.PRIVATE] is False
 
 
 # ---------------------------------------------------------------- refusals

@@ -1,0 +1,128 @@
+"""``dpselect.spark.select_partitions``: :func:`dpselect.select_partitions` run by Spark."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpselect.pipeline import build_strategy, check_columns
+from dpselect.rng import resolve_rng
+from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.spark._common import (
+    USERS,
+    annotate,
+    check_frame,
+    check_strategy,
+    drop_null_units,
+    executor_rng,
+    executor_strategy,
+    keep_first,
+    materialise,
+    rng_spec,
+    spark,
+    with_random,
+)
+
+__all__ = ["select_partitions"]
+
+
+# ---------------------------------------------------------------- select_partitions
+
+def _select_per_key(df: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
+                    null_privacy_units: str) -> Any:
+    """The lazy plan of the bounded distinct-user count per key (column ``__dpselect_users``):
+    distinct (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user."""
+    F = spark().functions
+    data = drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
+    # One shuffle by user serves the deduplication and the bounding window (hash partitioning by
+    # user clusters every (user, key) too); the per-key count is the second and last shuffle.
+    pairs = data.repartition(privacy_unit).dropDuplicates([privacy_unit, *names])
+    drawn = with_random(pairs, spec, b"bound", null_privacy_units == "error", privacy_unit)
+    bounded = keep_first(drawn, [privacy_unit], names, kappa)
+    return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS))
+
+
+def select_partitions(
+    df: Any,
+    *,
+    privacy_unit: str,
+    by: str | Sequence[str],
+    epsilon: float,
+    delta: float,
+    max_partitions_contributed: int = 1,
+    strategy: str = "release",
+    counts: bool = False,
+    count_column: str = "noisy_count",
+    null_privacy_units: str = "error",
+    allow_no_release: bool = False,
+    rng: object = None,
+    **options: Any,
+) -> Any:
+    """The partitions (distinct values of ``by``) of a Spark DataFrame that can be released under
+    (``epsilon``, ``delta``)-DP: :func:`dpselect.select_partitions` run by Spark.
+
+    Guarantee (the same statement, docs/privacy/contribution-bounding.md): the output (kept keys,
+    and noisy counts with ``counts=True``) is (ε, δ)-differentially private for neighbouring
+    datasets that add or remove all rows of one privacy unit. Each user's distinct keys are
+    bounded to κ = ``max_partitions_contributed``, a uniform subset (the κ smallest of
+    independent 64-bit uniforms drawn per (user, key) pair from the package CSPRNG on the
+    executors), distinct users are counted per key, and the strategy decides each key at
+    (ε/κ, 1 − (1 − δ)^{1/κ}) in the C kernel. ``strategy``: "release" (default; the k-TSGD
+    thresholded release, with noisy counts if asked), "pi_opt", "laplace" or "gaussian";
+    ``options`` go to :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``...).
+
+    Returns a Spark DataFrame of the released keys (with the input's key types), plus
+    ``count_column`` (int64) with ``counts=True``, sorted by key and already computed (a local
+    checkpoint: the noise is drawn once, whatever the actions run on it later). The statement is
+    in every column's metadata (:func:`guarantee_of`). ``rng``: None (the secure CSPRNG, the
+    only private choice) or a :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
+    """
+    sql = spark()
+    types = sql.types
+    names = check_columns(privacy_unit, by, count_column)
+    if not isinstance(counts, bool):
+        raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
+    if null_privacy_units not in NULL_PRIVACY_UNITS:
+        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+    name = check_strategy(strategy)
+    strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
+    kappa = strat.max_partitions_contributed
+    generator = resolve_rng(rng)
+    check_frame(df, privacy_unit, names)
+    args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
+    spec = rng_spec(generator)
+    generator._announce()  # the test generator warns here, once for the whole call
+
+    per_key = _select_per_key(df, privacy_unit, names, kappa, spec, null_privacy_units)
+
+    key_fields = [f for f in df.schema.fields if f.name in names]
+    key_fields.sort(key=lambda f: names.index(f.name))
+    out_fields = list(key_fields)
+    if counts:
+        out_fields.append(types.StructField(count_column, types.LongType(), False))
+    schema = types.StructType(out_fields)
+    n_keys = len(names)
+
+    def decide(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        strategy_ = executor_strategy(args)
+        rng_ = executor_rng(spec, b"select")
+        for batch in batches:
+            users = batch.column(n_keys).to_numpy(zero_copy_only=False).astype(np.int64)
+            result = strategy_.apply(users, rng=rng_)
+            keep = np.asarray(result.keep, dtype=bool)
+            mask = pa.array(keep, pa.bool_())
+            columns = [batch.column(i).filter(mask) for i in range(n_keys)]
+            if counts:
+                columns.append(pa.array(np.asarray(result.noisy_counts, dtype=np.int64)[keep], pa.int64()))
+            yield pa.RecordBatch.from_arrays(columns, names=schema.names)
+
+    released = materialise(per_key.mapInArrow(decide, schema))
+    guarantee = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+    if not generator.privacy_guaranteed:
+        guarantee = guarantee.under_test_rng()
+    private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
+    # Sorting the checkpointed rows reads them back, it draws nothing again.
+    return annotate(released.orderBy(*names), names, str(guarantee), private)
