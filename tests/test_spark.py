@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ if shutil.which("java") is None:
 
 import dpselect  # noqa: E402
 from dpselect import spark as ds  # noqa: E402
+from dpselect.aggregation.budget import BudgetExceededError  # noqa: E402
 from dpselect.aggregation.grid import Grid  # noqa: E402
 from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
 from dpselect.spark import _aggregate, _common, _select  # noqa: E402
@@ -309,3 +311,54 @@ def test_refusals(spark):
         ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
     with pytest.raises(ValueError, match="NaN"):
         ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
+
+
+# ---------------------------------------------------------------- budget and intervals
+
+
+def test_select_charges_the_budget_and_adds_intervals_like_the_single_machine(spark):
+    table = _table(9, users=1500, keys=15, rows=5000, max_keys=2)
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=2, counts=True,
+                  confidence_level=0.9)
+    on_spark, local = dpselect.Budget(2e6, 1e-4), dpselect.Budget(2e6, 1e-4)
+    out = ds.select_partitions(spark.createDataFrame(table), budget=on_spark, **kwargs)
+    want = dpselect.select_partitions(table, budget=local, **kwargs).to_pandas()
+    got = out.toPandas()
+    assert list(got.columns) == ["key", "noisy_count", "noisy_count_ci_low", "noisy_count_ci_high"]
+    assert got.equals(want)
+    assert (got["noisy_count_ci_low"] <= got["noisy_count"]).all()  # ε = 1e6: the interval is one point
+    assert on_spark.spent == local.spent == (Fraction(10**6), Fraction(1, 10**5))
+    assert [c.what for c in on_spark.ledger] == ["spark.select_partitions(by=['key'])"]
+
+
+def _raised(call):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    return type(info.value), str(info.value)
+
+
+def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charge(spark):
+    table = pa.table({"user": pa.array(np.arange(20)), "key": pa.array(np.arange(20) % 3),
+                      "value": pa.array(np.ones(20))})
+    df = spark.createDataFrame(table)
+    base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
+    metrics = {"n": dpselect.count()}
+    bad = [dict(counts=True, confidence_level=1.5), dict(counts=True, confidence_level=True),
+           dict(counts=False, confidence_level=0.9), dict(strategy="pi_opt", confidence_level=0.9),
+           dict(budget="epsilon 1"), dict(counts=True, confidence_level=0.9, budget=0.5)]
+    for extra in bad:
+        assert _raised(lambda: ds.select_partitions(df, **base, **extra)) == \
+            _raised(lambda: dpselect.select_partitions(table, **base, **extra)), extra
+    for extra in (dict(confidence_level=0.0), dict(confidence_level=1), dict(budget=[1.0])):
+        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **base, **extra)) == \
+            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **base, **extra)), extra
+    # Overspending charges nothing and fails before any Spark job; a bad argument after a good
+    # budget charges nothing either.
+    budget = dpselect.Budget(0.5, 1e-5)
+    with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
+        ds.select_partitions(df, budget=budget, **base)
+    with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
+        ds.aggregate(df, metrics=metrics, budget=budget, **base)
+    with pytest.raises(ValueError, match="confidence_level"):
+        ds.select_partitions(df, budget=budget, confidence_level=2.0, counts=True, **{**base, "epsilon": 0.1})
+    assert budget.spent == (0, 0) and budget.ledger == ()

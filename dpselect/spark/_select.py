@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.pipeline import build_strategy, check_columns
+from dpselect.pipeline import _count_half_width, build_strategy, check_columns
 from dpselect.rng import resolve_rng
 from dpselect.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._common import (
@@ -27,7 +27,17 @@ from dpselect.spark._common import (
 __all__ = ["select_partitions"]
 
 
-# ---------------------------------------------------------------- select_partitions
+def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None:
+    """Charge the release's (ε, δ), exactly as :func:`dpselect.select_partitions` does (each
+    float read exactly through its shortest repr, :func:`dpselect.exact.as_fraction`)."""
+    from dpselect.aggregation.budget import Budget
+    from dpselect.exact import as_fraction
+
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
+    budget.charge(as_fraction(epsilon), as_fraction(delta), what=f"spark.select_partitions(by={names})")
+
+
 
 def _select_per_key(df: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
                     null_privacy_units: str) -> Any:
@@ -56,6 +66,8 @@ def select_partitions(
     count_column: str = "noisy_count",
     null_privacy_units: str = "error",
     allow_no_release: bool = False,
+    confidence_level: float | None = None,
+    budget: Any = None,
     rng: object = None,
     **options: Any,
 ) -> Any:
@@ -72,11 +84,19 @@ def select_partitions(
     thresholded release, with noisy counts if asked), "pi_opt", "laplace" or "gaussian";
     ``options`` go to :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``...).
 
+    ``confidence_level`` (with ``counts=True`` and a strategy that draws TSGD noise) adds
+    ``<count_column>_ci_low`` / ``_ci_high``, exact on the certified noise table
+    (docs/privacy/confidence-intervals.md). ``budget``: a :class:`dpselect.Budget` charged
+    (ε, δ) after the arguments and the DataFrame's schema are checked and before any Spark job
+    (nothing is charged if the charge would overspend), as :func:`dpselect.select_partitions`
+    does.
+
     Returns a Spark DataFrame of the released keys (with the input's key types), plus
-    ``count_column`` (int64) with ``counts=True``, sorted by key and already computed (a local
-    checkpoint: the noise is drawn once, whatever the actions run on it later). The statement is
-    in every column's metadata (:func:`guarantee_of`). ``rng``: None (the secure CSPRNG, the
-    only private choice) or a :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
+    ``count_column`` (int64) with ``counts=True`` (and the interval's int64 columns), sorted by
+    key and already computed (a local checkpoint: the noise is drawn once, whatever the actions
+    run on it later). The statement is in every column's metadata (:func:`guarantee_of`).
+    ``rng``: None (the secure CSPRNG, the only private choice) or a
+    :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
     """
     sql = spark()
     types = sql.types
@@ -88,8 +108,11 @@ def select_partitions(
     name = check_strategy(strategy)
     strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
     kappa = strat.max_partitions_contributed
+    half_width = _count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
+    if budget is not None:
+        _charge(budget, epsilon, delta, names)
     args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
     spec = rng_spec(generator)
     generator._announce()  # the test generator warns here, once for the whole call
@@ -101,6 +124,9 @@ def select_partitions(
     out_fields = list(key_fields)
     if counts:
         out_fields.append(types.StructField(count_column, types.LongType(), False))
+    if half_width is not None:
+        out_fields.append(types.StructField(f"{count_column}_ci_low", types.LongType(), False))
+        out_fields.append(types.StructField(f"{count_column}_ci_high", types.LongType(), False))
     schema = types.StructType(out_fields)
     n_keys = len(names)
 
@@ -116,7 +142,10 @@ def select_partitions(
             mask = pa.array(keep, pa.bool_())
             columns = [batch.column(i).filter(mask) for i in range(n_keys)]
             if counts:
-                columns.append(pa.array(np.asarray(result.noisy_counts, dtype=np.int64)[keep], pa.int64()))
+                noisy = np.asarray(result.noisy_counts, dtype=np.int64)[keep]
+                columns.append(pa.array(noisy, pa.int64()))
+                if half_width is not None:
+                    columns += [pa.array(noisy - half_width, pa.int64()), pa.array(noisy + half_width, pa.int64())]
             yield pa.RecordBatch.from_arrays(columns, names=schema.names)
 
     released = materialise(per_key.mapInArrow(decide, schema))
