@@ -179,8 +179,12 @@ def test_key_types_nulls_and_several_columns_come_back(spark):
     out = ds.select_partitions(df, privacy_unit="user", by=["a", "b"], epsilon=1e6, delta=1e-5,
                                max_partitions_contributed=6)
     assert [(f.name, f.dataType) for f in out.schema.fields] == [(f.name, f.dataType) for f in df.schema.fields[1:]]
+    # Sorted as on one machine (Arrow's order): nulls last.
     assert rows_of(out) == sorted(set(zip(table["a"].to_pylist(), table["b"].to_pylist())),
-                                  key=lambda t: (t[0] is not None, t[0], t[1]))
+                                  key=lambda t: (t[0] is None, t[0] or 0, t[1]))
+    local = dpselect.select_partitions(table, privacy_unit="user", by=["a", "b"], epsilon=1e6, delta=1e-5,
+                                       max_partitions_contributed=6)
+    assert rows_of(out) == [tuple(r.values()) for r in local.to_pylist()]
 
 
 # ---------------------------------------------------------------- statistics
@@ -303,8 +307,18 @@ def test_refusals(spark):
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     with pytest.raises(TypeError, match="float"):
         ds.select_partitions(df, **{**base, "privacy_unit": "fuser"})
-    with pytest.raises(ValueError, match="strategy"):
+    with pytest.raises(NotImplementedError, match="strategy='dp_sips' is a row mechanism"):
         ds.select_partitions(df, strategy="dp_sips", **base)
+    with pytest.raises(NotImplementedError, match="strategy='auto' may choose a row mechanism"):
+        ds.select_partitions(df, strategy="auto", **base)
+    with pytest.raises(NotImplementedError, match="strategy is given by name"):
+        ds.select_partitions(df, strategy=dpselect.make_strategy("pi_opt", epsilon=1.0, delta=1e-5), **base)
+    with pytest.raises(ValueError, match="strategy must be one of release, pi_opt"):
+        ds.select_partitions(df, strategy="pi-opt", **base)
+    with pytest.raises(ValueError, match="public_partitions needs strategy='public'"):
+        ds.select_partitions(df, strategy="release", public_partitions=[1], **base)
+    with pytest.raises(ValueError, match="strategy='mixed' needs public_partitions"):
+        ds.select_partitions(df, strategy="mixed", **base)
     with pytest.raises(TypeError, match="pyspark.sql.DataFrame"):
         ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
     with pytest.raises(ValueError, match="needs bounds"):
@@ -362,3 +376,74 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
     with pytest.raises(ValueError, match="confidence_level"):
         ds.select_partitions(df, budget=budget, confidence_level=2.0, counts=True, **{**base, "epsilon": 0.1})
     assert budget.spent == (0, 0) and budget.ledger == ()
+
+
+# ---------------------------------------------------------------- public partitions
+
+
+def _float_keys(seed: int, n: int):
+    """Float keys 0-4 plus null, NaN and -0.0 (which is the key 0.0), users touching few keys."""
+    gen = np.random.default_rng(seed)
+    key = gen.integers(0, 8, n).astype(float)
+    key[key == 7] = np.nan
+    key[key == 6] = -0.0
+    return pa.table({"user": pa.array(gen.integers(0, 800, n)),
+                     "key": pa.array([None if k == 5 else k for k in key.tolist()], pa.float64())})
+
+
+def test_public_and_mixed_releases_equal_the_single_machine_without_noise(spark):
+    # κ = 8 bounds nothing and ε = 1e6 draws no noise: both paths must give the same keys and counts,
+    # the listed keys absent from the data (42, 43) with a count from 0, null and NaN matched as keys.
+    table = _float_keys(10, 3000)
+    df = spark.createDataFrame(table)
+    public = [0.0, 1.0, None, float("nan"), 42.0, 43.0, 1.0]
+    for strategy, extra in (("public", {}), ("mixed", {"public_threshold": 5})):
+        kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=8,
+                      counts=True, public_partitions=public, strategy=strategy, **extra)
+        out = ds.select_partitions(df, **kwargs)
+        local = dpselect.select_partitions(table, **kwargs)
+        got = out.toPandas()
+        assert got.equals(local.to_pandas()), (strategy, got, local)
+        assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.guarantee"].decode()
+        if strategy == "public":
+            assert got["key"].tolist()[:4] == [0.0, 1.0, 42.0, 43.0] and got["key"].isna().sum() == 2
+            assert got["noisy_count"].tolist()[2:4] == [0, 0]
+        else:  # public_threshold 5: the absent 42 and 43 stay out; the data's own keys 2-4 come in
+            assert got["key"].tolist()[:5] == [0.0, 1.0, 2.0, 3.0, 4.0] and 42.0 not in got["key"].tolist()
+
+
+def test_aggregate_over_public_partitions_equals_the_single_machine_without_noise(spark):
+    table = _table(11, users=1500, keys=6, rows=4000, max_keys=6, max_rows=10)
+    metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+               "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+                  max_partitions_contributed=6, max_contributions_per_partition=10)
+    listed = spark.createDataFrame(pa.table({"key": ["k1", "k3", "zz", "k1"], "other": [1, 2, 3, 4]}))
+    on_spark = ds.aggregate(spark.createDataFrame(table), public_partitions=listed, **kwargs)
+    local = dpselect.aggregate(table, public_partitions=["k1", "k3", "zz"], **kwargs)
+    got = on_spark.frame.toPandas()
+    assert got.equals(local.frame.to_pandas()), (got, local.frame)
+    assert got["key"].tolist() == ["k1", "k3", "zz"]
+    assert got.iloc[2, 1:].tolist() == [0, 0, 0.0, 5.0]  # absent: zeros, and the mean's midpoint
+    assert str(on_spark.guarantee) == str(local.guarantee) and "selection" not in str(on_spark.guarantee)
+    with pytest.raises(TypeError, match="public_partitions column 'key' is bigint, the data's is string"):
+        ds.aggregate(spark.createDataFrame(table), public_partitions=spark.range(3).withColumnRenamed("id", "key"),
+                     **kwargs)
+    with pytest.raises(ValueError, match=r"public_partitions lacks the by column\(s\) \['key'\]"):
+        ds.aggregate(spark.createDataFrame(table), public_partitions=spark.range(3), **kwargs)
+
+
+def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
+    # 400 listed keys, none in the data: every released value is noise drawn from 0.
+    absent = list(range(1000, 1400))
+    df = frame(spark, user=np.arange(50), key=np.arange(50) % 5)
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, public_partitions=absent)
+    counts = ds.select_partitions(df, counts=True, **kwargs).toPandas()
+    assert counts["key"].tolist() == absent
+    reference = dpselect.release(np.zeros(200_000, np.int64), epsilon=1.0, delta=1e-5, public=True).noisy_counts
+    out = ds.aggregate(df, metrics={"n": dpselect.count()}, **kwargs).frame.toPandas()
+    assert out["key"].tolist() == absent
+    for noise, var in ((counts["noisy_count"].to_numpy(), reference.var()),
+                       (out["n"].to_numpy(), _discrete_laplace_variance(1 / 1.0))):
+        assert abs(noise.mean()) < 5 * math.sqrt(var / noise.size)
+        assert 0.6 < noise.var() / var < 1.5, (noise.var(), var)

@@ -24,9 +24,11 @@ from dpselect.spark._common import (
     keep_first,
     materialise,
     rng_spec,
+    sorted_by_key,
     spark,
     with_random,
 )
+from dpselect.spark._public import join_public, public_keys
 
 __all__ = ["SparkAggregateResult", "aggregate"]
 
@@ -84,6 +86,7 @@ def aggregate(
     max_partitions_contributed: int = 1,
     max_contributions_per_partition: int = 1,
     strategy: str = "pi_opt",
+    public_partitions: Any = None,
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
     budget: Any = None,
@@ -101,9 +104,15 @@ def aggregate(
     a sum in grid units; a mean spends half its share on each of a sum of offsets and a row
     count). The budget is split by ``weights`` exactly as on one machine.
 
+    ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
+    data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
+    pandas, Polars or Arrow table). Exactly these keys are released, nothing is selected (no
+    "selection" share), and a listed key absent from the data gets every metric's noise drawn
+    from 0 (a mean: the midpoint of its bounds plus noise).
+
     Value columns are clamped and snapped to the power-of-two grid of their ``bounds`` on the
     executors and summed as int64 grid units in Spark. On Spark every sum or mean needs its
-    ``bounds`` (APPROX_BOUNDS is not run here); ``public_partitions`` is not supported.
+    ``bounds`` (APPROX_BOUNDS is not run here).
     """
     from dpselect.aggregation.aggregate import (
         DEFAULT_PRECISION_BITS,
@@ -150,14 +159,20 @@ def aggregate(
         if previous != m.bounds:
             raise ValueError(f"column {m.column!r} is given two different bounds, {previous} and {m.bounds}: "
                              "one column is clamped once")
-    if strategy not in SELECTION_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)}, got {strategy!r}")
     eps_total, delta_total = _budget_amounts(epsilon, delta)
-    shares = _shares(eps_total, delta_total, _weights(checked, [], False, weights))
-    eps_sel, delta_sel = shares["selection"]
-    sel_args = (strategy, _float_down(eps_sel), _float_down(delta_sel), max_partitions_contributed, False, False, ())
-    strat = build_strategy(*sel_args[:6])
+    shares = _shares(eps_total, delta_total, _weights(checked, [], public_partitions is not None, weights))
+    if strategy not in SELECTION_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
+    strat = sel_args = None
+    if public_partitions is None:
+        eps_sel, delta_sel = shares["selection"]
+        sel_args = (strategy, _float_down(eps_sel), _float_down(delta_sel), max_partitions_contributed, False, False,
+                    ())
+        strat = build_strategy(*sel_args[:6])
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
+    key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
+    public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
     fields = {f.name: f.dataType for f in df.schema.fields}
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits,
                                 integer=isinstance(fields[c], types.IntegralType)) for c, (lo, hi) in given.items()}
@@ -174,8 +189,10 @@ def aggregate(
     # value per pair → ≤ κ pairs per user → per key.
     per_key = _aggregate_per_key(df, privacy_unit, names, value_columns, grids, kappa, linf, spec,
                                  null_privacy_units)
+    if public is not None:  # exactly the listed keys, a key absent from the data with zeros
+        per_key = join_public(per_key, public, names, [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]],
+                              only_public=True)
 
-    key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     out_fields = list(key_fields)
     for metric_name, m in checked.items():
         typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
@@ -192,7 +209,7 @@ def aggregate(
     def decide(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        strategy_ = executor_strategy(sel_args)
+        strategy_ = None if sel_args is None else executor_strategy(sel_args)
         rng_ = executor_rng(spec, b"release")
         for batch in batches:
             def column(i: int) -> np.ndarray:
@@ -203,7 +220,10 @@ def aggregate(
                 return col.to_numpy(zero_copy_only=False).astype(np.int64)
 
             users = column(n_keys)
-            keep = np.asarray(strategy_.apply(users, rng=rng_).keep, dtype=bool)
+            if strategy_ is None:  # public partitions: every listed key, nothing selected
+                keep = np.ones(users.size, dtype=bool)
+            else:
+                keep = np.asarray(strategy_.apply(users, rng=rng_).keep, dtype=bool)
             mask = pa.array(keep, pa.bool_())
             out = [batch.column(i).filter(mask) for i in range(n_keys)]
             users, rows_ = users[keep], column(n_keys + 1)[keep]
@@ -223,11 +243,15 @@ def aggregate(
 
     # The statement, computed on the driver from the same parameters (the metric's noise object
     # depends on them only; the throwaway draw on one zero is discarded).
-    selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
-    if not generator.privacy_guaranteed:
-        selection = selection.under_test_rng()
-    components = [Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
-                            selection.delta_exact, str(selection))]
+    components = []
+    selection_dp = True
+    if strat is not None:
+        selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+        if not generator.privacy_guaranteed:
+            selection = selection.under_test_rng()
+        components.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
+                                    selection.delta_exact, str(selection)))
+        selection_dp = selection.is_dp
     one = np.zeros(1, np.int64)
     for metric_name, m in checked.items():
         grid = PartitionGrids.of(grids[m.column], 1) if m.column else None
@@ -236,7 +260,7 @@ def aggregate(
         components.append(component)
     guarantee = AggregateGuarantee(components=tuple(components), requested_epsilon=eps_total,
                                    requested_delta=delta_total, kappa=kappa, linf=linf,
-                                   privacy_guaranteed=generator.privacy_guaranteed and selection.is_dp)
-    frame = annotate(released.orderBy(*names), names, str(guarantee), guarantee.is_dp)
+                                   privacy_guaranteed=generator.privacy_guaranteed and selection_dp)
+    frame = annotate(sorted_by_key(released, names), names, str(guarantee), guarantee.is_dp)
     return SparkAggregateResult(frame=frame, guarantee=guarantee,
                                 bounds={c: (g.lower, g.upper) for c, g in grids.items()})

@@ -14,9 +14,9 @@ from dpselect.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, buil
 from dpselect.rng import SecureRNG, resolve_rng
 from dpselect.rows import NullPrivacyUnitsDropped
 
-# The count-based selections (the row mechanisms need every user's whole set in one place, and
-# public partitions are not supported on Spark yet).
-SPARK_STRATEGIES = ("release", "pi_opt", "laplace", "gaussian")
+# The count-based selections, and the public and mixed releases (the row mechanisms need every
+# user's whole set of keys in one place, which Spark would have to gather).
+SPARK_STRATEGIES = ("release", "pi_opt", "laplace", "gaussian", "public", "mixed")
 
 # Internal column names (a user's column may not use them).
 R = "__dpselect_r"
@@ -193,6 +193,13 @@ def materialise(df: Any) -> Any:
         raise ValueError(message) from None
 
 
+def sorted_by_key(df: Any, names: list[str]) -> Any:
+    """Sorted by key as the single machine sorts (Arrow's order: NaN after every number, nulls
+    last). Sorting checkpointed rows reads them back; it draws nothing again."""
+    F = spark().functions
+    return df.orderBy(*[F.col(n).asc_nulls_last() for n in names])
+
+
 def annotate(df: Any, names: list[str], guarantee: str, private: bool) -> Any:
     """The statement in the metadata of every output column (Spark frames have no attrs)."""
     metadata = {GUARANTEE: guarantee, PRIVATE: bool(private)}
@@ -210,7 +217,19 @@ def guarantee_of(df: Any) -> str | None:
 
 
 def check_strategy(strategy: object) -> str:
-    if not isinstance(strategy, str) or strategy not in SPARK_STRATEGIES:
-        raise ValueError(f"on Spark, strategy must be one of {', '.join(SPARK_STRATEGIES)} (a count-based selection "
-                         f"given by name), got {strategy!r}")
-    return strategy
+    """The strategy's name, or NotImplementedError for what runs on one machine only (a row
+    mechanism, "auto", a strategy object), ValueError for an unknown name."""
+    from dpselect.mechanisms import ROW_STRATEGIES
+
+    names = ", ".join(SPARK_STRATEGIES)
+    if isinstance(strategy, str) and strategy in SPARK_STRATEGIES:
+        return strategy
+    if isinstance(strategy, str) and (strategy in ROW_STRATEGIES or strategy == "auto"):
+        what = "is a row mechanism: it needs" if strategy != "auto" else "may choose a row mechanism, which needs"
+        raise NotImplementedError(f"strategy={strategy!r} {what} each user's whole set of keys in one place, which "
+                                  f"dpselect.spark does not gather; on Spark use one of {names}, or run "
+                                  "dpselect.select_partitions on one machine")
+    if not isinstance(strategy, str):
+        raise NotImplementedError(f"on Spark, strategy is given by name (one of {names}) with epsilon, delta and "
+                                  f"options, not as an object; got {type(strategy).__name__}")
+    raise ValueError(f"on Spark, strategy must be one of {names}, got {strategy!r}")

@@ -20,9 +20,11 @@ from dpselect.spark._common import (
     keep_first,
     materialise,
     rng_spec,
+    sorted_by_key,
     spark,
     with_random,
 )
+from dpselect.spark._public import join_public, public_keys
 
 __all__ = ["select_partitions"]
 
@@ -61,11 +63,12 @@ def select_partitions(
     epsilon: float,
     delta: float,
     max_partitions_contributed: int = 1,
-    strategy: str = "release",
+    strategy: str | None = None,
     counts: bool = False,
     count_column: str = "noisy_count",
     null_privacy_units: str = "error",
     allow_no_release: bool = False,
+    public_partitions: Any = None,
     confidence_level: float | None = None,
     budget: Any = None,
     rng: object = None,
@@ -81,8 +84,17 @@ def select_partitions(
     independent 64-bit uniforms drawn per (user, key) pair from the package CSPRNG on the
     executors), distinct users are counted per key, and the strategy decides each key at
     (ε/κ, 1 − (1 − δ)^{1/κ}) in the C kernel. ``strategy``: "release" (default; the k-TSGD
-    thresholded release, with noisy counts if asked), "pi_opt", "laplace" or "gaussian";
-    ``options`` go to :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``...).
+    thresholded release, with noisy counts if asked), "pi_opt", "laplace", "gaussian", and with
+    ``public_partitions`` "public" (its default) or "mixed"; ``options`` go to
+    :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``, ``public_threshold``...).
+    The row mechanisms and "auto" run on one machine only (NotImplementedError).
+
+    ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
+    data, as a Spark DataFrame with the ``by`` columns (the data's types), a list of keys, or a
+    pandas, Polars or Arrow table. With "public" exactly these keys are released, each with its
+    TSGD-noised count (from 0 for a key absent from the data): nothing is selected; with "mixed"
+    they are released above ``public_threshold`` and the data's other keys by the thresholded
+    release.
 
     ``confidence_level`` (with ``counts=True`` and a strategy that draws TSGD noise) adds
     ``<count_column>_ci_low`` / ``_ci_high``, exact on the certified noise table
@@ -105,12 +117,22 @@ def select_partitions(
         raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
     if null_privacy_units not in NULL_PRIVACY_UNITS:
         raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+    if strategy is None:
+        strategy = "public" if public_partitions is not None else "release"
+    # The single machine's checks and messages, in its order.
+    if public_partitions is not None and getattr(strategy, "name", strategy) not in ("public", "mixed"):
+        raise ValueError("public_partitions needs strategy='public' (only the listed keys) or 'mixed' (the "
+                         f"listed keys and the data's own), got strategy={strategy!r}")
+    if public_partitions is None and getattr(strategy, "name", strategy) in ("public", "mixed"):
+        raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
     name = check_strategy(strategy)
     strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
     kappa = strat.max_partitions_contributed
     half_width = _count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
+    key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
+    public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
     if budget is not None:
         _charge(budget, epsilon, delta, names)
     args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
@@ -118,9 +140,9 @@ def select_partitions(
     generator._announce()  # the test generator warns here, once for the whole call
 
     per_key = _select_per_key(df, privacy_unit, names, kappa, spec, null_privacy_units)
+    if public is not None:
+        per_key = join_public(per_key, public, names, [USERS], only_public=name == "public")
 
-    key_fields = [f for f in df.schema.fields if f.name in names]
-    key_fields.sort(key=lambda f: names.index(f.name))
     out_fields = list(key_fields)
     if counts:
         out_fields.append(types.StructField(count_column, types.LongType(), False))
@@ -129,6 +151,7 @@ def select_partitions(
         out_fields.append(types.StructField(f"{count_column}_ci_high", types.LongType(), False))
     schema = types.StructType(out_fields)
     n_keys = len(names)
+    mixed = name == "mixed"
 
     def decide(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -137,7 +160,11 @@ def select_partitions(
         rng_ = executor_rng(spec, b"select")
         for batch in batches:
             users = batch.column(n_keys).to_numpy(zero_copy_only=False).astype(np.int64)
-            result = strategy_.apply(users, rng=rng_)
+            if mixed:  # the public keys are released above public_threshold, the others above k
+                listed = batch.column(n_keys + 1).to_numpy(zero_copy_only=False).astype(bool)
+                result = strategy_.apply(users, rng=rng_, public=listed)
+            else:
+                result = strategy_.apply(users, rng=rng_)
             keep = np.asarray(result.keep, dtype=bool)
             mask = pa.array(keep, pa.bool_())
             columns = [batch.column(i).filter(mask) for i in range(n_keys)]
@@ -153,5 +180,4 @@ def select_partitions(
     if not generator.privacy_guaranteed:
         guarantee = guarantee.under_test_rng()
     private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
-    # Sorting the checkpointed rows reads them back, it draws nothing again.
-    return annotate(released.orderBy(*names), names, str(guarantee), private)
+    return annotate(sorted_by_key(released, names), names, str(guarantee), private)
