@@ -25,6 +25,7 @@ if shutil.which("java") is None:
 
 import dpselect  # noqa: E402
 from dpselect import spark as ds  # noqa: E402
+from dpselect.aggregation.bounds import NotEnoughDataError  # noqa: E402
 from dpselect.aggregation.budget import BudgetExceededError  # noqa: E402
 from dpselect.aggregation.grid import Grid  # noqa: E402
 from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
@@ -321,9 +322,10 @@ def test_refusals(spark):
         ds.select_partitions(df, strategy="mixed", **base)
     with pytest.raises(TypeError, match="pyspark.sql.DataFrame"):
         ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
-    with pytest.raises(ValueError, match="needs bounds"):
+    # NaN is refused with the column's own name, whether the column has bounds or not.
+    with pytest.raises(ValueError, match="value column 'value' has 1 NaN or infinite value"):
         ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="value column 'value' contains NaN"):
         ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
 
 
@@ -447,3 +449,36 @@ def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
                        (out["n"].to_numpy(), _discrete_laplace_variance(1 / 1.0))):
         assert abs(noise.mean()) < 5 * math.sqrt(var / noise.size)
         assert 0.6 < noise.var() / var < 1.5, (noise.var(), var)
+
+
+# ---------------------------------------------------------------- APPROX_BOUNDS
+
+
+def test_approx_bounds_equal_the_single_machine_without_noise(spark):
+    # At ε = 1e5 the histogram's noise and, on a coarse grid (precision_bits=4), every metric's
+    # noise is 0: the bounds found from Spark's histogram and the whole release must equal the
+    # single machine's. An integer and a float column without bounds, one with bounds.
+    gen = np.random.default_rng(12)
+    n = 6000
+    table = pa.table({"user": pa.array(gen.integers(0, 2000, n)),
+                      "key": pa.array([f"k{k}" for k in gen.integers(0, 5, n)]),
+                      "ivalue": pa.array(gen.integers(-30, 200, n)), "fvalue": pa.array(gen.normal(3, 40, n)),
+                      "bvalue": pa.array(gen.integers(0, 5, n))})
+    metrics = {"users": dpselect.count_distinct_units(), "isum": dpselect.sum("ivalue"),
+               "imean": dpselect.mean("ivalue"), "fsum": dpselect.sum("fvalue"),
+               "bsum": dpselect.sum("bvalue", bounds=(0, 3))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e5, delta=1e-5,
+                  max_partitions_contributed=5, max_contributions_per_partition=10, precision_bits=4)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    assert on_spark.bounds == local.bounds == {"bvalue": (0.0, 3.0), "fvalue": (-256.0, 256.0),
+                                               "ivalue": (-32.0, 256.0)}
+    got = on_spark.frame.toPandas()
+    assert got.equals(local.frame.to_pandas()), (got, local.frame)
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    assert "bounds of 'fvalue' (APPROX_BOUNDS)" in str(on_spark.guarantee)
+    # Too little data for the histogram at ε = 1: the single machine's error, from the driver.
+    with pytest.raises(NotEnoughDataError, match="not enough data to find bounds"):
+        ds.aggregate(spark.createDataFrame(table.slice(0, 300)), **{**kwargs, "epsilon": 1.0})
+    with pytest.raises(NotImplementedError, match="bounds_scope='partition'.*runs on one machine only"):
+        ds.aggregate(spark.createDataFrame(table), bounds_scope="partition", **kwargs)

@@ -3,19 +3,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
+from dpselect.exact import as_fraction
 from dpselect.pipeline import build_strategy, check_columns
 from dpselect.rng import resolve_rng
 from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
     ERROR_MARK,
     ROWS,
     SUM,
     USERS,
+    ValueSpec,
     annotate,
     check_frame,
     drop_null_units,
@@ -33,30 +37,43 @@ from dpselect.spark._public import join_public, public_keys
 __all__ = ["SparkAggregateResult", "aggregate"]
 
 
-# ---------------------------------------------------------------- aggregate
+def _bounded_pairs(df: Any, privacy_unit: str, names: list[str], value_columns: list[str],
+                   grids: Mapping[str, Any], integer: Mapping[str, bool], kappa: int, linf: int,
+                   spec: tuple[bytes, int] | None, null_privacy_units: str) -> Any:
+    """The lazy plan of the bounded (user, key) pairs: each user's rows in a key cut to the L∞ of
+    smallest r, then each user's pairs cut to the κ of smallest r (independent uniforms from the
+    CSPRNG). Columns: the user, the keys, ``ROWS`` (the pair's kept rows) and, for the i-th value
+    column, ``SUM<i>`` (its kept values' sum in grid units) if it has bounds, else ``VALUES<i>``
+    (the list of its kept values, for APPROX_BOUNDS and, once bounds are found, the sums)."""
+    F = spark().functions
+    internal = {c: f"{SUM if c in grids else VALUES}{i}" for i, c in enumerate(value_columns)}
+    rows = df.select(privacy_unit, *names, *[F.col(c).alias(internal[c]) for c in value_columns])
+    rows = drop_null_units(rows, privacy_unit, null_privacy_units).repartition(privacy_unit)  # one shuffle by user
+    specs = {internal[c]: ValueSpec(c, grids.get(c), integer[c]) for c in value_columns}
+    drawn = with_random(rows, spec, b"rows", null_privacy_units == "error", privacy_unit, specs)
+    kept_rows = keep_first(drawn, [privacy_unit, *names], [], linf)
+    pairs = kept_rows.groupBy(privacy_unit, *names).agg(
+        F.count(F.lit(1)).alias(ROWS),
+        *[(F.sum(col) if c in grids else F.collect_list(col)).alias(col) for c, col in internal.items()])
+    return keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa)
+
+
+def _per_key(pairs: Any, names: list[str], n_values: int) -> Any:
+    """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``) and, per value
+    column, the sum of its grid units (``SUM<i>``; null if it leaves int64: ``try_sum``)."""
+    F = spark().functions
+    return pairs.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
+                                     *[F.try_sum(f"{SUM}{i}").alias(f"{SUM}{i}") for i in range(n_values)])
+
 
 def _aggregate_per_key(df: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                        grids: Mapping[str, Any], kappa: int, linf: int, spec: tuple[bytes, int] | None,
                        null_privacy_units: str) -> Any:
-    """The lazy plan of the per-key statistics of the bounded rows: kept users
-    (``__dpselect_users``), kept rows (``__dpselect_rows``) and, per value column in order, the
-    sum of its clamped values in grid units (``__dpselect_sum_<i>``; null if it leaves int64).
-
-    Rows → grid units and a uniform value per row → the L∞ smallest per (user, key) → per pair
-    → a uniform value per pair → the κ smallest pairs per user → per key."""
-    F = spark().functions
-    unit_cols = {c: f"{SUM}{i}" for i, c in enumerate(value_columns)}
-    rows = df.select(privacy_unit, *names, *[F.col(c).alias(unit_cols[c]) for c in value_columns])
-    rows = drop_null_units(rows, privacy_unit, null_privacy_units).repartition(privacy_unit)  # one shuffle by user
-    drawn = with_random(rows, spec, b"rows", null_privacy_units == "error", privacy_unit,
-                         {unit_cols[c]: g for c, g in grids.items()})
-    kept_rows = keep_first(drawn, [privacy_unit, *names], [], linf)
-    pairs = kept_rows.groupBy(privacy_unit, *names).agg(
-        F.count(F.lit(1)).alias(ROWS), *[F.sum(unit_cols[c]).alias(unit_cols[c]) for c in value_columns])
-    bounded = keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa)
-    return bounded.groupBy(*names).agg(
-        F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
-        *[F.try_sum(unit_cols[c]).alias(unit_cols[c]) for c in value_columns])
+    """The lazy plan of the per-key statistics when every value column has bounds (``grids``)."""
+    integer = dict.fromkeys(value_columns, False)  # not read: a column with a grid becomes int64 units
+    pairs = _bounded_pairs(df, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
+                           null_privacy_units)
+    return _per_key(pairs, names, len(value_columns))
 
 
 @dataclass
@@ -85,8 +102,9 @@ def aggregate(
     delta: float,
     max_partitions_contributed: int = 1,
     max_contributions_per_partition: int = 1,
-    strategy: str = "pi_opt",
     public_partitions: Any = None,
+    strategy: str = "pi_opt",
+    bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
     budget: Any = None,
@@ -99,10 +117,13 @@ def aggregate(
     (docs/privacy/aggregate.md): each user is bounded once (κ keys, then at most
     L∞ = ``max_contributions_per_partition`` rows in each kept key, uniform subsets drawn with
     the package CSPRNG on the executors), keys are selected by ``strategy`` on the bounded user
-    counts with the selection's share of ε and all of δ, and every metric gets exact discrete
-    Laplace noise of scale κ·Δ/ε_m (Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for
-    a sum in grid units; a mean spends half its share on each of a sum of offsets and a row
-    count). The budget is split by ``weights`` exactly as on one machine.
+    counts with the selection's share of ε and all of δ, a value column of a sum or mean given
+    no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its "bounds:<column>"
+    share; docs/privacy/approx-bounds.md), and every metric gets exact discrete Laplace noise of
+    scale κ·Δ/ε_m (Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
+    units; a mean spends half its share on each of a sum of offsets and a row count). The budget
+    is split by ``weights`` exactly as on one machine, and ``budget`` (a :class:`dpselect.Budget`)
+    is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
@@ -110,9 +131,10 @@ def aggregate(
     "selection" share), and a listed key absent from the data gets every metric's noise drawn
     from 0 (a mean: the midpoint of its bounds plus noise).
 
-    Value columns are clamped and snapped to the power-of-two grid of their ``bounds`` on the
-    executors and summed as int64 grid units in Spark. On Spark every sum or mean needs its
-    ``bounds`` (APPROX_BOUNDS is not run here).
+    Value columns are clamped and snapped to the power-of-two grid of their bounds on the
+    executors and summed as int64 grid units in Spark. ``bounds_scope``: "dataset" (one set of
+    bounds per column, from one histogram over every kept value, counted by Spark); "partition"
+    runs on one machine only (NotImplementedError).
     """
     from dpselect.aggregation.aggregate import (
         DEFAULT_PRECISION_BITS,
@@ -125,8 +147,6 @@ def aggregate(
     )
     from dpselect.aggregation.budget import Budget
     from dpselect.aggregation.grid import Grid
-    from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
-    from dpselect.exact import as_fraction
 
     sql = spark()
     types = sql.types
@@ -143,24 +163,27 @@ def aggregate(
     if confidence_level is not None and (isinstance(confidence_level, bool) or not isinstance(confidence_level, float)
                                          or not 0 < confidence_level < 1):
         raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    if bounds_scope not in ("dataset", "partition"):
+        raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
     checked = _check_metrics(metrics, {privacy_unit, *names})
     value_columns = sorted({m.column for m in checked.values() if m.column is not None})
     clash = set(checked) & set(value_columns)
     if clash:
         raise ValueError(f"metric name(s) {sorted(clash)} are also value columns; choose other names")
     given: dict[str, tuple[float, float]] = {}
-    for metric_name, m in checked.items():
-        if m.column is None:
-            continue
-        if m.bounds is None:
-            raise ValueError(f"metrics[{metric_name!r}]: on Spark a {m.kind}() needs bounds=(lower, upper) "
-                             "(finding them privately with APPROX_BOUNDS runs on one machine only)")
-        previous = given.setdefault(m.column, m.bounds)
-        if previous != m.bounds:
-            raise ValueError(f"column {m.column!r} is given two different bounds, {previous} and {m.bounds}: "
-                             "one column is clamped once")
+    for m in checked.values():
+        if m.column is not None and m.bounds is not None:
+            previous = given.setdefault(m.column, m.bounds)
+            if previous != m.bounds:
+                raise ValueError(f"column {m.column!r} is given two different bounds, {previous} and {m.bounds}: "
+                                 "one column is clamped once")
+    auto_columns = [c for c in value_columns if c not in given]
+    if auto_columns and bounds_scope == "partition":
+        raise NotImplementedError(f"bounds_scope='partition' (bounds found per released key) runs on one machine "
+                                  f"only; on Spark use bounds_scope='dataset' (the default), give bounds=(lower, "
+                                  f"upper) for {auto_columns}, or run dpselect.aggregate")
     eps_total, delta_total = _budget_amounts(epsilon, delta)
-    shares = _shares(eps_total, delta_total, _weights(checked, [], public_partitions is not None, weights))
+    shares = _shares(eps_total, delta_total, _weights(checked, auto_columns, public_partitions is not None, weights))
     if strategy not in SELECTION_STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
                          f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
@@ -171,11 +194,12 @@ def aggregate(
                     ())
         strat = build_strategy(*sel_args[:6])
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    integer = {c: isinstance(fields[c], types.IntegralType) for c in value_columns}
+    grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=integer[c])
+             for c, (lo, hi) in given.items()}
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits,
-                                integer=isinstance(fields[c], types.IntegralType)) for c, (lo, hi) in given.items()}
     generator = resolve_rng(rng)
     if budget is not None:
         if not isinstance(budget, Budget):
@@ -185,32 +209,88 @@ def aggregate(
     generator._announce()
     kappa, linf = max_partitions_contributed, max_contributions_per_partition
 
-    # Rows → units and a random value per row → ≤ L∞ rows per (user, key) → per pair → a random
-    # value per pair → ≤ κ pairs per user → per key.
-    per_key = _aggregate_per_key(df, privacy_unit, names, value_columns, grids, kappa, linf, spec,
-                                 null_privacy_units)
+    pairs = _bounded_pairs(df, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
+                           null_privacy_units)
+    components: list[Component] = []
+    if auto_columns:
+        # The bounded pairs are drawn once (checkpointed): the histogram and the sums read the same kept values.
+        pairs = materialise(pairs)
+        lists = {f"{VALUES}{value_columns.index(c)}": c for c in auto_columns}
+        counts = histograms(pairs, {name: integer[c] for name, c in lists.items()})
+        for name, c in lists.items():
+            grids[c], component = _found_grid(c, counts[name], shares[f"bounds:{c}"][0], integer[c], kappa, linf,
+                                               precision_bits, generator)
+            components.append(component)
+        pairs = sum_values(pairs, {name: (c, grids[c], f"{SUM}{value_columns.index(c)}") for name, c in lists.items()})
+    per_key = _per_key(pairs, names, len(value_columns))
     if public is not None:  # exactly the listed keys, a key absent from the data with zeros
         per_key = join_public(per_key, public, names, [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]],
                               only_public=True)
 
-    out_fields = list(key_fields)
-    for metric_name, m in checked.items():
-        typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
-        out_fields.append(types.StructField(metric_name, typ, False))
-        if confidence_level is not None:
-            out_fields.append(types.StructField(f"{metric_name}_ci_low", typ, True))
-            out_fields.append(types.StructField(f"{metric_name}_ci_high", typ, True))
-    schema = types.StructType(out_fields)
-    n_keys = len(names)
-    level = confidence_level
-    metric_items = list(checked.items())
-    metric_eps = {metric_name: shares[metric_name][0] for metric_name in checked}
+    release = _Release(names, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
+                       confidence_level, sel_args, spec)
+    released = materialise(per_key.mapInArrow(release, release.schema(key_fields)))
+    guarantee = _guarantee(release, strat, components, generator, eps_total, delta_total)
+    frame = annotate(sorted_by_key(released, names), names, str(guarantee), guarantee.is_dp)
+    return SparkAggregateResult(frame=frame, guarantee=guarantee,
+                                bounds={c: (g.lower, g.upper) for c, g in grids.items()})
 
-    def decide(batches: Iterator[Any]) -> Iterator[Any]:
+
+def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: bool, kappa: int, linf: int,
+                precision_bits: int, rng: Any) -> tuple[Any, Component]:
+    """APPROX_BOUNDS on the driver over a column's histogram (noise and thresholds as on one
+    machine): the grid of the bounds found, and the step's component of the guarantee."""
+    from dpselect.aggregation.bounds import approx_bounds_from_histogram
+    from dpselect.aggregation.grid import Grid
+
+    found = approx_bounds_from_histogram(counts, epsilon, integer=integer, max_partitions_contributed=kappa,
+                                         max_contributions_per_partition=linf, rng=rng)
+    grid = Grid.for_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
+    return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
+                           str(found.guarantee))
+
+
+class _Release:
+    """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key
+    aggregates (the ``by`` columns, ``USERS``, ``ROWS``, one ``SUM<i>`` per value column): the
+    selection (none with public partitions) and every metric's noise, in the C kernel. Each
+    key's decision and noise depend on its own aggregates and fresh randomness only, so batch by
+    batch is the same mechanism as all keys at once."""
+
+    def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
+                 epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
+                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None) -> None:
+        self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
+        self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
+        self.level, self.selection, self.spec = level, selection, spec
+
+    def schema(self, key_fields: list[Any]) -> Any:
+        types = spark().types
+        out = list(key_fields)
+        for name, m in self.metrics.items():
+            typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
+            out.append(types.StructField(name, typ, False))
+            if self.level is not None:
+                out.append(types.StructField(f"{name}_ci_low", typ, True))
+                out.append(types.StructField(f"{name}_ci_high", typ, True))
+        return types.StructType(out)
+
+    def metric(self, name: str, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, np.ndarray], rng: Any
+               ) -> tuple[Any, Any, Any, Component]:
+        """One metric's noisy values (and interval) over keys with these statistics."""
+        from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+
+        m = self.metrics[name]
+        grid = PartitionGrids.of(self.grids[m.column], users.size) if m.column else None
+        return noisy_metric(name, m, self.epsilons[name], self.kappa, self.linf, users, rows,
+                            sums[m.column] if m.column else None, grid, self.level, rng)
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        strategy_ = None if sel_args is None else executor_strategy(sel_args)
-        rng_ = executor_rng(spec, b"release")
+        strategy = None if self.selection is None else executor_strategy(self.selection)
+        rng = executor_rng(self.spec, b"release")
+        n_keys = len(self.names)
         for batch in batches:
             def column(i: int) -> np.ndarray:
                 col = batch.column(i)
@@ -220,47 +300,45 @@ def aggregate(
                 return col.to_numpy(zero_copy_only=False).astype(np.int64)
 
             users = column(n_keys)
-            if strategy_ is None:  # public partitions: every listed key, nothing selected
+            if strategy is None:  # public partitions: every listed key, nothing selected
                 keep = np.ones(users.size, dtype=bool)
             else:
-                keep = np.asarray(strategy_.apply(users, rng=rng_).keep, dtype=bool)
+                keep = np.asarray(strategy.apply(users, rng=rng).keep, dtype=bool)
             mask = pa.array(keep, pa.bool_())
             out = [batch.column(i).filter(mask) for i in range(n_keys)]
-            users, rows_ = users[keep], column(n_keys + 1)[keep]
-            sums = {c: column(n_keys + 2 + i)[keep] for i, c in enumerate(value_columns)}
-            n = int(keep.sum())
-            for metric_name, m in metric_items:
-                grid = PartitionGrids.of(grids[m.column], n) if m.column else None
-                values, low, high, _ = noisy_metric(metric_name, m, metric_eps[metric_name], kappa, linf, users,
-                                                    rows_, sums[m.column] if m.column else None, grid, level, rng_)
+            rows = column(n_keys + 1)[keep]
+            sums = {c: column(n_keys + 2 + i)[keep] for i, c in enumerate(self.value_columns)}
+            for name in self.metrics:
+                values, low, high, _ = self.metric(name, users[keep], rows, sums, rng)
                 out.append(pa.array(np.asarray(values)))
-                if level is not None:
-                    out.append(pa.array(np.asarray(low)))
-                    out.append(pa.array(np.asarray(high)))
-            yield pa.RecordBatch.from_arrays(out, names=schema.names)
+                if self.level is not None:
+                    out += [pa.array(np.asarray(low)), pa.array(np.asarray(high))]
+            yield pa.RecordBatch.from_arrays(out, names=[*self.names, *self._metric_columns()])
 
-    released = materialise(per_key.mapInArrow(decide, schema))
+    def _metric_columns(self) -> list[str]:
+        suffixes = ("", "_ci_low", "_ci_high") if self.level is not None else ("",)
+        return [f"{name}{s}" for name in self.metrics for s in suffixes]
 
-    # The statement, computed on the driver from the same parameters (the metric's noise object
-    # depends on them only; the throwaway draw on one zero is discarded).
-    components = []
+
+def _guarantee(release: _Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
+               delta: Fraction) -> AggregateGuarantee:
+    """The statement, computed on the driver from the same parameters and grids (a metric's
+    component depends on them only; the throwaway draw on one zero is discarded). Components in
+    the single machine's order: the selection, the bounds found, the metrics."""
+    steps = []
     selection_dp = True
     if strat is not None:
         selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
         if not generator.privacy_guaranteed:
             selection = selection.under_test_rng()
-        components.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
-                                    selection.delta_exact, str(selection)))
+        steps.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
+                               selection.delta_exact, str(selection)))
         selection_dp = selection.is_dp
+    steps += components
     one = np.zeros(1, np.int64)
-    for metric_name, m in checked.items():
-        grid = PartitionGrids.of(grids[m.column], 1) if m.column else None
-        *_, component = noisy_metric(metric_name, m, metric_eps[metric_name], kappa, linf, one, one,
-                                     one if m.column else None, grid, None, resolve_rng(None))
-        components.append(component)
-    guarantee = AggregateGuarantee(components=tuple(components), requested_epsilon=eps_total,
-                                   requested_delta=delta_total, kappa=kappa, linf=linf,
-                                   privacy_guaranteed=generator.privacy_guaranteed and selection_dp)
-    frame = annotate(sorted_by_key(released, names), names, str(guarantee), guarantee.is_dp)
-    return SparkAggregateResult(frame=frame, guarantee=guarantee,
-                                bounds={c: (g.lower, g.upper) for c, g in grids.items()})
+    sums = {c: one for c in release.value_columns}
+    for name in release.metrics:
+        steps.append(release.metric(name, one, one, sums, resolve_rng(None))[3])
+    return AggregateGuarantee(components=tuple(steps), requested_epsilon=epsilon, requested_delta=delta,
+                              kappa=release.kappa, linf=release.linf,
+                              privacy_guaranteed=generator.privacy_guaranteed and selection_dp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -130,18 +131,52 @@ def drop_null_units(df: Any, privacy_unit: str, mode: str) -> Any:
     return df.filter(col.isNotNull())
 
 
+@dataclass(frozen=True)
+class ValueSpec:
+    """How :func:`with_random` prepares one value column: checked (no null, NaN or infinity:
+    the single machine's refusals), then clamped to ``grid`` as int64 grid units, or, with no
+    grid (bounds still to be found), kept as its values (int64 for ``integer``, else float64)."""
+
+    label: str  # the column's name in the caller's DataFrame, for the messages
+    grid: Any = None
+    integer: bool = False
+
+
 def with_random(df: Any, spec: tuple[bytes, int] | None, step: bytes, null_unit_check: bool,
-                 privacy_unit: str, grids: Mapping[str, Any] | None = None) -> Any:
-    """df plus a column of per-row 64-bit uniforms drawn on the executors; with ``grids``, each
-    value column is replaced by its clamped values in int64 grid units."""
+                privacy_unit: str, values: Mapping[str, ValueSpec] | None = None) -> Any:
+    """df plus a column of per-row 64-bit uniforms drawn on the executors; each column named in
+    ``values`` is checked and converted as its :class:`ValueSpec` says."""
     sql = spark()
     types = sql.types
-    grids = dict(grids or {})
-    fields = []
-    for f in df.schema.fields:
-        fields.append(types.StructField(f.name, types.LongType(), False) if f.name in grids else f)
+    values = dict(values or {})
+
+    def typ(v: ValueSpec) -> Any:
+        return types.LongType() if v.grid is not None or v.integer else types.DoubleType()
+
+    fields = [types.StructField(f.name, typ(values[f.name]), False) if f.name in values else f
+              for f in df.schema.fields]
     schema = types.StructType([*fields, types.StructField(R, types.LongType(), False)])
     unit_index = df.columns.index(privacy_unit)
+
+    def convert(col: Any, v: ValueSpec) -> np.ndarray:
+        label = f"value column {v.label!r}"
+        if col.null_count:
+            raise ValueError(f"{ERROR_MARK}{label} has {col.null_count} null value(s) in a batch: drop or fill them "
+                             "before aggregating (a null is not a number to sum)")
+        arr = col.to_numpy(zero_copy_only=False)
+        try:
+            if v.grid is not None:
+                return v.grid.to_units(arr, name=label)
+        except ValueError as exc:
+            raise ValueError(f"{ERROR_MARK}{exc}") from None
+        if v.integer:
+            return arr.astype(np.int64)  # Spark's integral types are signed, at most 64 bits
+        arr = arr.astype(np.float64)
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        if bad:
+            raise ValueError(f"{ERROR_MARK}{label} has {bad} NaN or infinite value(s) in a batch: drop or impute "
+                             "them before aggregating")
+        return arr
 
     def draw(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -153,29 +188,24 @@ def with_random(df: Any, spec: tuple[bytes, int] | None, step: bytes, null_unit_
                                  "is not one person); pass null_privacy_units='drop' to leave them out")
             columns = list(batch.columns)
             for i, name in enumerate(batch.schema.names):
-                if name in grids:
-                    col = columns[i]
-                    if col.null_count:
-                        raise ValueError(f"{ERROR_MARK}value column {name!r} has {col.null_count} null value(s) in "
-                                         "a batch: drop or fill them before aggregating")
-                    try:
-                        units = grids[name].to_units(col.to_numpy(zero_copy_only=False), name=f"value column {name!r}")
-                    except ValueError as exc:
-                        raise ValueError(f"{ERROR_MARK}{exc}") from None
-                    columns[i] = pa.array(units, pa.int64())
+                if name in values:
+                    columns[i] = pa.array(convert(columns[i], values[name]))
             columns.append(pa.array(random_column(rng, batch.num_rows), pa.int64()))
             yield pa.RecordBatch.from_arrays(columns, names=[*batch.schema.names, R])
 
     return df.mapInArrow(draw, schema)
 
 
-def keep_first(df: Any, partition_by: list[str], order_by: list[str], limit: int) -> Any:
+def keep_first(df: Any, partition_by: list[str], order_by: list[str], limit: int, rank: str | None = None) -> Any:
     """Per group of ``partition_by``, the ``limit`` rows of smallest (r, ``order_by``): a uniform
     subset of min(size, limit) rows, the r being independent uniforms (ties, of probability
-    2^-64 per pair, broken by ``order_by``)."""
+    2^-64 per pair, broken by ``order_by``). With ``rank`` (for the data holder's report) no row
+    is dropped: column ``rank`` holds each row's rank instead (kept iff ``rank <= limit``)."""
     sql = spark()
     F = sql.functions
     window = sql.Window.partitionBy(*partition_by).orderBy(F.col(R), *[F.col(c) for c in order_by])
+    if rank is not None:
+        return df.withColumn(rank, F.row_number().over(window)).drop(R)
     return df.withColumn(N, F.row_number().over(window)).filter(F.col(N) <= limit).drop(N, R)
 
 
