@@ -120,7 +120,7 @@ def _table(seed: int, users: int, keys: int, rows: int, max_keys: int, max_rows:
 
 def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
     table = _table(1, users=3000, keys=40, rows=20000, max_keys=3)
-    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, "error")
+    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, True)
     got = {r.key: r[_common.USERS] for r in per_key.collect()}
     counter = RowCounter("user", ["key"])
     counter.feed(table)
@@ -134,7 +134,7 @@ def test_per_key_aggregates_are_exact_when_nothing_is_bounded(spark):
     table = _table(2, users=2000, keys=30, rows=12000, max_keys=2, max_rows=3)
     grid = Grid.for_bounds(0, 10, precision_bits=30, integer=True)
     per_key = _aggregate._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
-                                    2, 3, None, "error")
+                                    2, 3, None, True)
     got = {r.key: (r[_common.USERS], r[_common.ROWS], r[_common.SUM + "0"]) for r in per_key.collect()}
     pdf = table.to_pandas()
     pdf["units"] = grid.to_units(pdf["value"].to_numpy())
@@ -197,7 +197,7 @@ def test_kappa_subset_is_uniform(spark):
     keys = np.random.default_rng(6).integers(0, 3, users.size)
     keys[::5], keys[1::5], keys[2::5] = 0, 1, 2
     df = frame(spark, user=users, key=keys)
-    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, None, "error").collect()]
+    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, None, True).collect()]
     assert len(counts) == 3 and sum(counts) == 3000
     assert all(abs(c - 1000) < 5 * math.sqrt(3000 * (1 / 3) * (2 / 3)) for c in counts), counts
 
@@ -208,7 +208,7 @@ def test_linf_rows_are_uniform(spark):
     values = np.tile(np.arange(4), 3000)
     df = frame(spark, user=users, key=np.zeros(users.size, np.int64), value=values)
     grid = Grid.for_bounds(0, 3, integer=True)
-    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, "error")
+    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, True)
     row = per_key.collect()[0]
     assert row[_common.USERS] == row[_common.ROWS] == 3000
     assert abs(row[_common.SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
@@ -428,6 +428,8 @@ def test_aggregate_over_public_partitions_equals_the_single_machine_without_nois
     assert got["key"].tolist() == ["k1", "k3", "zz"]
     assert got.iloc[2, 1:].tolist() == [0, 0, 0.0, 5.0]  # absent: zeros, and the mean's midpoint
     assert str(on_spark.guarantee) == str(local.guarantee) and "selection" not in str(on_spark.guarantee)
+    with pytest.raises(ValueError, match="made without report=True"):
+        on_spark.report()
     with pytest.raises(TypeError, match="public_partitions column 'key' is bigint, the data's is string"):
         ds.aggregate(spark.createDataFrame(table), public_partitions=spark.range(3).withColumnRenamed("id", "key"),
                      **kwargs)
@@ -482,3 +484,55 @@ def test_approx_bounds_equal_the_single_machine_without_noise(spark):
         ds.aggregate(spark.createDataFrame(table.slice(0, 300)), **{**kwargs, "epsilon": 1.0})
     with pytest.raises(NotImplementedError, match="bounds_scope='partition'.*runs on one machine only"):
         ds.aggregate(spark.createDataFrame(table), bounds_scope="partition", **kwargs)
+
+
+# ---------------------------------------------------------------- the data holder's report
+
+
+def _with_null_units(seed: int, n: int, keys: int):
+    gen = np.random.default_rng(seed)
+    units = gen.integers(0, 2000, n).tolist()
+    units[:7] = [None] * 7
+    return pa.table({"user": pa.array(units, pa.int64()),
+                     "key": pa.array([f"k{k}" for k in gen.integers(0, keys, n)]),
+                     "ivalue": pa.array(gen.integers(-30, 200, n)), "bvalue": pa.array(gen.integers(0, 5, n))})
+
+
+def test_select_report_equals_the_single_machine(spark):
+    # κ = 12 keys bounds nothing and ε = 1e6 draws no noise: every number of the report is exact.
+    table = _with_null_units(13, 5000, 12)
+    df = spark.createDataFrame(table)
+    for extra in ({}, {"public_partitions": ["k1", "zz"], "counts": True}):
+        kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=12,
+                      null_privacy_units="drop", report=True, **extra)
+        with pytest.warns(NullPrivacyUnitsDropped, match="dropped 7 row"):
+            out, report = ds.select_partitions(df, **kwargs)
+        with pytest.warns(NullPrivacyUnitsDropped, match="dropped 7 row"):
+            local, local_report = dpselect.select_partitions(table, **kwargs)
+        assert out.toPandas().equals(local.to_pandas())
+        assert report.as_dict() == local_report.as_dict(), (report, local_report)
+        assert (report.rows, report.null_unit_rows, report.users) == (4993, 7, len(set(table["user"].to_pylist())) - 1)
+    with pytest.raises(TypeError, match="report must be a bool"):
+        ds.select_partitions(df, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, report="yes")
+
+
+def test_aggregate_report_equals_the_single_machine(spark):
+    # Nothing bounded (κ = 12 keys, L∞ = 10), no noise on a coarse grid: the report's counts,
+    # buckets and clamping (of a column with bounds, and of one with bounds found) are exact.
+    table = _with_null_units(14, 5000, 12)
+    metrics = {"users": dpselect.count_distinct_units(), "isum": dpselect.sum("ivalue"),
+               "bsum": dpselect.sum("bvalue", bounds=(0, 3))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e5, delta=1e-5,
+                  max_partitions_contributed=12, max_contributions_per_partition=10, precision_bits=2,
+                  null_privacy_units="drop")
+    with pytest.warns(NullPrivacyUnitsDropped):
+        on_spark = ds.aggregate(spark.createDataFrame(table), report=True, **kwargs)
+    with pytest.warns(NullPrivacyUnitsDropped):
+        local = dpselect.aggregate(table, **kwargs)
+    assert on_spark.frame.toPandas().equals(local.frame.to_pandas())
+    got, want = on_spark.report().as_dict(), local.report().as_dict()
+    for column in ("bvalue", "ivalue"):  # a float sum, in another order
+        change = got["clamping"][column].pop("total_change")
+        assert change == pytest.approx(want["clamping"][column].pop("total_change"))
+    assert got == want, (on_spark.report(), local.report())
+    assert got["clamping"]["bvalue"]["above"] > 0 and got["null_privacy_unit_rows"] == 7

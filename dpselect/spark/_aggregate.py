@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -16,7 +16,12 @@ from dpselect.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
     ERROR_MARK,
+    FIRSTS,
+    KEEP,
+    PAIRS,
+    RANK,
     ROWS,
+    ROWS_ALL,
     SUM,
     USERS,
     ValueSpec,
@@ -33,24 +38,41 @@ from dpselect.spark._common import (
     with_random,
 )
 from dpselect.spark._public import join_public, public_keys
+from dpselect.spark._report import CHANGE, RAW, aggregate_report, clamping_columns, clamping_sums
 
 __all__ = ["SparkAggregateResult", "aggregate"]
 
 
-def _bounded_pairs(df: Any, privacy_unit: str, names: list[str], value_columns: list[str],
+def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                    grids: Mapping[str, Any], integer: Mapping[str, bool], kappa: int, linf: int,
-                   spec: tuple[bytes, int] | None, null_privacy_units: str) -> Any:
+                   spec: tuple[bytes, int] | None, null_unit_check: bool, report: bool = False) -> Any:
     """The lazy plan of the bounded (user, key) pairs: each user's rows in a key cut to the L∞ of
     smallest r, then each user's pairs cut to the κ of smallest r (independent uniforms from the
-    CSPRNG). Columns: the user, the keys, ``ROWS`` (the pair's kept rows) and, for the i-th value
-    column, ``SUM<i>`` (its kept values' sum in grid units) if it has bounds, else ``VALUES<i>``
-    (the list of its kept values, for APPROX_BOUNDS and, once bounds are found, the sums)."""
+    CSPRNG). ``data``: null units already dropped or (``null_unit_check``) refused here.
+    Columns: the user, the keys, ``ROWS`` (the pair's kept rows) and, for the i-th value column,
+    ``SUM<i>`` (its kept values' sum in grid units) if it has bounds, else ``VALUES<i>`` (the
+    list of its kept values, for APPROX_BOUNDS and, once bounds are found, the sums).
+
+    With ``report``, nothing is dropped: rows and pairs carry their ``RANK`` instead, and the
+    pairs also ``ROWS_ALL`` and the clamping counts of the columns with bounds (``report.py``)."""
     F = spark().functions
     internal = {c: f"{SUM if c in grids else VALUES}{i}" for i, c in enumerate(value_columns)}
-    rows = df.select(privacy_unit, *names, *[F.col(c).alias(internal[c]) for c in value_columns])
-    rows = drop_null_units(rows, privacy_unit, null_privacy_units).repartition(privacy_unit)  # one shuffle by user
+    raw = {c: f"{RAW}{i}" for i, c in enumerate(value_columns) if c in grids} if report else {}
+    rows = data.select(privacy_unit, *names, *[F.col(c).alias(internal[c]) for c in value_columns],
+                       *[F.col(c).cast("double").alias(r) for c, r in raw.items()])
     specs = {internal[c]: ValueSpec(c, grids.get(c), integer[c]) for c in value_columns}
-    drawn = with_random(rows, spec, b"rows", null_privacy_units == "error", privacy_unit, specs)
+    drawn = with_random(rows.repartition(privacy_unit), spec, b"rows", null_unit_check, privacy_unit, specs)
+    if report:
+        ranked = keep_first(drawn, [privacy_unit, *names], [], linf, rank=RANK)
+        kept = F.col(RANK) <= linf
+        pairs = ranked.groupBy(privacy_unit, *names).agg(
+            F.count_if(kept).alias(ROWS), F.count(F.lit(1)).alias(ROWS_ALL),
+            *[(F.sum(F.when(kept, F.col(col))) if c in grids else F.collect_list(F.when(kept, F.col(col)))).alias(col)
+              for c, col in internal.items()],
+            *[agg for i, c in enumerate(value_columns) if c in grids
+              for agg in clamping_sums(F.col(raw[c]), grids[c], kept, i)])
+        return keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa,
+                          rank=RANK)
     kept_rows = keep_first(drawn, [privacy_unit, *names], [], linf)
     pairs = kept_rows.groupBy(privacy_unit, *names).agg(
         F.count(F.lit(1)).alias(ROWS),
@@ -58,22 +80,35 @@ def _bounded_pairs(df: Any, privacy_unit: str, names: list[str], value_columns: 
     return keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa)
 
 
-def _per_key(pairs: Any, names: list[str], n_values: int) -> Any:
+def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bool = False) -> Any:
     """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``) and, per value
-    column, the sum of its grid units (``SUM<i>``; null if it leaves int64: ``try_sum``)."""
+    column, the sum of its grid units (``SUM<i>``; null if it leaves int64: ``try_sum``). With
+    ``report``, every key of the data (``USERS`` may be 0), then ``report_columns``."""
     F = spark().functions
-    return pairs.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
-                                     *[F.try_sum(f"{SUM}{i}").alias(f"{SUM}{i}") for i in range(n_values)])
+    sums = [f"{SUM}{i}" for i in range(n_values)]
+    if not report:
+        return pairs.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
+                                         *[F.try_sum(c).alias(c) for c in sums])
+    kept = F.col(RANK) <= kappa
+
+    def kept_sum(column: str, zero: Any) -> Any:
+        return F.sum(F.when(kept, F.col(column)).otherwise(zero)).alias(column)
+
+    return pairs.groupBy(*names).agg(
+        F.count_if(kept).alias(USERS), kept_sum(ROWS, F.lit(0)),
+        *[F.try_sum(F.when(kept, F.col(c)).otherwise(F.lit(0))).alias(c) for c in sums],
+        F.count(F.lit(1)).alias(PAIRS), F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS_ALL).alias(ROWS_ALL),
+        *[kept_sum(c, F.lit(0.0) if c.startswith(CHANGE) else F.lit(0)) for c in clamping_columns(n_values)])
 
 
-def _aggregate_per_key(df: Any, privacy_unit: str, names: list[str], value_columns: list[str],
+def _aggregate_per_key(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                        grids: Mapping[str, Any], kappa: int, linf: int, spec: tuple[bytes, int] | None,
-                       null_privacy_units: str) -> Any:
+                       null_unit_check: bool) -> Any:
     """The lazy plan of the per-key statistics when every value column has bounds (``grids``)."""
     integer = dict.fromkeys(value_columns, False)  # not read: a column with a grid becomes int64 units
-    pairs = _bounded_pairs(df, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
-                           null_privacy_units)
-    return _per_key(pairs, names, len(value_columns))
+    pairs = _bounded_pairs(data, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
+                           null_unit_check)
+    return _per_key(pairs, names, len(value_columns), kappa)
 
 
 @dataclass
@@ -82,11 +117,23 @@ class SparkAggregateResult:
     (sorted by key; its ``by`` columns then one column per metric, plus ``<metric>_ci_low`` /
     ``_ci_high`` with ``confidence_level``), already computed; ``guarantee``, the whole
     release's :class:`~dpselect.aggregation.guarantee.AggregateGuarantee`; ``bounds``, the
-    clamping bounds per value column."""
+    clamping bounds per value column. :meth:`report`: the data holder's report, computed with
+    the release when ``report=True`` was passed."""
 
     frame: Any
     guarantee: AggregateGuarantee
     bounds: dict[str, tuple[float, float]]
+    _report: Any = field(default=None, repr=False)
+
+    def report(self) -> Any:
+        """The data holder's :class:`~dpselect.aggregation.report.AggregateReport` (exact, NOT
+        DP: never publish it). On Spark it is computed with the release, from the same draw, so
+        it must be asked for then: ``dpselect.spark.aggregate(..., report=True)``."""
+        if self._report is None:
+            raise ValueError("this release was made without report=True: on Spark the data holder's report is "
+                             "computed with the release (from the same draw); a new call is a new release, so "
+                             "charge it, and pass report=True")
+        return self._report
 
     def __iter__(self) -> Any:
         return iter((self.frame, self.guarantee))
@@ -110,6 +157,7 @@ def aggregate(
     budget: Any = None,
     precision_bits: int | None = None,
     null_privacy_units: str = "error",
+    report: bool = False,
     rng: object = None,
 ) -> SparkAggregateResult:
     """Release the keys of a GROUP BY of a Spark DataFrame and, per key, each metric, under
@@ -135,6 +183,12 @@ def aggregate(
     executors and summed as int64 grid units in Spark. ``bounds_scope``: "dataset" (one set of
     bounds per column, from one histogram over every kept value, counted by Spark); "partition"
     runs on one machine only (NotImplementedError).
+
+    ``report=True``: also compute the data holder's report (exact, NOT DP; never publish it),
+    read with ``result.report()``: the single machine's
+    :class:`~dpselect.aggregation.report.AggregateReport`, from per-key aggregates of the same
+    draw (the bounding then ranks rows and pairs instead of dropping them, which moves more data
+    through the per-key shuffle).
     """
     from dpselect.aggregation.aggregate import (
         DEFAULT_PRECISION_BITS,
@@ -163,6 +217,8 @@ def aggregate(
     if confidence_level is not None and (isinstance(confidence_level, bool) or not isinstance(confidence_level, float)
                                          or not 0 < confidence_level < 1):
         raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    if not isinstance(report, bool):
+        raise TypeError(f"report must be a bool, got {type(report).__name__}")
     if bounds_scope not in ("dataset", "partition"):
         raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
     checked = _check_metrics(metrics, {privacy_unit, *names})
@@ -209,31 +265,48 @@ def aggregate(
     generator._announce()
     kappa, linf = max_partitions_contributed, max_contributions_per_partition
 
-    pairs = _bounded_pairs(df, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
-                           null_privacy_units)
+    inputs = [privacy_unit, *names, *[c for c in value_columns if c not in names]]
+    data, dropped = drop_null_units(df.select(*inputs), privacy_unit, null_privacy_units)
+    pairs = _bounded_pairs(data, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
+                           null_privacy_units == "error", report)
     components: list[Component] = []
     if auto_columns:
         # The bounded pairs are drawn once (checkpointed): the histogram and the sums read the same kept values.
         pairs = materialise(pairs)
         lists = {f"{VALUES}{value_columns.index(c)}": c for c in auto_columns}
-        counts = histograms(pairs, {name: integer[c] for name, c in lists.items()})
+        kept = pairs.filter(pairs[RANK] <= kappa) if report else pairs
+        counts = histograms(kept, {name: integer[c] for name, c in lists.items()})
         for name, c in lists.items():
             grids[c], component = _found_grid(c, counts[name], shares[f"bounds:{c}"][0], integer[c], kappa, linf,
                                                precision_bits, generator)
             components.append(component)
-        pairs = sum_values(pairs, {name: (c, grids[c], f"{SUM}{value_columns.index(c)}") for name, c in lists.items()})
-    per_key = _per_key(pairs, names, len(value_columns))
-    if public is not None:  # exactly the listed keys, a key absent from the data with zeros
-        per_key = join_public(per_key, public, names, [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]],
-                              only_public=True)
+        pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report)
+    per_key = _per_key(pairs, names, len(value_columns), kappa, report)
+    stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]]
+    if report:
+        stats += [PAIRS, FIRSTS, ROWS_ALL, *clamping_columns(len(value_columns))]
+    if public is not None:  # the listed keys, one absent from the data with zeros; with a report, the data's too
+        per_key = join_public(per_key, public, names, stats, only_public=not report)
 
     release = _Release(names, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
-                       confidence_level, sel_args, spec)
-    released = materialise(per_key.mapInArrow(release, release.schema(key_fields)))
+                       confidence_level, sel_args, spec, public is not None, report)
+    schema = release.schema(key_fields)
+    if report:
+        kept_fields = {f.name: f for f in per_key.schema.fields}
+        full = types.StructType([*schema.fields, types.StructField(KEEP, types.BooleanType(), False),
+                                 *[kept_fields[c] for c in stats]])
+        decided = materialise(per_key.mapInArrow(release, full))
+        released = decided.filter(decided[KEEP]).select(*schema.names)
+    else:
+        released = materialise(per_key.mapInArrow(release, schema))
     guarantee = _guarantee(release, strat, components, generator, eps_total, delta_total)
     frame = annotate(sorted_by_key(released, names), names, str(guarantee), guarantee.is_dp)
+    holder = None
+    if report:
+        holder = aggregate_report(decided, dropped, grids, value_columns, strat, eps_total, kappa, linf,
+                                  public is not None)
     return SparkAggregateResult(frame=frame, guarantee=guarantee,
-                                bounds={c: (g.lower, g.upper) for c, g in grids.items()})
+                                bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _report=holder)
 
 
 def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: bool, kappa: int, linf: int,
@@ -259,10 +332,11 @@ class _Release:
 
     def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
                  epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
-                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None) -> None:
+                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None,
+                 public: bool = False, report: bool = False) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
         self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
-        self.level, self.selection, self.spec = level, selection, spec
+        self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
     def schema(self, key_fields: list[Any]) -> Any:
         types = spark().types
@@ -300,20 +374,36 @@ class _Release:
                 return col.to_numpy(zero_copy_only=False).astype(np.int64)
 
             users = column(n_keys)
+            listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool)
+                      if self.public else None)
             if strategy is None:  # public partitions: every listed key, nothing selected
-                keep = np.ones(users.size, dtype=bool)
+                keep = listed if listed is not None else np.ones(users.size, dtype=bool)
             else:
-                keep = np.asarray(strategy.apply(users, rng=rng).keep, dtype=bool)
-            mask = pa.array(keep, pa.bool_())
-            out = [batch.column(i).filter(mask) for i in range(n_keys)]
+                candidate = users > 0  # with a report every key of the data comes, some bounded away
+                keep = np.zeros(users.size, dtype=bool)
+                keep[candidate] = np.asarray(strategy.apply(users[candidate], rng=rng).keep, dtype=bool)
             rows = column(n_keys + 1)[keep]
             sums = {c: column(n_keys + 2 + i)[keep] for i, c in enumerate(self.value_columns)}
+            if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
+                out = [batch.column(i) for i in range(n_keys)]
+            else:
+                out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
             for name in self.metrics:
-                values, low, high, _ = self.metric(name, users[keep], rows, sums, rng)
-                out.append(pa.array(np.asarray(values)))
-                if self.level is not None:
-                    out += [pa.array(np.asarray(low)), pa.array(np.asarray(high))]
-            yield pa.RecordBatch.from_arrays(out, names=[*self.names, *self._metric_columns()])
+                for array in self.metric(name, users[keep], rows, sums, rng)[:3 if self.level is not None else 1]:
+                    out.append(pa.array(self._spread(np.asarray(array), keep) if self.report else np.asarray(array)))
+            names = [*self.names, *self._metric_columns()]
+            if self.report:
+                out.append(pa.array(keep))
+                out += [batch.column(i) for i in range(n_keys, batch.num_columns - self.public)]
+                names += [KEEP, *batch.schema.names[n_keys:batch.num_columns - self.public]]
+            yield pa.RecordBatch.from_arrays(out, names=names)
+
+    @staticmethod
+    def _spread(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """The released keys' values at their rows, 0 elsewhere (those rows are filtered out)."""
+        full = np.zeros(keep.size, dtype=values.dtype)
+        full[keep] = values
+        return full
 
     def _metric_columns(self) -> list[str]:
         suffixes = ("", "_ci_low", "_ci_high") if self.level is not None else ("",)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.spark._common import ERROR_MARK, spark
+from dpselect.spark._common import ERROR_MARK, SUM, spark
 
 __all__ = ["VALUES", "histograms", "sum_values"]
 
@@ -64,20 +64,27 @@ def histograms(pairs: Any, columns: Mapping[str, bool]) -> dict[str, np.ndarray]
     return out
 
 
-def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, str]]) -> Any:
-    """``pairs`` with each list column named in ``grids`` (name → (label, grid, new name))
-    replaced by the new name: the pair's values clamped and snapped to the grid and summed
-    exactly in grid units (null where the sum leaves int64, which the release refuses)."""
+def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bool = False) -> Any:
+    """``pairs`` with each list column named in ``grids`` (name → (label, grid, i), the i-th
+    value column) replaced by ``SUM<i>``: the pair's values clamped and snapped to the grid and
+    summed exactly in grid units (a pair's sum has at most L∞ terms: one that leaves int64 fails
+    the job). With ``report``, the clamping counts of those values are appended."""
+    from dpselect.spark._report import ABOVE, BELOW, CHANGE, clamping_of_lists
+
     types = spark().types
-    fields = [types.StructField(grids[f.name][2], types.LongType(), True) if f.name in grids else f
+    fields = [types.StructField(f"{SUM}{grids[f.name][2]}", types.LongType(), False) if f.name in grids else f
               for f in pairs.schema.fields]
+    if report:
+        fields += [types.StructField(f"{prefix}{i}", typ, False) for _, _, i in grids.values()
+                   for prefix, typ in ((BELOW, types.LongType()), (ABOVE, types.LongType()),
+                                       (CHANGE, types.DoubleType()))]
     schema = types.StructType(fields)
 
     def convert(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         for batch in batches:
-            columns = list(batch.columns)
+            columns, clamped = list(batch.columns), []
             for i, name in enumerate(batch.schema.names):
                 if name not in grids:
                     continue
@@ -91,10 +98,12 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, str]]) -> Any:
                     raise ValueError(f"{ERROR_MARK}{exc}") from None
                 codes = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
                 sums = grid.sum_units(units, codes, len(lists))  # an object array when a sum may leave int64
-                if sums.dtype == object:
-                    columns[i] = pa.array([int(v) if _INT64_MIN <= v <= _INT64_MAX else None for v in sums], pa.int64())
-                else:
-                    columns[i] = pa.array(np.asarray(sums, dtype=np.int64))
-            yield pa.RecordBatch.from_arrays(columns, names=schema.names)
+                if sums.dtype == object and any(not _INT64_MIN <= v <= _INT64_MAX for v in sums):
+                    raise ValueError(f"{ERROR_MARK}a sum of grid units of value column {label!r} leaves int64: use "
+                                     "coarser bounds or fewer precision_bits")
+                columns[i] = pa.array(np.asarray(sums, dtype=np.int64))
+                if report:
+                    clamped += [pa.array(a) for a in clamping_of_lists(values, codes, len(lists), grid)]
+            yield pa.RecordBatch.from_arrays(columns + clamped, names=schema.names)
 
     return pairs.mapInArrow(convert, schema)

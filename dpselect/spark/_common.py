@@ -25,6 +25,12 @@ N = "__dpselect_n"
 USERS = "__dpselect_users"
 ROWS = "__dpselect_rows"
 SUM = "__dpselect_sum_"
+# Only for the data holder's report (exact, NOT DP), which keeps every key and every ranked row:
+KEEP = "__dpselect_keep"  # the key was released
+RANK = "__dpselect_rank"  # a row's or a pair's rank in its bounding window (kept iff <= the limit)
+PAIRS = "__dpselect_pairs"  # a key's (user, key) pairs before bounding: its users before bounding
+FIRSTS = "__dpselect_firsts"  # users whose first-ranked pair is in this key (summed over keys: the users)
+ROWS_ALL = "__dpselect_rows_all"  # rows before bounding
 ERROR_MARK = "dpselect refused the data: "
 
 GUARANTEE = GUARANTEE_METADATA_KEY.decode()
@@ -116,11 +122,12 @@ def check_frame(df: Any, privacy_unit: str, names: list[str], values: Sequence[s
                             "cast it first")
 
 
-def drop_null_units(df: Any, privacy_unit: str, mode: str) -> Any:
+def drop_null_units(df: Any, privacy_unit: str, mode: str) -> tuple[Any, int]:
     """mode "drop": leave out rows with a null privacy unit, with the data holder's warning
-    (one counting pass). Mode "error" is checked on the executors, in the first pass."""
+    (one counting pass); the frame and the number dropped. Mode "error" is checked on the
+    executors, in the first pass (``with_random(..., null_unit_check=True)``)."""
     if mode != "drop":
-        return df
+        return df, 0
     col = spark().functions.col(privacy_unit)
     dropped = df.filter(col.isNull()).count()
     if dropped:
@@ -128,7 +135,7 @@ def drop_null_units(df: Any, privacy_unit: str, mode: str) -> Any:
             f"dropped {dropped} row(s) with a null privacy unit in column {privacy_unit!r} "
             "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
             "for you, the data holder; do not publish it."), stacklevel=3)
-    return df.filter(col.isNotNull())
+    return df.filter(col.isNotNull()), int(dropped)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,11 @@ from dpselect.pipeline import _count_half_width, build_strategy, check_columns
 from dpselect.rng import resolve_rng
 from dpselect.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._common import (
+    FIRSTS,
+    KEEP,
+    PAIRS,
+    RANK,
+    ROWS,
     USERS,
     annotate,
     check_frame,
@@ -24,7 +29,8 @@ from dpselect.spark._common import (
     spark,
     with_random,
 )
-from dpselect.spark._public import join_public, public_keys
+from dpselect.spark._public import PUBLIC, join_public, public_keys
+from dpselect.spark._report import selection_report
 
 __all__ = ["select_partitions"]
 
@@ -41,18 +47,29 @@ def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None
 
 
 
-def _select_per_key(df: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
-                    null_privacy_units: str) -> Any:
-    """The lazy plan of the bounded distinct-user count per key (column ``__dpselect_users``):
-    distinct (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user."""
+def _select_per_key(data: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
+                    null_unit_check: bool, report: bool = False) -> Any:
+    """The lazy plan of the bounded distinct-user count per key (column ``USERS``): distinct
+    (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user. ``data``: the
+    user and key columns, null units already dropped or (``null_unit_check``) refused here.
+
+    With ``report``, every key of the data, and for the data holder's report ``PAIRS`` (its
+    users before bounding), ``FIRSTS`` and ``ROWS`` (summed over keys: the users and the rows);
+    ``USERS`` may then be 0."""
     F = spark().functions
-    data = drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
     # One shuffle by user serves the deduplication and the bounding window (hash partitioning by
     # user clusters every (user, key) too); the per-key count is the second and last shuffle.
-    pairs = data.repartition(privacy_unit).dropDuplicates([privacy_unit, *names])
-    drawn = with_random(pairs, spec, b"bound", null_privacy_units == "error", privacy_unit)
-    bounded = keep_first(drawn, [privacy_unit], names, kappa)
-    return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS))
+    by_user = data.repartition(privacy_unit)
+    if not report:
+        pairs = by_user.dropDuplicates([privacy_unit, *names])
+        bounded = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
+                             kappa)
+        return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS))
+    pairs = by_user.groupBy(privacy_unit, *names).agg(F.count(F.lit(1)).alias(ROWS))
+    ranked = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
+                        kappa, rank=RANK)
+    return ranked.groupBy(*names).agg(F.count_if(F.col(RANK) <= kappa).alias(USERS), F.count(F.lit(1)).alias(PAIRS),
+                                      F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS).alias(ROWS))
 
 
 def select_partitions(
@@ -71,6 +88,7 @@ def select_partitions(
     public_partitions: Any = None,
     confidence_level: float | None = None,
     budget: Any = None,
+    report: bool = False,
     rng: object = None,
     **options: Any,
 ) -> Any:
@@ -101,7 +119,10 @@ def select_partitions(
     (docs/privacy/confidence-intervals.md). ``budget``: a :class:`dpselect.Budget` charged
     (ε, δ) after the arguments and the DataFrame's schema are checked and before any Spark job
     (nothing is charged if the charge would overspend), as :func:`dpselect.select_partitions`
-    does.
+    does. ``report=True`` returns ``(frame, report)``, the data holder's
+    :class:`~dpselect.aggregation.report.SelectionReport` (exact, NOT DP; never publish it),
+    built on the driver from per-key aggregates of the same draw (a count of keys per bounded
+    user count, and four totals), with a count-based strategy.
 
     Returns a Spark DataFrame of the released keys (with the input's key types), plus
     ``count_column`` (int64) with ``counts=True`` (and the interval's int64 columns), sorted by
@@ -128,6 +149,8 @@ def select_partitions(
     name = check_strategy(strategy)
     strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
     kappa = strat.max_partitions_contributed
+    if not isinstance(report, bool):
+        raise TypeError(f"report must be a bool, got {type(report).__name__}")
     half_width = _count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
@@ -139,9 +162,11 @@ def select_partitions(
     spec = rng_spec(generator)
     generator._announce()  # the test generator warns here, once for the whole call
 
-    per_key = _select_per_key(df, privacy_unit, names, kappa, spec, null_privacy_units)
-    if public is not None:
-        per_key = join_public(per_key, public, names, [USERS], only_public=name == "public")
+    data, dropped = drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
+    per_key = _select_per_key(data, privacy_unit, names, kappa, spec, null_privacy_units == "error", report)
+    stats = [USERS, PAIRS, FIRSTS, ROWS] if report else [USERS]
+    if public is not None:  # with a report, every key of the data too (its totals count them)
+        per_key = join_public(per_key, public, names, stats, only_public=name == "public" and not report)
 
     out_fields = list(key_fields)
     if counts:
@@ -150,34 +175,70 @@ def select_partitions(
         out_fields.append(types.StructField(f"{count_column}_ci_low", types.LongType(), False))
         out_fields.append(types.StructField(f"{count_column}_ci_high", types.LongType(), False))
     schema = types.StructType(out_fields)
-    n_keys = len(names)
-    mixed = name == "mixed"
-
-    def decide(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        strategy_ = executor_strategy(args)
-        rng_ = executor_rng(spec, b"select")
-        for batch in batches:
-            users = batch.column(n_keys).to_numpy(zero_copy_only=False).astype(np.int64)
-            if mixed:  # the public keys are released above public_threshold, the others above k
-                listed = batch.column(n_keys + 1).to_numpy(zero_copy_only=False).astype(bool)
-                result = strategy_.apply(users, rng=rng_, public=listed)
-            else:
-                result = strategy_.apply(users, rng=rng_)
-            keep = np.asarray(result.keep, dtype=bool)
-            mask = pa.array(keep, pa.bool_())
-            columns = [batch.column(i).filter(mask) for i in range(n_keys)]
-            if counts:
-                noisy = np.asarray(result.noisy_counts, dtype=np.int64)[keep]
-                columns.append(pa.array(noisy, pa.int64()))
-                if half_width is not None:
-                    columns += [pa.array(noisy - half_width, pa.int64()), pa.array(noisy + half_width, pa.int64())]
-            yield pa.RecordBatch.from_arrays(columns, names=schema.names)
-
-    released = materialise(per_key.mapInArrow(decide, schema))
+    if report:
+        extra = [types.StructField(c, types.BooleanType(), False) for c in (KEEP, PUBLIC)]
+        extra += [types.StructField(c, types.LongType(), False) for c in stats]
+        full = types.StructType([*out_fields, *extra])
+        decide = _Decide(args, spec, full.names, len(names), counts, half_width, public is not None, report)
+        decided = materialise(per_key.mapInArrow(decide, full))
+        released = decided.filter(decided[KEEP]).select(*schema.names)
+    else:
+        decide = _Decide(args, spec, schema.names, len(names), counts, half_width, public is not None, report)
+        released = materialise(per_key.mapInArrow(decide, schema))
     guarantee = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
     if not generator.privacy_guaranteed:
         guarantee = guarantee.under_test_rng()
     private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
-    return annotate(sorted_by_key(released, names), names, str(guarantee), private)
+    out = annotate(sorted_by_key(released, names), names, str(guarantee), private)
+    if not report:
+        return out
+    return out, selection_report(decided, dropped, strat, kappa)
+
+
+class _Decide:
+    """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key counts
+    (the ``by`` columns, ``USERS``, then the other statistics, then ``PUBLIC`` with public
+    partitions): the strategy decides each candidate key in the C kernel (a key of the data
+    with a user left after bounding; with public partitions, the listed keys, and for "mixed"
+    the data's too). Each key's decision depends on its own count and fresh randomness only, so
+    batch by batch is the same mechanism as all keys at once. Out: the released keys (and noisy
+    counts); with ``report``, every key with ``KEEP``, ``PUBLIC`` and its statistics."""
+
+    def __init__(self, args: tuple[Any, ...], spec: tuple[bytes, int] | None, out: list[str], n_keys: int,
+                 counts: bool, half_width: int | None, public: bool, report: bool) -> None:
+        self.args, self.spec, self.out, self.n_keys = args, spec, out, n_keys
+        self.counts, self.half_width, self.public, self.report = counts, half_width, public, report
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        strategy = executor_strategy(self.args)
+        name = self.args[0]
+        rng = executor_rng(self.spec, b"select")
+        n = self.n_keys
+        for batch in batches:
+            users = batch.column(n).to_numpy(zero_copy_only=False).astype(np.int64)
+            listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool) if self.public
+                      else np.zeros(users.size, dtype=bool))
+            candidate = listed if name == "public" else listed | (users > 0)
+            if name == "mixed":  # the public keys are released above public_threshold, the others above k
+                result = strategy.apply(users[candidate], rng=rng, public=listed[candidate])
+            else:
+                result = strategy.apply(users[candidate], rng=rng)
+            keep = np.zeros(users.size, dtype=bool)
+            keep[candidate] = np.asarray(result.keep, dtype=bool)
+            noisy = np.zeros(users.size, dtype=np.int64)
+            if self.counts:
+                noisy[candidate] = np.asarray(result.noisy_counts, dtype=np.int64)
+            rows = slice(None) if self.report else keep  # the report keeps every key, with KEEP
+            columns = [batch.column(i).filter(pa.array(keep)) if not self.report else batch.column(i)
+                       for i in range(n)]
+            if self.counts:
+                columns.append(pa.array(noisy[rows], pa.int64()))
+                if self.half_width is not None:
+                    columns += [pa.array(noisy[rows] - self.half_width, pa.int64()),
+                                pa.array(noisy[rows] + self.half_width, pa.int64())]
+            if self.report:
+                columns += [pa.array(keep), pa.array(listed)]
+                columns += [batch.column(i).cast(pa.int64()) for i in range(n, batch.num_columns - self.public)]
+            yield pa.RecordBatch.from_arrays(columns, names=self.out)
