@@ -9,12 +9,16 @@ What runs where:
 
 * in Spark SQL (the JVM): deduplicating (user, key) pairs, the contribution bounding (a window
   ``row_number() over (partition by user order by r, key) <= κ``, r a 64-bit uniform drawn per
-  pair; likewise ``<= L∞`` over a user's rows in one key), and every per-key aggregate;
+  pair; likewise ``<= L∞`` over a user's rows in one key), every per-key aggregate, the join
+  to ``public_partitions``, and the log histogram of APPROX_BOUNDS (a count per cell);
 * in vectorised Arrow UDFs (``mapInArrow``) on the executors: drawing r from the package CSPRNG,
-  converting value columns to grid units (:meth:`dpselect.aggregation.grid.Grid.to_units`), and,
-  on the per-key aggregates only, the selection (``strategy.apply``) and the metrics' noise
+  converting value columns to grid units (:meth:`dpselect.aggregation.grid.Grid.to_units`),
+  binning values for APPROX_BOUNDS, and, on the per-key aggregates only, the selection
+  (``strategy.apply``) and the metrics' noise
   (:func:`dpselect.aggregation.metric_noise.noisy_metric`) in the C kernel;
-* on the driver: argument checks, the budget split and the guarantee. No row reaches it.
+* on the driver: argument checks, the budget charge and split, the guarantee, the noise and
+  thresholds of APPROX_BOUNDS over the histogram's cells, and the data holder's report from
+  per-key totals. No row reaches it.
 
 The result is materialised once (``localCheckpoint(eager=True)``) before it is returned: a lazy
 plan would draw new noise on every action, and two draws of a release are two releases. The
@@ -22,7 +26,9 @@ checkpointed blocks are never recomputed (a lost block fails the query instead).
 
 PySpark is an optional dependency (``pip install "dpselect[spark]"``), imported on first use.
 The modules: :mod:`._common` (randomness on the executors, checks, bounding windows,
-materialisation), :mod:`._select` and :mod:`._aggregate` (the two entry points).
+materialisation), :mod:`._select` and :mod:`._aggregate` (the two entry points),
+:mod:`._public` (public partitions), :mod:`._bounds` (APPROX_BOUNDS) and :mod:`._report` (the
+data holder's reports).
 """
 from __future__ import annotations
 

@@ -47,7 +47,11 @@ def public_keys(df: Any, public: Any, key_fields: Sequence[Any]) -> Any:
 
         schema = types.StructType([types.StructField(f.name, f.dataType, True) for f in key_fields])
         timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
-        table = public_table(public, to_arrow_schema(schema, timezone=timezone))
+        try:
+            arrow_schema = to_arrow_schema(schema, timezone=timezone)
+        except TypeError:  # pyspark 3.5 has no timezone argument (its timestamps are UTC)
+            arrow_schema = to_arrow_schema(schema)
+        table = public_table(public, arrow_schema)
         frame = df.sparkSession.createDataFrame(table, schema=schema)
     return frame.select(*[F.col(n) for n in names]).dropDuplicates(names)
 
