@@ -17,7 +17,9 @@ from dpselect.aggregation.bounds import (
     BinScheme,
     NotEnoughDataError,
     approx_bounds,
+    approx_bounds_from_histogram,
     approx_bounds_per_partition,
+    bin_cells,
     discrete_threshold,
     find_bounds,
     google_threshold,
@@ -149,6 +151,26 @@ def test_extreme_integers() -> None:
     assert (found.lower, found.upper) == (-(2**63), INT64_MAX)
     zeros = approx_bounds(np.zeros(500, dtype=np.int64), 1.0, rng=_rng(7))
     assert (zeros.lower, zeros.upper) == (0, 1)
+
+
+def test_a_histogram_counted_elsewhere_gives_the_same_release() -> None:
+    # dpselect.spark counts the cells in Spark: the same counts and generator must give the same
+    # noisy histogram and bounds as counting the values here.
+    data = np.random.default_rng(9)
+    for values, integer in ((data.integers(-40, 900, 5000), True), (data.normal(0, 50, 5000), False)):
+        scheme = BinScheme.default(integer)
+        counts = np.bincount(bin_cells(values, scheme), minlength=2 * scheme.num_bins)
+        assert counts.sum() == values.size and counts[scheme.num_bins:].sum() == (values < 0).sum()
+        direct = approx_bounds(values, 1.0, max_contributions_per_partition=2, rng=_rng(10))
+        counted = approx_bounds_from_histogram(counts, 1.0, integer=integer, max_contributions_per_partition=2,
+                                               rng=_rng(10))
+        assert (counted.lower, counted.upper, counted.threshold) == (direct.lower, direct.upper, direct.threshold)
+        assert np.array_equal(counted.noisy_positive, direct.noisy_positive)
+        assert str(counted.guarantee) == str(direct.guarantee)
+    with pytest.raises(ValueError, match="counts must be 128 non-negative integers"):
+        approx_bounds_from_histogram(np.ones(64, np.int64), 1.0, integer=True)
+    with pytest.raises(ValueError, match="counts must be 128 non-negative integers"):
+        approx_bounds_from_histogram(-np.ones(128, np.int64), 1.0, integer=True)
 
 
 def test_fails_cleanly_on_tiny_or_empty_data() -> None:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,11 @@ if shutil.which("java") is None:
 
 import dpselect  # noqa: E402
 from dpselect import spark as ds  # noqa: E402
+from dpselect.aggregation.bounds import NotEnoughDataError  # noqa: E402
+from dpselect.aggregation.budget import BudgetExceededError  # noqa: E402
 from dpselect.aggregation.grid import Grid  # noqa: E402
 from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
+from dpselect.spark import _aggregate, _common, _select  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 
 pytestmark = [
@@ -116,8 +120,8 @@ def _table(seed: int, users: int, keys: int, rows: int, max_keys: int, max_rows:
 
 def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
     table = _table(1, users=3000, keys=40, rows=20000, max_keys=3)
-    per_key = ds._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, "error")
-    got = {r.key: r[ds._USERS] for r in per_key.collect()}
+    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, True)
+    got = {r.key: r[_common.USERS] for r in per_key.collect()}
     counter = RowCounter("user", ["key"])
     counter.feed(table)
     parts = counter.finish(3, None, dpselect.SecureRNG())
@@ -129,9 +133,9 @@ def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
 def test_per_key_aggregates_are_exact_when_nothing_is_bounded(spark):
     table = _table(2, users=2000, keys=30, rows=12000, max_keys=2, max_rows=3)
     grid = Grid.for_bounds(0, 10, precision_bits=30, integer=True)
-    per_key = ds._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
-                                    2, 3, None, "error")
-    got = {r.key: (r[ds._USERS], r[ds._ROWS], r[ds._SUM + "0"]) for r in per_key.collect()}
+    per_key = _aggregate._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
+                                    2, 3, None, True)
+    got = {r.key: (r[_common.USERS], r[_common.ROWS], r[_common.SUM + "0"]) for r in per_key.collect()}
     pdf = table.to_pandas()
     pdf["units"] = grid.to_units(pdf["value"].to_numpy())
     truth = {k: (g["user"].nunique(), len(g), int(g["units"].sum())) for k, g in pdf.groupby("key")}
@@ -176,8 +180,12 @@ def test_key_types_nulls_and_several_columns_come_back(spark):
     out = ds.select_partitions(df, privacy_unit="user", by=["a", "b"], epsilon=1e6, delta=1e-5,
                                max_partitions_contributed=6)
     assert [(f.name, f.dataType) for f in out.schema.fields] == [(f.name, f.dataType) for f in df.schema.fields[1:]]
+    # Sorted as on one machine (Arrow's order): nulls last.
     assert rows_of(out) == sorted(set(zip(table["a"].to_pylist(), table["b"].to_pylist())),
-                                  key=lambda t: (t[0] is not None, t[0], t[1]))
+                                  key=lambda t: (t[0] is None, t[0] or 0, t[1]))
+    local = dpselect.select_partitions(table, privacy_unit="user", by=["a", "b"], epsilon=1e6, delta=1e-5,
+                                       max_partitions_contributed=6)
+    assert rows_of(out) == [tuple(r.values()) for r in local.to_pylist()]
 
 
 # ---------------------------------------------------------------- statistics
@@ -189,7 +197,7 @@ def test_kappa_subset_is_uniform(spark):
     keys = np.random.default_rng(6).integers(0, 3, users.size)
     keys[::5], keys[1::5], keys[2::5] = 0, 1, 2
     df = frame(spark, user=users, key=keys)
-    counts = [r[ds._USERS] for r in ds._select_per_key(df, "user", ["key"], 1, None, "error").collect()]
+    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, None, True).collect()]
     assert len(counts) == 3 and sum(counts) == 3000
     assert all(abs(c - 1000) < 5 * math.sqrt(3000 * (1 / 3) * (2 / 3)) for c in counts), counts
 
@@ -200,9 +208,10 @@ def test_linf_rows_are_uniform(spark):
     values = np.tile(np.arange(4), 3000)
     df = frame(spark, user=users, key=np.zeros(users.size, np.int64), value=values)
     grid = Grid.for_bounds(0, 3, integer=True)
-    row = ds._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, "error").collect()[0]
-    assert row[ds._USERS] == row[ds._ROWS] == 3000
-    assert abs(row[ds._SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
+    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, True)
+    row = per_key.collect()[0]
+    assert row[_common.USERS] == row[_common.ROWS] == 3000
+    assert abs(row[_common.SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
 
 
 def test_keep_rate_matches_the_single_machine_and_pi_opt(spark):
@@ -250,8 +259,8 @@ def test_metric_noise_has_the_single_machine_scale(spark):
 
 def test_executors_draw_fresh_secure_values(spark):
     df = spark.range(40000, numPartitions=4)
-    first = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
-    second = [r[ds._R] for r in ds._with_random(df, None, b"t", False, "id").select(ds._R).collect()]
+    first = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
+    second = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
     assert len(set(first)) == len(first) == 40000  # no two partitions (or forked workers) share a stream
     assert not set(first) & set(second)
 
@@ -263,7 +272,7 @@ def test_the_release_is_drawn_once(spark):
     first = rows_of(out)
     assert len(first) > 10 and rows_of(out) == first and out.count() == len(first)
     assert "differentially private" in ds.guarantee_of(out)
-    assert out.schema["key"].metadata[ds._PRIVATE] is True
+    assert out.schema["key"].metadata[_common.PRIVATE] is True
 
 
 def test_test_rng_is_deterministic_for_a_fixed_partitioning(spark):
@@ -277,7 +286,7 @@ def test_test_rng_is_deterministic_for_a_fixed_partitioning(spark):
         c = ds.select_partitions(df, rng=InsecureDeterministicRNG(12), **kwargs)
     assert len(rows_of(a)) > 10
     assert rows_of(a) == rows_of(b) != rows_of(c)
-    assert ds.guarantee_of(a).startswith("NOT DP") and a.schema["key"].metadata[ds._PRIVATE] is False
+    assert ds.guarantee_of(a).startswith("NOT DP") and a.schema["key"].metadata[_common.PRIVATE] is False
 
 
 # ---------------------------------------------------------------- refusals
@@ -299,11 +308,231 @@ def test_refusals(spark):
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     with pytest.raises(TypeError, match="float"):
         ds.select_partitions(df, **{**base, "privacy_unit": "fuser"})
-    with pytest.raises(ValueError, match="strategy"):
+    with pytest.raises(NotImplementedError, match="strategy='dp_sips' is a row mechanism"):
         ds.select_partitions(df, strategy="dp_sips", **base)
+    with pytest.raises(NotImplementedError, match="strategy='auto' may choose a row mechanism"):
+        ds.select_partitions(df, strategy="auto", **base)
+    with pytest.raises(NotImplementedError, match="strategy is given by name"):
+        ds.select_partitions(df, strategy=dpselect.make_strategy("pi_opt", epsilon=1.0, delta=1e-5), **base)
+    with pytest.raises(ValueError, match="strategy must be one of release, pi_opt"):
+        ds.select_partitions(df, strategy="pi-opt", **base)
+    with pytest.raises(ValueError, match="public_partitions needs strategy='public'"):
+        ds.select_partitions(df, strategy="release", public_partitions=[1], **base)
+    with pytest.raises(ValueError, match="strategy='mixed' needs public_partitions"):
+        ds.select_partitions(df, strategy="mixed", **base)
     with pytest.raises(TypeError, match="pyspark.sql.DataFrame"):
         ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
-    with pytest.raises(ValueError, match="needs bounds"):
+    # NaN is refused with the column's own name, whether the column has bounds or not.
+    with pytest.raises(ValueError, match="value column 'value' has 1 NaN or infinite value"):
         ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="value column 'value' contains NaN"):
         ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
+
+
+# ---------------------------------------------------------------- budget and intervals
+
+
+def test_select_charges_the_budget_and_adds_intervals_like_the_single_machine(spark):
+    table = _table(9, users=1500, keys=15, rows=5000, max_keys=2)
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=2, counts=True,
+                  confidence_level=0.9)
+    on_spark, local = dpselect.Budget(2e6, 1e-4), dpselect.Budget(2e6, 1e-4)
+    out = ds.select_partitions(spark.createDataFrame(table), budget=on_spark, **kwargs)
+    want = dpselect.select_partitions(table, budget=local, **kwargs).to_pandas()
+    got = out.toPandas()
+    assert list(got.columns) == ["key", "noisy_count", "noisy_count_ci_low", "noisy_count_ci_high"]
+    assert got.equals(want)
+    assert (got["noisy_count_ci_low"] <= got["noisy_count"]).all()  # ε = 1e6: the interval is one point
+    assert on_spark.spent == local.spent == (Fraction(10**6), Fraction(1, 10**5))
+    assert [c.what for c in on_spark.ledger] == ["spark.select_partitions(by=['key'])"]
+
+
+def _raised(call):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    return type(info.value), str(info.value)
+
+
+def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charge(spark):
+    table = pa.table({"user": pa.array(np.arange(20)), "key": pa.array(np.arange(20) % 3),
+                      "value": pa.array(np.ones(20))})
+    df = spark.createDataFrame(table)
+    base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
+    metrics = {"n": dpselect.count()}
+    bad = [dict(counts=True, confidence_level=1.5), dict(counts=True, confidence_level=True),
+           dict(counts=False, confidence_level=0.9), dict(strategy="pi_opt", confidence_level=0.9),
+           dict(budget="epsilon 1"), dict(counts=True, confidence_level=0.9, budget=0.5)]
+    for extra in bad:
+        assert _raised(lambda: ds.select_partitions(df, **base, **extra)) == \
+            _raised(lambda: dpselect.select_partitions(table, **base, **extra)), extra
+    for extra in (dict(confidence_level=0.0), dict(confidence_level=1), dict(budget=[1.0])):
+        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **base, **extra)) == \
+            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **base, **extra)), extra
+    # Overspending charges nothing and fails before any Spark job; a bad argument after a good
+    # budget charges nothing either.
+    budget = dpselect.Budget(0.5, 1e-5)
+    with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
+        ds.select_partitions(df, budget=budget, **base)
+    with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
+        ds.aggregate(df, metrics=metrics, budget=budget, **base)
+    with pytest.raises(ValueError, match="confidence_level"):
+        ds.select_partitions(df, budget=budget, confidence_level=2.0, counts=True, **{**base, "epsilon": 0.1})
+    assert budget.spent == (0, 0) and budget.ledger == ()
+
+
+# ---------------------------------------------------------------- public partitions
+
+
+def _float_keys(seed: int, n: int):
+    """Float keys 0-4 plus null, NaN and -0.0 (which is the key 0.0), users touching few keys."""
+    gen = np.random.default_rng(seed)
+    key = gen.integers(0, 8, n).astype(float)
+    key[key == 7] = np.nan
+    key[key == 6] = -0.0
+    return pa.table({"user": pa.array(gen.integers(0, 800, n)),
+                     "key": pa.array([None if k == 5 else k for k in key.tolist()], pa.float64())})
+
+
+def test_public_and_mixed_releases_equal_the_single_machine_without_noise(spark):
+    # κ = 8 bounds nothing and ε = 1e6 draws no noise: both paths must give the same keys and counts,
+    # the listed keys absent from the data (42, 43) with a count from 0, null and NaN matched as keys.
+    table = _float_keys(10, 3000)
+    df = spark.createDataFrame(table)
+    public = [0.0, 1.0, None, float("nan"), 42.0, 43.0, 1.0]
+    for strategy, extra in (("public", {}), ("mixed", {"public_threshold": 5})):
+        kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=8,
+                      counts=True, public_partitions=public, strategy=strategy, **extra)
+        out = ds.select_partitions(df, **kwargs)
+        local = dpselect.select_partitions(table, **kwargs)
+        got = out.toPandas()
+        assert got.equals(local.to_pandas()), (strategy, got, local)
+        assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.guarantee"].decode()
+        if strategy == "public":
+            assert got["key"].tolist()[:4] == [0.0, 1.0, 42.0, 43.0] and got["key"].isna().sum() == 2
+            assert got["noisy_count"].tolist()[2:4] == [0, 0]
+        else:  # public_threshold 5: the absent 42 and 43 stay out; the data's own keys 2-4 come in
+            assert got["key"].tolist()[:5] == [0.0, 1.0, 2.0, 3.0, 4.0] and 42.0 not in got["key"].tolist()
+
+
+def test_aggregate_over_public_partitions_equals_the_single_machine_without_noise(spark):
+    table = _table(11, users=1500, keys=6, rows=4000, max_keys=6, max_rows=10)
+    metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+               "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+                  max_partitions_contributed=6, max_contributions_per_partition=10)
+    listed = spark.createDataFrame(pa.table({"key": ["k1", "k3", "zz", "k1"], "other": [1, 2, 3, 4]}))
+    on_spark = ds.aggregate(spark.createDataFrame(table), public_partitions=listed, **kwargs)
+    local = dpselect.aggregate(table, public_partitions=["k1", "k3", "zz"], **kwargs)
+    got = on_spark.frame.toPandas()
+    assert got.equals(local.frame.to_pandas()), (got, local.frame)
+    assert got["key"].tolist() == ["k1", "k3", "zz"]
+    assert got.iloc[2, 1:].tolist() == [0, 0, 0.0, 5.0]  # absent: zeros, and the mean's midpoint
+    assert str(on_spark.guarantee) == str(local.guarantee) and "selection" not in str(on_spark.guarantee)
+    with pytest.raises(ValueError, match="made without report=True"):
+        on_spark.report()
+    with pytest.raises(TypeError, match="public_partitions column 'key' is bigint, the data's is string"):
+        ds.aggregate(spark.createDataFrame(table), public_partitions=spark.range(3).withColumnRenamed("id", "key"),
+                     **kwargs)
+    with pytest.raises(ValueError, match=r"public_partitions lacks the by column\(s\) \['key'\]"):
+        ds.aggregate(spark.createDataFrame(table), public_partitions=spark.range(3), **kwargs)
+
+
+def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
+    # 400 listed keys, none in the data: every released value is noise drawn from 0.
+    absent = list(range(1000, 1400))
+    df = frame(spark, user=np.arange(50), key=np.arange(50) % 5)
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, public_partitions=absent)
+    counts = ds.select_partitions(df, counts=True, **kwargs).toPandas()
+    assert counts["key"].tolist() == absent
+    reference = dpselect.release(np.zeros(200_000, np.int64), epsilon=1.0, delta=1e-5, public=True).noisy_counts
+    out = ds.aggregate(df, metrics={"n": dpselect.count()}, **kwargs).frame.toPandas()
+    assert out["key"].tolist() == absent
+    for noise, var in ((counts["noisy_count"].to_numpy(), reference.var()),
+                       (out["n"].to_numpy(), _discrete_laplace_variance(1 / 1.0))):
+        assert abs(noise.mean()) < 5 * math.sqrt(var / noise.size)
+        assert 0.6 < noise.var() / var < 1.5, (noise.var(), var)
+
+
+# ---------------------------------------------------------------- APPROX_BOUNDS
+
+
+def test_approx_bounds_equal_the_single_machine_without_noise(spark):
+    # At ε = 1e5 the histogram's noise and, on a coarse grid (precision_bits=4), every metric's
+    # noise is 0: the bounds found from Spark's histogram and the whole release must equal the
+    # single machine's. An integer and a float column without bounds, one with bounds.
+    gen = np.random.default_rng(12)
+    n = 6000
+    table = pa.table({"user": pa.array(gen.integers(0, 2000, n)),
+                      "key": pa.array([f"k{k}" for k in gen.integers(0, 5, n)]),
+                      "ivalue": pa.array(gen.integers(-30, 200, n)), "fvalue": pa.array(gen.normal(3, 40, n)),
+                      "bvalue": pa.array(gen.integers(0, 5, n))})
+    metrics = {"users": dpselect.count_distinct_units(), "isum": dpselect.sum("ivalue"),
+               "imean": dpselect.mean("ivalue"), "fsum": dpselect.sum("fvalue"),
+               "bsum": dpselect.sum("bvalue", bounds=(0, 3))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e5, delta=1e-5,
+                  max_partitions_contributed=5, max_contributions_per_partition=10, precision_bits=4)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    assert on_spark.bounds == local.bounds == {"bvalue": (0.0, 3.0), "fvalue": (-256.0, 256.0),
+                                               "ivalue": (-32.0, 256.0)}
+    got = on_spark.frame.toPandas()
+    assert got.equals(local.frame.to_pandas()), (got, local.frame)
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    assert "bounds of 'fvalue' (APPROX_BOUNDS)" in str(on_spark.guarantee)
+    # Too little data for the histogram at ε = 1: the single machine's error, from the driver.
+    with pytest.raises(NotEnoughDataError, match="not enough data to find bounds"):
+        ds.aggregate(spark.createDataFrame(table.slice(0, 300)), **{**kwargs, "epsilon": 1.0})
+    with pytest.raises(NotImplementedError, match="bounds_scope='partition'.*runs on one machine only"):
+        ds.aggregate(spark.createDataFrame(table), bounds_scope="partition", **kwargs)
+
+
+# ---------------------------------------------------------------- the data holder's report
+
+
+def _with_null_units(seed: int, n: int, keys: int):
+    gen = np.random.default_rng(seed)
+    units = gen.integers(0, 2000, n).tolist()
+    units[:7] = [None] * 7
+    return pa.table({"user": pa.array(units, pa.int64()),
+                     "key": pa.array([f"k{k}" for k in gen.integers(0, keys, n)]),
+                     "ivalue": pa.array(gen.integers(-30, 200, n)), "bvalue": pa.array(gen.integers(0, 5, n))})
+
+
+def test_select_report_equals_the_single_machine(spark):
+    # κ = 12 keys bounds nothing and ε = 1e6 draws no noise: every number of the report is exact.
+    table = _with_null_units(13, 5000, 12)
+    df = spark.createDataFrame(table)
+    for extra in ({}, {"public_partitions": ["k1", "zz"], "counts": True}):
+        kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=12,
+                      null_privacy_units="drop", report=True, **extra)
+        with pytest.warns(NullPrivacyUnitsDropped, match="dropped 7 row"):
+            out, report = ds.select_partitions(df, **kwargs)
+        with pytest.warns(NullPrivacyUnitsDropped, match="dropped 7 row"):
+            local, local_report = dpselect.select_partitions(table, **kwargs)
+        assert out.toPandas().equals(local.to_pandas())
+        assert report.as_dict() == local_report.as_dict(), (report, local_report)
+        assert (report.rows, report.null_unit_rows, report.users) == (4993, 7, len(set(table["user"].to_pylist())) - 1)
+    with pytest.raises(TypeError, match="report must be a bool"):
+        ds.select_partitions(df, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, report="yes")
+
+
+def test_aggregate_report_equals_the_single_machine(spark):
+    # Nothing bounded (κ = 12 keys, L∞ = 10), no noise on a coarse grid: the report's counts,
+    # buckets and clamping (of a column with bounds, and of one with bounds found) are exact.
+    table = _with_null_units(14, 5000, 12)
+    metrics = {"users": dpselect.count_distinct_units(), "isum": dpselect.sum("ivalue"),
+               "bsum": dpselect.sum("bvalue", bounds=(0, 3))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e5, delta=1e-5,
+                  max_partitions_contributed=12, max_contributions_per_partition=10, precision_bits=2,
+                  null_privacy_units="drop")
+    with pytest.warns(NullPrivacyUnitsDropped):
+        on_spark = ds.aggregate(spark.createDataFrame(table), report=True, **kwargs)
+    with pytest.warns(NullPrivacyUnitsDropped):
+        local = dpselect.aggregate(table, **kwargs)
+    assert on_spark.frame.toPandas().equals(local.frame.to_pandas())
+    got, want = on_spark.report().as_dict(), local.report().as_dict()
+    for column in ("bvalue", "ivalue"):  # a float sum, in another order
+        change = got["clamping"][column].pop("total_change")
+        assert change == pytest.approx(want["clamping"][column].pop("total_change"))
+    assert got == want, (on_spark.report(), local.report())
+    assert got["clamping"]["bvalue"]["above"] > 0 and got["null_privacy_unit_rows"] == 7

@@ -45,7 +45,9 @@ __all__ = [
     "PartitionBounds",
     "BinScheme",
     "approx_bounds",
+    "approx_bounds_from_histogram",
     "approx_bounds_per_partition",
+    "bin_cells",
     "discrete_threshold",
     "find_bounds",
     "google_threshold",
@@ -235,6 +237,13 @@ def _signed_magnitudes(arr: np.ndarray, scheme: BinScheme) -> tuple[np.ndarray, 
     return negative, scheme.index(magnitude)
 
 
+def bin_cells(values: np.ndarray, scheme: BinScheme) -> np.ndarray:
+    """The histogram cell of every value (checked numeric and finite): its bin i for a value ≥ 0,
+    B + i for a negative one, so the 2B counts are ``np.bincount(cells, minlength=2B)``."""
+    negative, bins = _signed_magnitudes(values, scheme)
+    return bins + negative * scheme.num_bins
+
+
 # ------------------------------------------------------------------ results
 
 @dataclass(frozen=True)
@@ -386,11 +395,31 @@ def approx_bounds(values: npt.ArrayLike, epsilon: object, *, max_partitions_cont
     Raises :class:`NotEnoughDataError` ("not enough data…") when no bin passes."""
     arr, is_int = _values(values, integer)
     scheme = _scheme(is_int, num_bins, scale_exponent)
+    counts = np.bincount(bin_cells(arr, scheme), minlength=2 * scheme.num_bins).astype(np.int64)
+    return approx_bounds_from_histogram(counts, epsilon, integer=is_int,
+                                        max_partitions_contributed=max_partitions_contributed,
+                                        max_contributions_per_partition=max_contributions_per_partition,
+                                        success_probability=success_probability, threshold=threshold,
+                                        num_bins=num_bins, scale_exponent=scale_exponent, rng=rng)
+
+
+def approx_bounds_from_histogram(counts: npt.ArrayLike, epsilon: object, *, integer: bool,
+                                 max_partitions_contributed: int = 1, max_contributions_per_partition: int = 1,
+                                 success_probability: object = DEFAULT_SUCCESS_PROBABILITY,
+                                 threshold: int | None = None, num_bins: int | None = None,
+                                 scale_exponent: int | None = None, rng: object | None = None) -> ApproxBounds:
+    """:func:`approx_bounds` from a histogram counted elsewhere (dpselect.spark counts it in
+    Spark): ``counts`` are the 2B cells of :func:`bin_cells` over every contribution after
+    contribution bounding (L0 partitions, L∞ values in each), on the scheme of ``integer``,
+    ``num_bins`` and ``scale_exponent``. Steps 2–5: noise, thresholds, bounds. ε-DP."""
+    scheme = _scheme(bool(integer), num_bins, scale_exponent)
     noise, thresholds, ps, l0, linf = _setup(epsilon, max_partitions_contributed, max_contributions_per_partition,
                                              success_probability, threshold, scheme)
-    negative, bins = _signed_magnitudes(arr, scheme)
-    counts = np.zeros(2 * scheme.num_bins, dtype=np.int64)
-    counts += np.bincount(bins + negative * scheme.num_bins, minlength=2 * scheme.num_bins)
+    counts = np.asarray(counts)
+    if counts.shape != (2 * scheme.num_bins,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+        raise ValueError(f"counts must be {2 * scheme.num_bins} non-negative integers (2 × num_bins cells), got "
+                         f"shape {counts.shape} and dtype {counts.dtype}")
+    counts = counts.astype(np.int64)
     generator = resolve_rng(rng)
     noisy = noise.add(counts, rng=generator)
     noisy_pos, noisy_neg = noisy[:scheme.num_bins], noisy[scheme.num_bins:]

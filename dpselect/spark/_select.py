@@ -1,0 +1,244 @@
+"""``dpselect.spark.select_partitions``: :func:`dpselect.select_partitions` run by Spark."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpselect.pipeline import _count_half_width, build_strategy, check_columns
+from dpselect.rng import resolve_rng
+from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.spark._common import (
+    FIRSTS,
+    KEEP,
+    PAIRS,
+    RANK,
+    ROWS,
+    USERS,
+    annotate,
+    check_frame,
+    check_strategy,
+    drop_null_units,
+    executor_rng,
+    executor_strategy,
+    keep_first,
+    materialise,
+    rng_spec,
+    sorted_by_key,
+    spark,
+    with_random,
+)
+from dpselect.spark._public import PUBLIC, join_public, public_keys
+from dpselect.spark._report import selection_report
+
+__all__ = ["select_partitions"]
+
+
+def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None:
+    """Charge the release's (ε, δ), exactly as :func:`dpselect.select_partitions` does (each
+    float read exactly through its shortest repr, :func:`dpselect.exact.as_fraction`)."""
+    from dpselect.aggregation.budget import Budget
+    from dpselect.exact import as_fraction
+
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
+    budget.charge(as_fraction(epsilon), as_fraction(delta), what=f"spark.select_partitions(by={names})")
+
+
+
+def _select_per_key(data: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
+                    null_unit_check: bool, report: bool = False) -> Any:
+    """The lazy plan of the bounded distinct-user count per key (column ``USERS``): distinct
+    (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user. ``data``: the
+    user and key columns, null units already dropped or (``null_unit_check``) refused here.
+
+    With ``report``, every key of the data, and for the data holder's report ``PAIRS`` (its
+    users before bounding), ``FIRSTS`` and ``ROWS`` (summed over keys: the users and the rows);
+    ``USERS`` may then be 0."""
+    F = spark().functions
+    # One shuffle by user serves the deduplication and the bounding window (hash partitioning by
+    # user clusters every (user, key) too); the per-key count is the second and last shuffle.
+    by_user = data.repartition(privacy_unit)
+    if not report:
+        pairs = by_user.dropDuplicates([privacy_unit, *names])
+        bounded = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
+                             kappa)
+        return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS))
+    pairs = by_user.groupBy(privacy_unit, *names).agg(F.count(F.lit(1)).alias(ROWS))
+    ranked = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
+                        kappa, rank=RANK)
+    return ranked.groupBy(*names).agg(F.count_if(F.col(RANK) <= kappa).alias(USERS), F.count(F.lit(1)).alias(PAIRS),
+                                      F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS).alias(ROWS))
+
+
+def select_partitions(
+    df: Any,
+    *,
+    privacy_unit: str,
+    by: str | Sequence[str],
+    epsilon: float,
+    delta: float,
+    max_partitions_contributed: int = 1,
+    strategy: str | None = None,
+    counts: bool = False,
+    count_column: str = "noisy_count",
+    null_privacy_units: str = "error",
+    allow_no_release: bool = False,
+    public_partitions: Any = None,
+    confidence_level: float | None = None,
+    budget: Any = None,
+    report: bool = False,
+    rng: object = None,
+    **options: Any,
+) -> Any:
+    """The partitions (distinct values of ``by``) of a Spark DataFrame that can be released under
+    (``epsilon``, ``delta``)-DP: :func:`dpselect.select_partitions` run by Spark.
+
+    Guarantee (the same statement, docs/privacy/contribution-bounding.md): the output (kept keys,
+    and noisy counts with ``counts=True``) is (ε, δ)-differentially private for neighbouring
+    datasets that add or remove all rows of one privacy unit. Each user's distinct keys are
+    bounded to κ = ``max_partitions_contributed``, a uniform subset (the κ smallest of
+    independent 64-bit uniforms drawn per (user, key) pair from the package CSPRNG on the
+    executors), distinct users are counted per key, and the strategy decides each key at
+    (ε/κ, 1 − (1 − δ)^{1/κ}) in the C kernel. ``strategy``: "release" (default; the k-TSGD
+    thresholded release, with noisy counts if asked), "pi_opt", "laplace", "gaussian", and with
+    ``public_partitions`` "public" (its default) or "mixed"; ``options`` go to
+    :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``, ``public_threshold``...).
+    The row mechanisms and "auto" run on one machine only (NotImplementedError).
+
+    ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
+    data, as a Spark DataFrame with the ``by`` columns (the data's types), a list of keys, or a
+    pandas, Polars or Arrow table. With "public" exactly these keys are released, each with its
+    TSGD-noised count (from 0 for a key absent from the data): nothing is selected; with "mixed"
+    they are released above ``public_threshold`` and the data's other keys by the thresholded
+    release.
+
+    ``confidence_level`` (with ``counts=True`` and a strategy that draws TSGD noise) adds
+    ``<count_column>_ci_low`` / ``_ci_high``, exact on the certified noise table
+    (docs/privacy/confidence-intervals.md). ``budget``: a :class:`dpselect.Budget` charged
+    (ε, δ) after the arguments and the DataFrame's schema are checked and before any Spark job
+    (nothing is charged if the charge would overspend), as :func:`dpselect.select_partitions`
+    does. ``report=True`` returns ``(frame, report)``, the data holder's
+    :class:`~dpselect.aggregation.report.SelectionReport` (exact, NOT DP; never publish it),
+    built on the driver from per-key aggregates of the same draw (a count of keys per bounded
+    user count, and four totals), with a count-based strategy.
+
+    Returns a Spark DataFrame of the released keys (with the input's key types), plus
+    ``count_column`` (int64) with ``counts=True`` (and the interval's int64 columns), sorted by
+    key and already computed (a local checkpoint: the noise is drawn once, whatever the actions
+    run on it later). The statement is in every column's metadata (:func:`guarantee_of`).
+    ``rng``: None (the secure CSPRNG, the only private choice) or a
+    :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
+    """
+    sql = spark()
+    types = sql.types
+    names = check_columns(privacy_unit, by, count_column)
+    if not isinstance(counts, bool):
+        raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
+    if null_privacy_units not in NULL_PRIVACY_UNITS:
+        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+    if strategy is None:
+        strategy = "public" if public_partitions is not None else "release"
+    # The single machine's checks and messages, in its order.
+    if public_partitions is not None and getattr(strategy, "name", strategy) not in ("public", "mixed"):
+        raise ValueError("public_partitions needs strategy='public' (only the listed keys) or 'mixed' (the "
+                         f"listed keys and the data's own), got strategy={strategy!r}")
+    if public_partitions is None and getattr(strategy, "name", strategy) in ("public", "mixed"):
+        raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
+    name = check_strategy(strategy)
+    strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
+    kappa = strat.max_partitions_contributed
+    if not isinstance(report, bool):
+        raise TypeError(f"report must be a bool, got {type(report).__name__}")
+    half_width = _count_half_width(strat, counts, confidence_level)
+    generator = resolve_rng(rng)
+    check_frame(df, privacy_unit, names)
+    key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
+    public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
+    if budget is not None:
+        _charge(budget, epsilon, delta, names)
+    args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
+    spec = rng_spec(generator)
+    generator._announce()  # the test generator warns here, once for the whole call
+
+    data, dropped = drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
+    per_key = _select_per_key(data, privacy_unit, names, kappa, spec, null_privacy_units == "error", report)
+    stats = [USERS, PAIRS, FIRSTS, ROWS] if report else [USERS]
+    if public is not None:  # with a report, every key of the data too (its totals count them)
+        per_key = join_public(per_key, public, names, stats, only_public=name == "public" and not report)
+
+    out_fields = list(key_fields)
+    if counts:
+        out_fields.append(types.StructField(count_column, types.LongType(), False))
+    if half_width is not None:
+        out_fields.append(types.StructField(f"{count_column}_ci_low", types.LongType(), False))
+        out_fields.append(types.StructField(f"{count_column}_ci_high", types.LongType(), False))
+    schema = types.StructType(out_fields)
+    if report:
+        extra = [types.StructField(c, types.BooleanType(), False) for c in (KEEP, PUBLIC)]
+        extra += [types.StructField(c, types.LongType(), False) for c in stats]
+        full = types.StructType([*out_fields, *extra])
+        decide = _Decide(args, spec, full.names, len(names), counts, half_width, public is not None, report)
+        decided = materialise(per_key.mapInArrow(decide, full))
+        released = decided.filter(decided[KEEP]).select(*schema.names)
+    else:
+        decide = _Decide(args, spec, schema.names, len(names), counts, half_width, public is not None, report)
+        released = materialise(per_key.mapInArrow(decide, schema))
+    guarantee = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+    if not generator.privacy_guaranteed:
+        guarantee = guarantee.under_test_rng()
+    private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
+    out = annotate(sorted_by_key(released, names), names, str(guarantee), private)
+    if not report:
+        return out
+    return out, selection_report(decided, dropped, strat, kappa)
+
+
+class _Decide:
+    """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key counts
+    (the ``by`` columns, ``USERS``, then the other statistics, then ``PUBLIC`` with public
+    partitions): the strategy decides each candidate key in the C kernel (a key of the data
+    with a user left after bounding; with public partitions, the listed keys, and for "mixed"
+    the data's too). Each key's decision depends on its own count and fresh randomness only, so
+    batch by batch is the same mechanism as all keys at once. Out: the released keys (and noisy
+    counts); with ``report``, every key with ``KEEP``, ``PUBLIC`` and its statistics."""
+
+    def __init__(self, args: tuple[Any, ...], spec: tuple[bytes, int] | None, out: list[str], n_keys: int,
+                 counts: bool, half_width: int | None, public: bool, report: bool) -> None:
+        self.args, self.spec, self.out, self.n_keys = args, spec, out, n_keys
+        self.counts, self.half_width, self.public, self.report = counts, half_width, public, report
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        strategy = executor_strategy(self.args)
+        name = self.args[0]
+        rng = executor_rng(self.spec, b"select")
+        n = self.n_keys
+        for batch in batches:
+            users = batch.column(n).to_numpy(zero_copy_only=False).astype(np.int64)
+            listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool) if self.public
+                      else np.zeros(users.size, dtype=bool))
+            candidate = listed if name == "public" else listed | (users > 0)
+            if name == "mixed":  # the public keys are released above public_threshold, the others above k
+                result = strategy.apply(users[candidate], rng=rng, public=listed[candidate])
+            else:
+                result = strategy.apply(users[candidate], rng=rng)
+            keep = np.zeros(users.size, dtype=bool)
+            keep[candidate] = np.asarray(result.keep, dtype=bool)
+            noisy = np.zeros(users.size, dtype=np.int64)
+            if self.counts:
+                noisy[candidate] = np.asarray(result.noisy_counts, dtype=np.int64)
+            rows = slice(None) if self.report else keep  # the report keeps every key, with KEEP
+            columns = [batch.column(i).filter(pa.array(keep)) if not self.report else batch.column(i)
+                       for i in range(n)]
+            if self.counts:
+                columns.append(pa.array(noisy[rows], pa.int64()))
+                if self.half_width is not None:
+                    columns += [pa.array(noisy[rows] - self.half_width, pa.int64()),
+                                pa.array(noisy[rows] + self.half_width, pa.int64())]
+            if self.report:
+                columns += [pa.array(keep), pa.array(listed)]
+                columns += [batch.column(i).cast(pa.int64()) for i in range(n, batch.num_columns - self.public)]
+            yield pa.RecordBatch.from_arrays(columns, names=self.out)
