@@ -23,8 +23,10 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import threading
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_SOURCES = sorted(glob.glob(os.path.join("csrc", "*.c")))
@@ -77,6 +79,45 @@ else:
         if sys.platform.startswith("linux"):
             # Drop the static symbol table too; PyInit_* stays in the dynamic one.
             extra_link_args.append("-Wl,--strip-all")
+
+
+class BuildExtPerModuleTemp(build_ext):
+    """``build_ext`` that compiles each extension in its own directory, ``<build_temp>/<module>/``.
+
+    Every extension compiles all of ``csrc/*.c``, and distutils names an object file after its
+    source alone, so every module wrote ``<build_temp>/csrc/select.o``: with ``build_ext -j 2``
+    two modules built at once could rewrite an object while the other was linking it. The
+    parallel build runs ``build_extension`` in worker threads that share this command object, so
+    the per-module directory is kept per thread (``build_temp`` reads it while a module builds);
+    everywhere else ``build_temp`` is the shared directory, as before."""
+
+    _shared_build_temp: str | None = None
+
+    def _per_thread(self) -> threading.local:
+        local = self.__dict__.get("_local")
+        if local is None:  # made in the main thread, before any worker starts
+            local = self.__dict__["_local"] = threading.local()
+        return local
+
+    @property  # type: ignore[override]
+    def build_temp(self) -> str | None:
+        return getattr(self._per_thread(), "build_temp", None) or self._shared_build_temp
+
+    @build_temp.setter
+    def build_temp(self, value: str | None) -> None:
+        self._shared_build_temp = value
+
+    def build_extensions(self) -> None:
+        self._per_thread()
+        super().build_extensions()
+
+    def build_extension(self, ext: Extension) -> None:
+        local = self._per_thread()
+        local.build_temp = os.path.join(self._shared_build_temp or "build", *ext.name.split("."))
+        try:
+            super().build_extension(ext)
+        finally:
+            del local.build_temp
 
 
 def generated_c(pyx: str) -> str:
@@ -136,4 +177,4 @@ def extensions() -> list[Extension]:
 
 
 if __name__ == "__main__":
-    setup(ext_modules=extensions())
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExtPerModuleTemp})

@@ -78,6 +78,25 @@ def test_gaussian_thresholding_with_a_tiny_epsilon_is_refused_at_once() -> None:
     assert len(calls) < 1000, f"{len(calls)} exact CDF evaluations before the refusal"
 
 
+@pytest.mark.parametrize(("epsilon", "kappa", "shown"), [(5e-324, 10 ** 6, "5e-330"), (5e-324, 2 ** 64, "2.71e-343"),
+                                                       (1e-300, 10 ** 30, "1e-330")])
+def test_laplace_thresholding_at_an_epsilon_per_partition_below_the_floats_is_refused(epsilon, kappa, shown) -> None:
+    """fuzz_select (ZeroDivisionError): ε = 5e-324 with κ = 10^6 made ε/κ a positive rational whose
+    float is 0, and the table-length estimate divided by it. Such a table is endless: refused
+    like any too long, with ε/κ printed as it is."""
+    for call in (lambda: dpselect.select(np.array([], np.int64), epsilon, 1e-5, strategy="laplace",
+                                         max_partitions_contributed=kappa),
+                 lambda: dpselect.keep_probability(np.arange(3), epsilon, 1e-5, strategy="laplace",
+                                                   max_partitions_contributed=kappa)):
+        with pytest.raises(ValueError, match=rf"epsilon per partition {shown} is too small .* more than 1e308"):
+            call()
+
+
+def test_laplace_thresholding_just_above_the_refusal_still_builds() -> None:
+    strategy = dpselect.make_strategy("laplace", epsilon=0.05, delta=1e-5, max_partitions_contributed=1)
+    assert strategy.table.length > 100
+
+
 @pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
                                       "policy_laplace"])
 @pytest.mark.parametrize("kappa", [10 ** 6, 2 ** 63])

@@ -243,3 +243,72 @@ def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_want
     counted = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                          strategy="auto", counts=True)
     assert "TSGD" in counted.schema.metadata[b"dpselect.guarantee"].decode()
+
+
+# ------------------------------------------------------------------ parameters checked before calibration
+
+ROW_MECHANISMS = ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian", "policy_laplace"]
+
+
+@pytest.fixture
+def calibrations(monkeypatch):
+    """Every calibration a row mechanism can start (σ, the Laplace threshold's e^{εt} bound, the
+    weight table), counted: a refused parameter must raise before the first one."""
+    from dpselect.mechanisms import registry, weighted
+
+    registry._built.cache_clear()  # a strategy built by an earlier test would come from the cache
+    calls: list[str] = []
+    for name in ("certified_sigma", "exp_lower", "_weights", "_per_partition"):
+        original = getattr(weighted, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(weighted, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("strategy", ROW_MECHANISMS)
+@pytest.mark.parametrize("kappa", [10 ** 6, 2 ** 64 + 1])
+def test_an_absurd_kappa_is_refused_before_any_calibration(strategy, kappa, calibrations):
+    """ε = 1e-6 and δ = 1e-300 with κ = 10^6: weighted Gaussian used to calibrate σ first (about
+    ten minutes here) and then failed with "could not calibrate Gaussian noise", never naming κ."""
+    with pytest.raises(ValueError, match=r"max_partitions_contributed up to 65536.*got " + str(kappa)):
+        dpselect.make_strategy(strategy, epsilon=1e-6, delta=1e-300, max_partitions_contributed=kappa)
+    assert calibrations == []
+
+
+@pytest.mark.parametrize("strategy", ROW_MECHANISMS)
+def test_replace_neighbours_are_refused_before_any_calibration(strategy, calibrations):
+    with pytest.raises(ValueError, match="neighbours='add_remove' only"):
+        dpselect.make_strategy(strategy, epsilon=1e-6, delta=1e-300, max_partitions_contributed=3,
+                               neighbours="replace")
+    assert calibrations == []
+
+
+@pytest.mark.parametrize(("strategy", "option", "value", "error"), [
+    ("weighted_gaussian", "noise_share", 1.5, ValueError),
+    ("weighted_gaussian", "noise_share", float("nan"), ValueError),
+    ("weighted_gaussian", "noise_share", "half", TypeError),
+    ("weighted_gaussian", "noise_share", True, TypeError),
+    ("dp_sips", "noise_share", 0, ValueError),
+    ("dp_sips", "ratio", 0, ValueError),
+    ("dp_sips", "ratio", "0.1", TypeError),
+    ("dp_sips", "rounds", 0, ValueError),
+    ("policy_gaussian", "alpha", -1.0, ValueError),
+    ("policy_gaussian", "alpha", float("inf"), ValueError),
+    ("policy_laplace", "alpha", 0, ValueError),
+    ("policy_laplace", "alpha", "3", TypeError),
+])
+def test_bad_options_are_refused_before_any_calibration(strategy, option, value, error, calibrations):
+    with pytest.raises(error, match=option):
+        dpselect.make_strategy(strategy, epsilon=1e-6, delta=1e-300, max_partitions_contributed=3,
+                               **{option: value})
+    assert calibrations == []
+
+
+def test_the_calibration_counter_sees_a_valid_build(calibrations):
+    """The fixture does count: a valid build calibrates (so the tests above can fail)."""
+    dpselect.make_strategy("policy_gaussian", epsilon=1.0, delta=1e-5, max_partitions_contributed=2, alpha=2.5)
+    assert "certified_sigma" in calibrations and "_weights" in calibrations

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,59 @@ def test_setup_requires_cython_when_the_c_is_missing(setup_module):
     os.remove(os.path.join("dpselect", "_a.c"))
     with pytest.raises(SystemExit, match="missing or older"):
         setup_module().extensions()
+
+
+# --- setup.py: parallel builds do not share object files ----------------------------------------
+
+@source_tree
+def test_parallel_build_gives_every_extension_its_own_objects(setup_module, tmp_path):
+    """Every extension compiles all of csrc/*.c; distutils names an object after its source, so
+    all of them wrote <build_temp>/csrc/k.o and `build_ext -j 2` could rewrite an object while
+    another module linked it. The compiler here only records its commands (no gcc), and two
+    modules compile the shared source at the same moment (a barrier): the build is really
+    parallel while it is checked."""
+    from setuptools import Distribution
+
+    module = setup_module()
+    names = ["dpselect._a", "dpselect._b", "dpselect._c", "dpselect._d"]
+    for name in names[1:]:
+        (tmp_path / f"{name.replace('.', '/')}.c").write_text("")
+    extensions = [module.extension(name, f"{name.replace('.', '/')}.c") for name in names]
+    dist = Distribution({"name": "toy", "ext_modules": extensions})
+    cmd = module.BuildExtPerModuleTemp(dist)
+    cmd.parallel, cmd.force, cmd.build_temp, cmd.build_lib = 2, True, str(tmp_path / "temp"), str(tmp_path / "lib")
+    cmd.ensure_finalized()
+    # the compiler class of the distutils that build_ext itself comes from (setuptools vendors one)
+    modules = [vars(sys.modules[k.__module__]) for k in type(cmd).__mro__ if k.__module__ in sys.modules]
+    new_compiler = next(m["new_compiler"] for m in modules if "new_compiler" in m)
+    compiler = new_compiler()
+    compiler.set_executables(compiler_so="cc", linker_so="cc -shared")
+    together = threading.Barrier(2, timeout=60)
+    lock = threading.Lock()
+    objects_of: dict[str, list[str]] = {}
+    compiled: list[str] = []
+
+    def spawn(cmdline, **kwargs) -> None:
+        cmdline = [str(a) for a in cmdline]
+        out = cmdline[cmdline.index("-o") + 1]
+        if "-c" in cmdline:
+            if os.path.join("csrc", "k.c") in cmdline:
+                together.wait()  # two modules inside the build of the shared source at once
+            with lock:
+                compiled.append(out)
+        else:
+            with lock:
+                objects_of[os.path.basename(out)] = [a for a in cmdline if a.endswith(".o")]
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("")
+
+    compiler.spawn = compiler.call = spawn  # `call` in recent distutils, `spawn` before
+    cmd.compiler = compiler
+    cmd.build_extensions()
+    assert len(compiled) == len(set(compiled)) == 2 * len(names), "two modules wrote the same object file"
+    assert len(objects_of) == len(names)
+    for name in names:
+        (linked,) = [objs for so, objs in objects_of.items() if so.startswith(name.split(".")[1] + ".")]
+        own = os.path.join(str(tmp_path / "temp"), *name.split(".")) + os.sep
+        assert len(linked) == 2 and all(o.startswith(own) for o in linked), (name, linked)
+    assert cmd.build_temp == str(tmp_path / "temp")  # outside a module's build: the shared directory

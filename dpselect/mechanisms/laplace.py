@@ -51,6 +51,14 @@ def laplace_threshold(partition_epsilon: Fraction, partition_delta: Fraction) ->
     return 1 - b * math.log(2 * d) if d <= 0.5 else 1 + b * math.log(2 * (1 - d))
 
 
+def _approx(x: Fraction) -> str:
+    """x > 0 to three digits, even below the smallest float (5e-324)."""
+    if float(x) > 0:
+        return f"{float(x):.3g}"
+    exponent = math.floor(math.log10(x.numerator) - math.log10(x.denominator))
+    return f"{float(x * Fraction(10) ** -exponent):.3g}e{exponent}"
+
+
 @functools.lru_cache(maxsize=32)
 def laplace_keep_table(eps: Fraction, delta: Fraction) -> KeepTable:
     """The certified keep table of Laplace thresholding at per-partition (ε', δ_p)."""
@@ -63,11 +71,16 @@ def laplace_keep_table(eps: Fraction, delta: Fraction) -> KeepTable:
     # A <= e^{ε'} in fixed point; A^m, floored at every product, stays below e^{mε'}.
     a = max(1 << bits, math.floor(exp_lower(eps, bits + 32) * 2**bits))
     one = 1 << bits
-    estimate = 2 + (math.log(1 / float(delta)) + _TAIL_GAP_BITS * math.log(2)) / float(eps)
+    # ln(1/δ_p) from the exact rational (float(δ_p) can underflow to 0); ε' as a float is 0 below
+    # about 5e-324 (ε = 5e-324 at κ = 10^6): the table is then endless, refused like any too long.
+    log_inverse_delta = math.log(delta.denominator) - math.log(delta.numerator)
+    eps_float = float(eps)
+    estimate = 2 + (log_inverse_delta + _TAIL_GAP_BITS * math.log(2)) / eps_float if eps_float > 0 else math.inf
     if estimate > MAX_TABLE_ENTRIES:
+        entries = f"about {estimate:.3g}" if math.isfinite(estimate) else "more than 1e308"
         raise ValueError(
-            f"epsilon per partition {float(eps):.3g} is too small for Laplace thresholding: its keep table "
-            f"would need about {estimate:.3g} entries. Raise epsilon, or lower max_partitions_contributed"
+            f"epsilon per partition {_approx(eps)} is too small for Laplace thresholding: its keep table "
+            f"would need {entries} entries. Raise epsilon, or lower max_partitions_contributed"
         )
     gap = scale >> _TAIL_GAP_BITS
     d_num, d_den = delta.numerator, delta.denominator

@@ -18,13 +18,15 @@ parallel mechanism use weighted Gaussian or DP-SIPS.
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 import numpy.typing as npt
 
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
-from dpselect.mechanisms.weighted import WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _RowMechanism
+from dpselect.mechanisms.weighted import (WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _check_params,
+                                          _RowMechanism)
 from dpselect.params import PrivacyParams
 from dpselect.rng import resolve_rng
 
@@ -59,6 +61,17 @@ def _user_choices(sets: UserSets, kappa: int, rng: object | None) -> list[npt.ND
             items = picks[:kappa]
         out.append(items)
     return out
+
+
+def _check_alpha(alpha: object) -> float:
+    """α > 0, finite: the cutoff Γ = ρ + α·(noise scale) lies above the threshold ρ (Gopi et al.,
+    §4–5); at α <= 0 the water-filling would cap every partition's weight at or below ρ."""
+    if isinstance(alpha, bool) or not isinstance(alpha, Real):
+        raise TypeError(f"alpha must be a real number > 0, got {type(alpha).__name__}")
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be finite and > 0 (the cutoff is the threshold plus alpha noise scales), "
+                         f"got {alpha!r}")
+    return float(alpha)
 
 
 class _Policy(_RowMechanism):
@@ -107,9 +120,10 @@ class PolicyLaplace(_Policy):
     name = "policy_laplace"
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
+        _check_params(params)  # before anything is calibrated, as is alpha
+        self.alpha = _check_alpha(alpha)
         self._base = WeightedLaplace(params)
         self.params = params
-        self.alpha = float(alpha)
         self._cutoff = self._base.threshold + self.alpha / params.epsilon
         self.certified_delta = self._base.certified_delta
 
@@ -148,9 +162,10 @@ class PolicyGaussian(_Policy):
     name = "policy_gaussian"
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
+        _check_params(params)  # before σ is calibrated, as is alpha
+        self.alpha = _check_alpha(alpha)
         self._base = WeightedGaussian(params)
         self.params = params
-        self.alpha = float(alpha)
         self._cutoff = self._base.threshold + self.alpha * float(self._base.sigma)
         self.certified_delta = self._base.certified_delta
 

@@ -24,6 +24,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from numbers import Real
 
 import numpy as np
 import numpy.typing as npt
@@ -83,10 +84,9 @@ def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
     """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above.
     Every mechanism calls it before certifying its threshold, one exact bound per m = 1..κ (about
     10 ms each): κ above MAX_KAPPA is refused here, at once, rather than after hours."""
-    if kappa > MAX_KAPPA:
-        raise ValueError(f"weighted partition selection supports max_partitions_contributed up to {MAX_KAPPA} "
-                         f"(its threshold is certified for every set size 1..κ, about 10 ms each), got {kappa}; "
-                         "bound contributions more tightly, or use a count-based strategy (dpselect.select)")
+    if kappa > MAX_KAPPA:  # the mechanisms check first (_check_kappa); a direct call is refused too
+        raise ValueError(f"weighted partition selection supports max_partitions_contributed up to {MAX_KAPPA}, "
+                         f"got {kappa}")
     w = [0] + [math.isqrt((_ONE * _ONE) // m) if norm == "l2" else _ONE // m for m in range(1, kappa + 1)]
     out = np.array(w, dtype=np.int64)
     out.setflags(write=False)
@@ -142,10 +142,38 @@ def _check_epsilon(params: PrivacyParams) -> None:
                          f"{params.epsilon:g}")
 
 
-def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
-    _check_epsilon(params)
+def _check_kappa(params: PrivacyParams) -> None:
+    """κ <= MAX_KAPPA (the threshold is certified once per set size 1..κ). Checked before σ is
+    calibrated: at a tiny ε and δ that calibration alone takes minutes and then fails with a
+    message about the noise, which would hide the real mistake."""
+    kappa = params.max_partitions_contributed
+    if kappa > MAX_KAPPA:
+        raise ValueError(f"weighted partition selection supports max_partitions_contributed up to {MAX_KAPPA} "
+                         f"(its threshold is certified for every set size 1..κ, about 10 ms each), got {kappa}; "
+                         "bound contributions more tightly, or use a count-based strategy (dpselect.select)")
+
+
+def _check_noise_share(noise_share: object) -> float:
+    if isinstance(noise_share, bool) or not isinstance(noise_share, Real):
+        raise TypeError(f"noise_share must be a real number in (0, 1), got {type(noise_share).__name__}")
     if not 0 < noise_share < 1:
-        raise ValueError(f"noise_share must be in (0, 1), got {noise_share!r}")
+        raise ValueError(f"noise_share must be in (0, 1) (the share of delta that calibrates the noise), "
+                         f"got {noise_share!r}")
+    return float(noise_share)
+
+
+def _check_params(params: PrivacyParams) -> None:
+    """Everything about (ε, δ, κ, neighbours) a weighted mechanism needs, all of it before any
+    calibration: every mistake is a ValueError at once."""
+    _check_epsilon(params)
+    _check_kappa(params)
+    if params.affected_partitions != params.max_partitions_contributed:
+        raise ValueError("weighted mechanisms support neighbours='add_remove' only (each user's whole set is "
+                         "added or removed); use a count-based strategy for neighbours='replace'")
+
+
+def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
+    """(δ of the noise, δ of the thresholds); the caller has run _check_params."""
     delta_noise = params.delta_exact * Fraction(noise_share)
     return delta_noise, params.delta_exact - delta_noise
 
@@ -167,9 +195,8 @@ class WeightedGaussian(_RowMechanism):
     norm = "l2"
 
     def __init__(self, params: PrivacyParams, noise_share: float = 0.5) -> None:
-        delta_noise, delta_threshold = _split(params, noise_share)
-        if params.affected_partitions != params.max_partitions_contributed:
-            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        _check_params(params)
+        delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
         self.params = params
         eps = params.epsilon_exact
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
@@ -218,9 +245,7 @@ class WeightedLaplace(_RowMechanism):
     norm = "l1"
 
     def __init__(self, params: PrivacyParams) -> None:
-        _check_epsilon(params)
-        if params.affected_partitions != params.max_partitions_contributed:
-            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        _check_params(params)
         self.params = params
         eps = params.epsilon_exact
         self.weights = _weights(params.max_partitions_contributed, self.norm)
@@ -281,11 +306,13 @@ class DPSIPS(_RowMechanism):
     def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.1, noise_share: float = 0.5) -> None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
             raise ValueError(f"rounds must be an int between 1 and 20, got {rounds!r}")
-        if not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
-        delta_noise, delta_threshold = _split(params, noise_share)
-        if params.affected_partitions != params.max_partitions_contributed:
-            raise ValueError("weighted mechanisms support neighbours='add_remove' only")
+        if isinstance(ratio, bool) or not isinstance(ratio, Real):
+            raise TypeError(f"ratio must be a real number in (0, 1], got {type(ratio).__name__}")
+        if not 0 < ratio <= 1:
+            raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
+                             f"got {ratio!r}")
+        _check_params(params)
+        delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
         self.params = params
         self.rounds, self.ratio = rounds, float(ratio)
         eps = params.epsilon_exact

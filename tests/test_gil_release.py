@@ -1,0 +1,251 @@
+"""Every batch entry point of the extension modules releases the GIL while its C loop runs: shown
+by an ordering of events, without measuring time.
+
+The switch interval is made so long (``sys.setswitchinterval(1e6)``, restored after) that the
+interpreter never asks a thread holding the GIL to drop it. Thread A sets an event, makes one call,
+then sets ``done``; the main thread waits on that event. While A holds the GIL the main thread
+cannot run at all, even once the event is set: if the call keeps the GIL, the main thread wakes
+only after A has finished and sees ``done`` set, every time. If the call releases the GIL, the
+main thread runs while A is still inside it and sees ``done`` unset. Seeing it unset once proves
+the release; not seeing it can only mean the main thread was not scheduled in time, so a call is
+given a few tries, each long enough (tens of milliseconds of C work) that one suffices.
+
+The control cases show that the check can fail: a pure-Python copy of a kernel loop and a
+builtin that runs in C holding the GIL are caught, and one C function (libc's ``memset``) is
+caught when called through ``ctypes.PyDLL`` (which keeps the GIL) and passes through
+``ctypes.CDLL`` (which releases it). The speed two threads gain from the release is measured in
+``bench/bench_threads.py``, not here.
+
+The entry points are called directly, with inputs built beforehand: the public functions split
+big inputs over a worker pool and would wait on it (a wait releases the GIL too), which would
+hide a kernel that holds it.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import dpselect
+from dpselect import _bound, _count, _kernel, _noise, _rng, _weighted
+from dpselect.mechanisms.weighted import UserSets, _weights
+
+DEADLINE_S = 120.0  # a deadlock guard only: every wait below normally ends within a second
+TRIES = 4  # a release is proven by one try; more only cover a main thread not scheduled in time
+SEED = 20240917  # the inputs only (numpy's generator makes data here, never noise)
+
+
+def _main_thread_ran_during(call: Callable[[], object]) -> bool:
+    """One try: True if the main thread ran Python code while another thread was inside call()."""
+    started = threading.Event()
+    state = {"done": False, "error": None}
+
+    def run() -> None:
+        started.set()
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            state["error"] = exc
+        state["done"] = True
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e6)
+    try:
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        assert started.wait(DEADLINE_S), "the worker thread never started"
+        ran_during = not state["done"]
+    finally:
+        sys.setswitchinterval(interval)
+    worker.join(DEADLINE_S)
+    assert not worker.is_alive(), "the call did not finish (deadlock)"
+    if state["error"] is not None:
+        raise state["error"]
+    return ran_during
+
+
+def assert_releases_the_gil(prepare: Callable[[], Callable[[], object]], what: str) -> None:
+    """prepare() builds the inputs (in this thread) and returns the call to check."""
+    for _ in range(TRIES):
+        if _main_thread_ran_during(prepare()):
+            return
+    raise AssertionError(f"{what}: the main thread never ran while it did ({TRIES} tries): it holds the GIL")
+
+
+def _rows(n: int, users: int = 200_000, partitions: int = 5_000) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    return (rng.integers(0, users, n).astype(np.uint32), rng.integers(0, partitions, n).astype(np.uint32))
+
+
+def _fed_counter(n: int) -> _count.PairCounter:
+    counter = _count.PairCounter(n)
+    counter.feed(*_rows(n))
+    return counter
+
+
+def _select_into() -> Callable[[], object]:
+    counts = np.full(8_000_000, 12, np.int64)
+    out = np.empty(counts.size, np.bool_)
+    handle = dpselect.make_strategy("pi_opt", epsilon=1.0, delta=1e-5)._handle
+    return lambda: _kernel.select_into(counts, handle, out)
+
+
+def _release_into() -> Callable[[], object]:
+    counts = np.full(1_000_000, 12, np.int64)
+    keep, noisy = np.empty(counts.size, np.bool_), np.empty(counts.size, np.int64)
+    release = dpselect.make_strategy("release", epsilon=1.0, delta=1e-5)
+    return lambda: _kernel.release_into(counts, release._noise, release.k, keep, noisy)
+
+
+def _first_negative() -> Callable[[], object]:
+    counts = np.full(16_000_000, 12, np.int64)
+    return lambda: _kernel.first_negative(counts)
+
+
+def _weighted_round() -> Callable[[], object]:
+    sets = UserSets.from_codes(*_rows(4_000_000), 5_000)
+    weights, histogram = _weights(8, "l2"), np.zeros(5_000, np.int64)
+    return lambda: _weighted.weighted_round(sets.ends, sets.partitions, None, 8, weights, histogram)
+
+
+def _normal_upper_tail() -> Callable[[], object]:
+    z = np.linspace(-8.0, 8.0, 4_000_000)
+    return lambda: _weighted.normal_upper_tail(z)
+
+
+def _bound_rows() -> Callable[[], object]:
+    users, partitions = _rows(1_000_000)
+    values = [np.arange(users.size, dtype=np.int64)]
+    return lambda: _bound.bound_rows(users, partitions, 200_000, 5_000, 4, 2, values, None)
+
+
+def _keymap_fixed() -> Callable[[], object]:
+    values = np.random.default_rng(SEED).integers(0, 1_000, 4_000_000).astype(np.int32)
+    return lambda: _count.KeyMap("word", 7).encode_fixed(values.size, 0, None, values, 4)
+
+
+def _keymap_var() -> Callable[[], object]:
+    cells = [f"k{x}".encode() for x in np.random.default_rng(SEED).integers(0, 100_000, 1_000_000).tolist()]
+    offsets = np.cumsum([0] + [len(c) for c in cells]).astype(np.int32)
+    data = b"".join(cells)
+    return lambda: _count.KeyMap("bytes", 7).encode_var(len(cells), 0, None, offsets, False, data)
+
+
+def _dictionary_codes() -> Callable[[], object]:
+    indices = np.random.default_rng(SEED).integers(0, 1_000, 16_000_000).astype(np.int32)
+    return lambda: _count.DictionaryCodes(1_000).encode(indices.size, 0, None, indices, 4)
+
+
+def _pair_feed() -> Callable[[], object]:
+    users, partitions = _rows(1_000_000)
+    return lambda: _count.PairCounter(users.size).feed(users, partitions)
+
+
+def _pair_group() -> Callable[[], object]:
+    counter = _fed_counter(2_000_000)
+    return lambda: counter.group(5_000)
+
+
+def _pair_finish() -> Callable[[], object]:
+    counter = _fed_counter(2_000_000)
+    return lambda: counter.finish(5_000, 4, None, None)
+
+
+def _cumulative() -> np.ndarray:
+    return np.cumsum(np.full(100, 2**57, np.uint64))
+
+
+ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
+    # selection and release over counts
+    "_kernel.select_into": _select_into,
+    "_kernel.release_into": _release_into,
+    "_kernel.first_negative": _first_negative,
+    # the weighted kernel
+    "_weighted.weighted_round": _weighted_round,
+    "_weighted.normal_upper_tail": _normal_upper_tail,
+    # the row kernels: bounding, pair counting and grouping, key encoding
+    "_bound.bound_rows": _bound_rows,
+    "_count.PairCounter.feed": _pair_feed,
+    "_count.PairCounter.group": _pair_group,
+    "_count.PairCounter.finish": _pair_finish,
+    "_count.KeyMap.encode_fixed": _keymap_fixed,
+    "_count.KeyMap.encode_var": _keymap_var,
+    "_count.DictionaryCodes.encode": _dictionary_codes,
+    # the noise batch
+    "_noise.add_discrete_laplace": lambda: (lambda v: lambda: _noise.add_discrete_laplace(v, 3, 1))(
+        np.zeros(500_000, np.int64)),
+    "_noise.add_discrete_gaussian": lambda: (lambda v: lambda: _noise.add_discrete_gaussian(v, 9, 1))(
+        np.zeros(250_000, np.int64)),
+    "_noise.bernoulli_exp": lambda: lambda: _noise.bernoulli_exp(1, 3, 2_000_000),
+    # the generator's batches
+    "_rng.random_bytes": lambda: lambda: _rng.random_bytes(16 << 20),
+    "_rng.uniform_below_array": lambda: lambda: _rng.uniform_below_array(10**9, 1_000_000),
+    "_rng.bernoulli_fixed": lambda: (lambda q: lambda: _rng.bernoulli_fixed(q))(np.full(8_000_000, 2**63, np.uint64)),
+    "_rng.bernoulli_wide": lambda: (lambda q: lambda: _rng.bernoulli_wide(q))(np.full((8_000_000, 1), 2**63, np.uint64)),
+    "_rng.sample_cumulative": lambda: (lambda c: lambda: _rng.sample_cumulative(c, 500_000))(_cumulative()),
+}
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_the_batch_entry_point_releases_the_gil(name: str) -> None:
+    assert_releases_the_gil(ENTRY_POINTS[name], name)
+
+
+# ------------------------------------------------------------------ the check can fail
+
+def _pure_python_select() -> Callable[[], object]:
+    """A broken copy of the selection loop: the same table lookup per count, in Python."""
+    counts = np.full(300_000, 12, np.int64).tolist()
+    q = [2**63] * 64
+
+    def select() -> list[bool]:
+        return [q[min(c, 63)] > 2**62 for c in counts]
+
+    return select
+
+
+def _builtin_in_c_with_the_gil() -> Callable[[], object]:
+    """A loop in C that keeps the GIL throughout (the builtin sum over a range)."""
+    return lambda: sum(range(5_000_000))
+
+
+def _memset(library: type[ctypes.CDLL]) -> Callable[[], Callable[[], object]]:
+    def prepare() -> Callable[[], object]:
+        buffer = np.ones(64 << 20, np.uint8)
+        memset = library(None).memset
+        memset.argtypes, memset.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t], ctypes.c_void_p
+        address = buffer.ctypes.data
+
+        def fill() -> None:
+            for _ in range(8):  # about half a gigabyte written: tens of milliseconds
+                memset(address, 0, buffer.size)
+
+        fill.buffer = buffer  # kept alive while the call runs
+        return fill
+    return prepare
+
+
+@pytest.mark.parametrize("prepare", [_pure_python_select, _builtin_in_c_with_the_gil, _memset(ctypes.PyDLL)],
+                         ids=["pure-Python copy of the select loop", "builtin sum in C", "memset via ctypes.PyDLL"])
+def test_a_call_that_keeps_the_gil_is_caught(prepare) -> None:
+    """The main thread never runs during these calls, whatever the scheduling: they fail the
+    check on every try, deterministically."""
+    assert not _main_thread_ran_during(prepare())
+    with pytest.raises(AssertionError, match="holds the GIL"):
+        assert_releases_the_gil(prepare, "the broken copy")
+
+
+def test_the_same_c_function_passes_once_it_releases_the_gil() -> None:
+    """memset through ctypes.CDLL (which releases the GIL around foreign calls) passes where
+    the same memset through ctypes.PyDLL is caught: the check sees the GIL, not C versus Python."""
+    assert_releases_the_gil(_memset(ctypes.CDLL), "memset via ctypes.CDLL")
+
+
+def test_the_switch_interval_is_restored() -> None:
+    before = sys.getswitchinterval()
+    _main_thread_ran_during(lambda: None)
+    assert sys.getswitchinterval() == before
