@@ -536,3 +536,21 @@ def test_aggregate_report_equals_the_single_machine(spark):
         assert change == pytest.approx(want["clamping"][column].pop("total_change"))
     assert got == want, (on_spark.report(), local.report())
     assert got["clamping"]["bvalue"]["above"] > 0 and got["null_privacy_unit_rows"] == 7
+
+
+def test_the_readme_spark_snippet_runs(spark, capsys):
+    """The README's Spark section, run as written (its getOrCreate() finds this session): both
+    calls return, the release prints its columns and its guarantee."""
+    readme = ROOT / "README.md"
+    if not readme.is_file():
+        pytest.skip("no README.md beside this dpselect (an installed wheel)")
+    text = readme.read_text(encoding="utf-8")
+    section = text[text.index("### On Spark"):]
+    start = section.index("```python\n") + len("```python\n")
+    snippet = section[start:section.index("\n```", start)]
+    assert "dpselect.spark.aggregate" in snippet and "dpselect.spark.select_partitions" in snippet
+    namespace: dict = {}
+    exec(compile(snippet, str(readme), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "noisy_count" in out and "users_ci_low" in out and "differentially private" in out
+    assert set(namespace["out"].frame.columns) >= {"os", "users", "reports"}
