@@ -6,6 +6,7 @@ import base64
 import subprocess
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,32 @@ def test_weighted_mechanisms_refuse_a_huge_kappa_at_once(strategy: str, kappa: i
     users = np.array([0, 1, 2], dtype=np.int64)
     with pytest.raises(ValueError, match="max_partitions_contributed up to"):
         dpselect.select_rows(users, users, 1.0, 1e-5, strategy=strategy, max_partitions_contributed=kappa)
+
+
+@pytest.mark.parametrize("strategy", ["weighted_gaussian", "dp_sips", "policy_gaussian"])
+def test_weighted_gaussian_mechanisms_refuse_a_delta_they_cannot_certify_at_once(strategy: str, monkeypatch) -> None:
+    """fuzz_select (timeout): keep_probability(strategy="weighted_gaussian") at ε = 20, δ = 1e-300,
+    κ = 10 calibrated σ for minutes. The rational bounds on Φ are 2^-256 wide, so no σ could be
+    proven at that δ: each of the 400 steps failed, on ever longer fractions, before a ValueError
+    about the noise. Such a δ is refused before σ is calibrated."""
+    from dpselect.mechanisms import registry, weighted
+
+    registry._built.cache_clear()
+    calls = []
+    monkeypatch.setattr(weighted, "certified_sigma", lambda *args: calls.append(args))
+    with pytest.raises(ValueError, match=r"delta = 1e-300 is too small for .* at least 2\*\*-160"):
+        dpselect.make_strategy(strategy, epsilon=20.0, delta=1e-300, max_partitions_contributed=10)
+    with pytest.raises(ValueError, match="too small"):
+        dpselect.keep_probability(np.array([], np.int64), 20.0, 1e-300, strategy=strategy,
+                                  max_partitions_contributed=10)
+    assert calls == []
+
+
+def test_weighted_gaussian_still_takes_a_delta_above_the_floor() -> None:
+    from dpselect.mechanisms.weighted import MIN_GAUSSIAN_DELTA
+
+    strat = dpselect.make_strategy("weighted_gaussian", epsilon=50.0, delta=1e-44, max_partitions_contributed=1)
+    assert strat.certified_delta <= Fraction(1, 10**44) and 1e-44 / 2 > MIN_GAUSSIAN_DELTA
 
 
 def test_weighted_mechanisms_still_take_a_moderate_kappa() -> None:

@@ -172,6 +172,23 @@ def _check_params(params: PrivacyParams) -> None:
                          "added or removed); use a count-based strategy for neighbours='replace'")
 
 
+# Smallest δ a Gaussian certificate here can prove: the rational bounds on Φ are 2^-256 wide
+# (dpselect.exact.normal_cdf_bounds), and the analytic Gaussian bound multiplies one by e^ε <= 2^73.
+# Below it σ's calibration, or the threshold's search, would step on for hours and then fail.
+MIN_GAUSSIAN_DELTA = Fraction(1, 2**160)
+
+
+def _check_gaussian_deltas(params: PrivacyParams, name: str, delta_noise: Fraction, delta_threshold: Fraction) -> None:
+    """δ of the noise, and δ of the thresholds per set size (at least δ_threshold/κ), both
+    provable (MIN_GAUSSIAN_DELTA), checked before σ is calibrated."""
+    smallest = min(delta_noise, delta_threshold / params.max_partitions_contributed)
+    if smallest < MIN_GAUSSIAN_DELTA:
+        raise ValueError(f"delta = {params.delta:g} is too small for {name} at max_partitions_contributed = "
+                         f"{params.max_partitions_contributed}: its Gaussian noise and thresholds are certified for "
+                         f"a delta of at least 2**-160 (about {float(MIN_GAUSSIAN_DELTA):.2g}) each, and this "
+                         f"splits delta down to {float(smallest):.3g}; raise delta, or use 'weighted_laplace'")
+
+
 def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
     """(δ of the noise, δ of the thresholds); the caller has run _check_params."""
     delta_noise = params.delta_exact * Fraction(noise_share)
@@ -197,6 +214,7 @@ class WeightedGaussian(_RowMechanism):
     def __init__(self, params: PrivacyParams, noise_share: float = 0.5) -> None:
         _check_params(params)
         delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
+        _check_gaussian_deltas(params, "weighted Gaussian selection", delta_noise, delta_threshold)
         self.params = params
         eps = params.epsilon_exact
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
@@ -316,11 +334,12 @@ class DPSIPS(_RowMechanism):
         self.params = params
         self.rounds, self.ratio = rounds, float(ratio)
         eps = params.epsilon_exact
-        # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
-        sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         shares = [Fraction(self.ratio).limit_denominator(10**6) ** (rounds - 1 - j) for j in range(rounds)]
         total = sum(shares)
         fractions = [s / total for s in shares]
+        _check_gaussian_deltas(params, "DP-SIPS", delta_noise, delta_threshold * min(fractions))
+        # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
+        sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         # Round j: μ_j² = f_j μ², i.e. σ_j = σ / sqrt(f_j) (rounded up: more noise, still composing to ≤ μ²).
         self.sigmas = [_sqrt_up(sigma * sigma / f) for f in fractions]
         self.weights = _weights(params.max_partitions_contributed, "l2")
