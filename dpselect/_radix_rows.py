@@ -1,0 +1,117 @@
+"""One in-memory input with integer privacy units: distinct pairs grouped by user through radix
+buckets (csrc/radix_pairs.h), instead of a user code map and a pair set.
+
+:class:`dpselect.rows.RowCounter` takes this path when it is told that a batch is the whole
+input (``feed(batch, final=True)``, as ``select_partitions`` does) and the privacy-unit column
+holds integers. The streaming path gives every row two random accesses into tables far larger
+than the caches (the user's code, then the (user, partition) pair); here each row is copied once,
+sequentially, into the bucket of its user, and each bucket of a few thousand rows is
+deduplicated and grouped in the L2 cache. Memory is 12 bytes a row while grouping (the input
+itself takes at least 16), then 4 bytes per distinct pair and 8 per user.
+
+The results are the streaming path's in distribution: every user keeps a uniform subset of
+min(d, κ) of its d distinct partitions, drawn with the package CSPRNG, and counts are exact up
+to the cap. Partition codes are the same (the key columns go through the same code maps, in row
+order); users are visited bucket by bucket, a bucket being an unseeded function of the user's
+value, so with the deterministic test generator the results depend only on the data.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect import _count
+
+# The buckets are split in two halves: each is grouped, and later bounded, by its own thread.
+SHARDS = 2
+
+
+def eligible(batch: Any, privacy_unit: str) -> bool:
+    """Whether the privacy units of ``batch`` can be read as integer words (a plain Arrow
+    integer column; a dictionary column is left to the streaming path)."""
+    import pyarrow as pa
+
+    typ = batch.schema.field(privacy_unit).type
+    return pa.types.is_integer(typ)
+
+
+def _chunks(column: Any) -> list[Any]:
+    return list(column.chunks) if hasattr(column, "chunks") else [column]
+
+
+def _user_pieces(column: Any) -> list[tuple[int, int, Any, int]]:
+    """(rows, offset, values buffer, width) of each chunk of an integer column without nulls."""
+    pieces = []
+    for chunk in _chunks(column):
+        if chunk.null_count:
+            raise ValueError("internal: null privacy units must be removed before grouping")
+        pieces.append((len(chunk), chunk.offset, chunk.buffers()[1], chunk.type.bit_width // 8))
+    return pieces
+
+
+def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: int,
+          encode_keys: Callable[[Any], npt.NDArray[np.uint32]]) -> _count.RadixPairs:
+    """The distinct pairs of ``batch`` grouped by user. ``encode_keys`` gives the partition
+    codes of a slice of rows (the caller's code maps, called in row order on this thread).
+
+    Two threads: this one encodes the keys piece by piece; the worker first counts the users
+    per bucket (one pass over the column), then scatters each piece as its codes arrive (its
+    queue runs them in row order). Then each thread groups half of the buckets."""
+    radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
+    users = _user_pieces(batch.column(privacy_unit))
+
+    def count_and_layout() -> None:
+        for n, offset, values, width in users:
+            radix.count(n, offset, values, width)
+        radix.layout()
+
+    def scatter(piece: Any, codes: npt.NDArray[np.uint32]) -> None:
+        start = 0
+        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+            radix.scatter(n, offset, values, width, codes[start:start + n])
+            start += n
+
+    starts = range(0, batch.num_rows, piece_rows)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix") as worker:
+        pending: list[Future[None]] = [worker.submit(count_and_layout)]
+        try:
+            for start in starts:
+                piece = batch.slice(start, piece_rows)
+                pending.append(worker.submit(scatter, piece, encode_keys(piece)))
+                # At most `lookahead` pieces' codes wait for the worker: memory stays bounded
+                # even when it falls behind.
+                while len(pending) > lookahead and pending[0].done():
+                    pending.pop(0).result()
+                if len(pending) > lookahead:
+                    pending.pop(0).result()
+            for future in pending:
+                future.result()
+            half = radix.n_buckets // 2
+            other = worker.submit(radix.group, half, radix.n_buckets)
+            pending = [other]
+            radix.group(0, half)
+            other.result()
+        finally:
+            for future in pending:
+                future.cancel()
+    radix.compact()
+    return radix
+
+
+def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | None,
+          states: list[Any]) -> npt.NDArray[np.int64]:
+    """Counts per partition code after bounding every user (each half of the buckets on its own
+    thread with its own CSPRNG stream, ``states[shard]``), summed and capped again."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
+        other = worker.submit(radix.finish, 1, SHARDS, n_partitions, kappa, cap, states[1])
+        try:
+            counts = radix.finish(0, SHARDS, n_partitions, kappa, cap, states[0])
+        finally:
+            counts_other = other.result()
+    counts += counts_other
+    if cap is not None:
+        np.minimum(counts, cap, out=counts)
+    return counts
