@@ -56,23 +56,24 @@ int dps_radix_init(dps_radix_pairs *r, size_t n_rows, uint64_t seed) {
 void dps_radix_free(dps_radix_pairs *r) {
     free(r->start);
     free(r->cursor);
-    dps_big_free(r->hashes);
-    dps_big_free(r->codes);
     free(r->bucket_pairs);
     free(r->bucket_users);
-    dps_big_free(r->partitions);
-    free(r->ends);
     free(r->bucket_user_start);
+    dps_big_free(r->hashes); /* after compaction, the ends and the partitions */
+    dps_big_free(r->codes);
     memset(r, 0, sizeof *r);
     r->stage = DPS_RADIX_CONSUMED;
 }
 
 size_t dps_radix_bytes(const dps_radix_pairs *r) {
-    size_t bytes = (r->n_buckets + 1) * sizeof(size_t) * 2;
-    if (r->hashes != NULL) bytes += r->n_rows * sizeof(uint64_t);
-    if (r->codes != NULL) bytes += r->n_rows * sizeof(uint32_t);
+    size_t bytes = 0;
+    if (r->stage == DPS_RADIX_COMPACT)
+        bytes += r->n_users * sizeof(uint64_t) + r->n_pairs * sizeof(uint32_t);
+    else if (r->hashes != NULL)
+        bytes += r->n_rows * (sizeof(uint64_t) + sizeof(uint32_t));
+    if (r->start != NULL) bytes += (r->n_buckets + 1) * sizeof(size_t);
+    if (r->cursor != NULL) bytes += r->n_buckets * sizeof(size_t);
     if (r->bucket_pairs != NULL) bytes += r->n_buckets * sizeof(size_t) * 2;
-    bytes += r->n_pairs * sizeof(uint32_t) + r->n_users * sizeof(size_t);
     if (r->bucket_user_start != NULL) bytes += (r->n_buckets + 1) * sizeof(size_t);
     return bytes;
 }
@@ -106,7 +107,8 @@ int dps_radix_layout(dps_radix_pairs *r) {
     r->cursor = (size_t *)malloc(r->n_buckets * sizeof(size_t));
     r->bucket_pairs = (size_t *)malloc(r->n_buckets * sizeof(size_t));
     r->bucket_users = (size_t *)calloc(r->n_buckets, sizeof(size_t));
-    /* Written before being read: no fill (the first write is what maps each page). */
+    /* Written before being read, so not filled: each page is mapped by its first write. Huge
+     * pages (a hint) keep the scatter's thousands of write positions within the TLB. */
     r->hashes = (uint64_t *)dps_big_alloc(rows * sizeof(uint64_t), DPS_BIG_NO_FILL);
     r->codes = (uint32_t *)dps_big_alloc(rows * sizeof(uint32_t), DPS_BIG_NO_FILL);
     if (r->cursor == NULL || r->bucket_pairs == NULL || r->bucket_users == NULL || r->hashes == NULL ||
@@ -114,17 +116,16 @@ int dps_radix_layout(dps_radix_pairs *r) {
         return DPS_ERR_NOMEM;
     memcpy(r->cursor, r->start, r->n_buckets * sizeof(size_t));
     for (size_t b = 0; b < r->n_buckets; b++) r->bucket_pairs[b] = NOT_GROUPED;
-    r->stage = r->n_rows ? DPS_RADIX_SCATTERING : DPS_RADIX_GROUPING;
+    r->stage = DPS_RADIX_SCATTERING;
     return DPS_OK;
 }
 
-static inline int scatter_rows(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
-                               size_t n) {
+static inline int scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n,
+                                uint64_t *places) {
     unsigned bits = r->bits;
     size_t *cursor = r->cursor;
     const size_t *end = r->start + 1;
     uint64_t *hashes = r->hashes;
-    uint32_t *out = r->codes;
     for (size_t i = 0; i < n; i++) {
         uint64_t h = dps_fmix64(load_word(values + i * width, width));
         size_t b = bucket_of(h, bits);
@@ -132,31 +133,47 @@ static inline int scatter_rows(dps_radix_pairs *r, const uint8_t *values, size_t
         if (at == end[b]) return DPS_ERR_RADIX_STAGE; /* not the values that were counted */
         cursor[b] = at + 1;
         hashes[at] = h;
-        out[at] = codes[i];
+        places[i] = at;
     }
     return DPS_OK;
 }
 
-int dps_radix_scatter(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes, size_t n) {
-    if (r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->scattered) return DPS_ERR_RADIX_STAGE;
+int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places) {
+    if (r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->users_scattered) return DPS_ERR_RADIX_STAGE;
     int rc;
-    switch (width) {
-    case 8: rc = scatter_rows(r, values, 8, codes, n); break;
-    case 4: rc = scatter_rows(r, values, 4, codes, n); break;
-    case 2: rc = scatter_rows(r, values, 2, codes, n); break;
-    case 1: rc = scatter_rows(r, values, 1, codes, n); break;
+    switch (width) { /* one loop per width, so that each load is one instruction */
+    case 8: rc = scatter_users(r, values, 8, n, places); break;
+    case 4: rc = scatter_users(r, values, 4, n, places); break;
+    case 2: rc = scatter_users(r, values, 2, n, places); break;
+    case 1: rc = scatter_users(r, values, 1, n, places); break;
     default: return DPS_ERR_BAD_ARG;
     }
     if (rc != DPS_OK) {
-        r->stage = DPS_RADIX_CONSUMED; /* part of the rows went in: nothing after this is valid */
+        r->broken = 1; /* part of the rows went in: nothing after this is valid */
         return rc;
     }
-    r->scattered += n;
-    if (r->scattered == r->n_rows) {
-        free(r->cursor);
-        r->cursor = NULL;
-        r->stage = DPS_RADIX_GROUPING;
-    }
+    r->users_scattered += n;
+    return DPS_OK;
+}
+
+int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n) {
+    if (r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered) return DPS_ERR_RADIX_STAGE;
+    size_t rows = r->n_rows;
+    for (size_t i = 0; i < n; i++) /* checked first: a bad place must not leave half a piece written */
+        if (places[i] >= rows) return DPS_ERR_BAD_ARG;
+    uint32_t *out = r->codes;
+    for (size_t i = 0; i < n; i++) out[places[i]] = codes[i];
+    r->codes_scattered += n;
+    return DPS_OK;
+}
+
+int dps_radix_ready(dps_radix_pairs *r) {
+    if (r->broken || r->stage != DPS_RADIX_SCATTERING || r->users_scattered != r->n_rows ||
+        r->codes_scattered != r->n_rows)
+        return DPS_ERR_RADIX_STAGE;
+    free(r->cursor);
+    r->cursor = NULL;
+    r->stage = DPS_RADIX_GROUPING;
     return DPS_OK;
 }
 
@@ -346,34 +363,41 @@ int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last) {
 
 int dps_radix_compact(dps_radix_pairs *r) {
     if (r->stage != DPS_RADIX_GROUPING) return DPS_ERR_RADIX_STAGE;
-    size_t n_pairs = 0, n_users = 0;
+    size_t n_pairs = 0, n_users = 0, most_users = 0;
     for (size_t b = 0; b < r->n_buckets; b++) {
         if (r->bucket_pairs[b] == NOT_GROUPED) return DPS_ERR_RADIX_STAGE;
         n_pairs += r->bucket_pairs[b];
         n_users += r->bucket_users[b];
+        if (r->bucket_users[b] > most_users) most_users = r->bucket_users[b];
     }
-    r->ends = (size_t *)malloc((n_users ? n_users : 1) * sizeof(size_t));
     r->bucket_user_start = (size_t *)malloc((r->n_buckets + 1) * sizeof(size_t));
-    if (r->ends == NULL || r->bucket_user_start == NULL) return DPS_ERR_NOMEM;
-    /* Buckets move down in place (a bucket's pairs never outnumber its rows, so each lands at or
-     * before where it was), and every local end becomes a global one. */
+    uint32_t *local = (uint32_t *)malloc((most_users ? most_users : 1) * sizeof(uint32_t));
+    if (r->bucket_user_start == NULL || local == NULL) {
+        free(local);
+        return DPS_ERR_NOMEM;
+    }
+    /* Buckets move down in place: a bucket's pairs never outnumber its rows, nor its users, so
+     * each lands at or before where it was. A bucket's local ends are copied out before its
+     * global ends (8 bytes each, where they were 4) are written over them. */
     size_t pair_at = 0, user_at = 0;
     for (size_t b = 0; b < r->n_buckets; b++) {
         size_t lo = r->start[b], d = r->bucket_pairs[b], u = r->bucket_users[b];
-        const uint64_t *local_ends = r->hashes + lo;
         if (d) memmove(r->codes + pair_at, r->codes + lo, d * sizeof(uint32_t));
+        for (size_t v = 0; v < u; v++) local[v] = get_end(r->hashes + lo, v);
+        for (size_t v = 0; v < u; v++) r->hashes[user_at + v] = pair_at + local[v];
         r->bucket_user_start[b] = user_at;
-        for (size_t v = 0; v < u; v++) r->ends[user_at + v] = pair_at + get_end(local_ends, v);
         pair_at += d;
         user_at += u;
     }
+    free(local);
     r->bucket_user_start[r->n_buckets] = user_at;
-    dps_big_free(r->hashes);
-    r->hashes = NULL;
-    /* Shrink to the pairs; if the allocator cannot, the larger block is simply kept. */
-    uint32_t *smaller = (uint32_t *)realloc(r->codes, (n_pairs ? n_pairs : 1) * sizeof(uint32_t));
-    r->partitions = smaller != NULL ? smaller : r->codes;
-    r->codes = NULL;
+    /* Shrink to what is kept; where the allocator cannot, the larger blocks are simply kept. */
+    uint32_t *codes = (uint32_t *)realloc(r->codes, (n_pairs ? n_pairs : 1) * sizeof(uint32_t));
+    if (codes != NULL) r->codes = codes;
+    uint64_t *hashes = (uint64_t *)realloc(r->hashes, (n_users ? n_users : 1) * sizeof(uint64_t));
+    if (hashes != NULL) r->hashes = hashes;
+    r->partitions = r->codes;
+    r->ends = r->hashes;
     free(r->start);
     r->start = NULL;
     free(r->bucket_pairs);

@@ -12,15 +12,19 @@
  *
  * Steps, each called by the binding in order (dpselect/_count.pyx, RadixPairs):
  * 1. dps_radix_count, on every piece of the users column in row order: rows per bucket.
- * 2. dps_radix_layout: each bucket's place in the scatter arrays.
- * 3. dps_radix_scatter, on every piece again in row order, with its partition codes: each row's
- *    (user hash, partition code) is appended to its bucket, so a bucket's rows stay in row order.
+ * 2. dps_radix_layout: each bucket's place in the scatter arrays (12 bytes a row).
+ * 3. dps_radix_scatter_users, on every piece again in row order: each row's user hash is
+ *    appended to its bucket (so a bucket's rows stay in row order), and the caller gets the place
+ *    it took; dps_radix_scatter_codes puts each row's partition code at that place. The two may
+ *    run at once on two threads (the users side needs no partition code, so it can run ahead of
+ *    the key encoding; the codes side follows it piece by piece).
  * 4. dps_radix_group, on disjoint ranges of buckets (two threads may run at once): within each
  *    bucket, users get local numbers in order of first appearance, duplicate pairs are dropped,
  *    and the distinct pairs are grouped by user, each user's partitions in order of first
  *    appearance.
  * 5. dps_radix_compact: one array of partition codes, user after user (bucket by bucket), and
- *    one end offset per user; the scatter arrays are freed.
+ *    one end offset per user, moved in place to the start of the two scatter arrays, which then
+ *    shrink to them.
  * 6. dps_radix_bound (once per shard of the buckets) or the caller reads the groups.
  *
  * Determinism: which bucket a user falls in is an unseeded function of its value (murmur3's
@@ -54,18 +58,21 @@ typedef struct dps_radix_pairs {
     unsigned bits;        /* log2 of the number of buckets */
     size_t n_buckets;
     uint64_t seed;        /* slot positions inside a bucket's tables; never visible in results */
-    size_t counted, scattered;
+    size_t counted, users_scattered, codes_scattered;
+    int broken;           /* a scatter stopped half-way: no later step may run */
     size_t *start;        /* n_buckets + 1: rows per bucket, then where each bucket starts */
     size_t *cursor;       /* n_buckets: next free row of each bucket while scattering */
-    uint64_t *hashes;     /* n_rows: each row's user hash (a bijection of the value), bucket by bucket */
-    uint32_t *codes;      /* n_rows: partition codes, bucket by bucket; after grouping, each bucket's
-                           * distinct pairs' partitions user by user at its start */
+    uint64_t *hashes;     /* n_rows: each row's user hash (a bijection of the value), bucket by
+                           * bucket; after compaction, the users' ends */
+    uint32_t *codes;      /* n_rows: partition codes, bucket by bucket; after grouping, each
+                           * bucket's distinct pairs user by user at its start; after compaction,
+                           * every user's */
     size_t *bucket_pairs; /* n_buckets: distinct pairs of each bucket (SIZE_MAX until grouped) */
     size_t *bucket_users; /* n_buckets: distinct users of each bucket */
     /* after compaction */
     size_t n_pairs, n_users;
-    uint32_t *partitions; /* n_pairs partition codes, user by user */
-    size_t *ends;         /* n_users: end of each user's run in partitions */
+    uint32_t *partitions; /* n_pairs partition codes, user by user (= codes) */
+    uint64_t *ends;       /* n_users: end of each user's run in partitions (= hashes) */
     size_t *bucket_user_start; /* n_buckets + 1: first user of each bucket */
 } dps_radix_pairs;
 
@@ -79,11 +86,16 @@ int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, siz
 /* Step 2: after every row was counted (else DPS_ERR_RADIX_STAGE). */
 int dps_radix_layout(dps_radix_pairs *r);
 
-/* Step 3: the same values again, in the same order, with each row's partition code. */
-int dps_radix_scatter(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes, size_t n);
+/* Step 3a: the same values again, in the same order; places[i] receives where row i went. */
+int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places);
+
+/* Step 3b: each row's partition code at its place (each place < n_rows, else DPS_ERR_BAD_ARG).
+ * May run while dps_radix_scatter_users runs on another thread. */
+int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n);
 
 /* Step 4: group buckets [first, last). Calls on disjoint ranges may run at once on two threads
- * once every row was scattered. */
+ * once every row's user and code were scattered (dps_radix_ready). */
+int dps_radix_ready(dps_radix_pairs *r);
 int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last);
 
 /* Step 5: after every bucket was grouped (else DPS_ERR_RADIX_STAGE). */

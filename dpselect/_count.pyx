@@ -453,16 +453,17 @@ cdef extern from "radix_pairs.h" nogil:
         size_t n_rows
         size_t n_buckets
         size_t counted
-        size_t scattered
         size_t n_pairs
         size_t n_users
         uint32_t *partitions
-        size_t *ends
+        uint64_t *ends
     int dps_radix_init(dps_radix_pairs *r, size_t n_rows, uint64_t seed)
     void dps_radix_free(dps_radix_pairs *r)
     int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n)
     int dps_radix_layout(dps_radix_pairs *r)
-    int dps_radix_scatter(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes, size_t n)
+    int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places)
+    int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n)
+    int dps_radix_ready(dps_radix_pairs *r)
     int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last)
     int dps_radix_compact(dps_radix_pairs *r)
     void dps_radix_shard_users(const dps_radix_pairs *r, size_t shard, size_t n_shards, size_t *first_user,
@@ -479,8 +480,9 @@ cdef int _check_radix(int rc, object name) except -1:
         raise MemoryError(f"out of memory while grouping the rows of {name!r} by user")
     if rc == DPS_ERR_RADIX_STAGE:
         raise RuntimeError(f"RadixPairs ({name!r}): a step was called out of order, or the rows of "
-                           "count() and scatter() differ (count every piece, layout(), scatter every "
-                           "piece in the same order, group every bucket once, compact(), then finish)")
+                           "count() and scatter_users() differ (count every piece, layout(), "
+                           "scatter_users and scatter_codes every piece in the same order, ready(), "
+                           "group every bucket once, compact(), then finish)")
     if rc == DPS_ERR_RADIX_LARGE:
         raise ValueError(f"column {name!r}: more than 2**32 - 2 rows fall in one bucket; feed the "
                          "rows in batches (RowCounter.feed) instead of as one final batch")
@@ -494,15 +496,18 @@ cdef int _check_radix(int rc, object name) except -1:
 cdef class RadixPairs:
     """The distinct (user, partition) pairs of one in-memory input whose privacy units are
     integers, grouped by user through radix buckets (csrc/radix_pairs.h): ``count`` every piece
-    of the users column, ``layout``, ``scatter`` every piece again in the same order with its
-    partition codes, ``group`` every bucket once (two threads may group disjoint ranges at
-    once), ``compact``, then ``finish`` each shard (two threads may finish different shards at
-    once) or read ``groups``. Users get no global code: which bucket a user falls in depends
+    of the users column, ``layout``, ``scatter_users`` every piece again in the same order (it
+    returns each row's place) and ``scatter_codes`` each piece's partition codes at those places
+    (one thread may run each at once), ``ready``, ``group`` every bucket once (two threads may
+    group disjoint ranges at once), ``compact``, then ``finish`` each shard (two threads may
+    finish different shards at once) or read ``groups``. Users get no global code: which bucket a user falls in depends
     only on its value, so results with the deterministic test generator depend only on the data."""
 
     cdef dps_radix_pairs r
     cdef bint initialised
     cdef int busy               # -1: one exclusive call running; > 0: that many shared calls
+    cdef bint users_busy        # a scatter_users call is running (it moves the bucket cursors)
+    cdef bint codes_busy        # a scatter_codes call is running
     cdef object claimed_buckets
     cdef object claimed_shards
     cdef readonly object name
@@ -513,6 +518,8 @@ cdef class RadixPairs:
         cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
         self.initialised = False
         self.busy = 0
+        self.users_busy = False
+        self.codes_busy = False
         self.name = name
         cdef int rc = dps_radix_init(&self.r, rows, c_seed)
         self.initialised = True
@@ -594,20 +601,60 @@ cdef class RadixPairs:
             self._leave(False)
         _check_radix(rc, self.name)
 
-    def scatter(self, object n, object offset, object values, object width, object codes) -> None:
-        """Step 3: the values of `count` again, in the same order, with their partition codes."""
+    def scatter_users(self, object n, object offset, object values, object width):
+        """Step 3a: the values of `count` again, in the same order; returns each row's place
+        (uint64), for scatter_codes. May run while scatter_codes runs on another thread."""
         cdef const uint8_t *vals = self._values(n, offset, values, width)
-        cdef const uint32_t[::1] c = check_array("codes", codes, [np.uint32], copy=True)
         cdef size_t sn = <size_t>n, sw = <size_t>width
+        places = np.empty(sn, dtype=np.uint64)
+        cdef uint64_t[::1] p = places
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return places
+        if self.users_busy:
+            raise RuntimeError("scatter_users() cannot run on two threads at once")
+        self._enter(True)
+        self.users_busy = True
+        try:
+            with nogil:
+                rc = dps_radix_scatter_users(&self.r, vals, sw, sn, &p[0])
+        finally:
+            self.users_busy = False
+            self._leave(True)
+        _check_radix(rc, self.name)
+        return places
+
+    def scatter_codes(self, object places, object codes) -> None:
+        """Step 3b: each row's partition code at the place scatter_users gave it."""
+        cdef const uint64_t[::1] p = check_array("places", places, [np.uint64], copy=True)
+        cdef const uint32_t[::1] c = check_array("codes", codes, [np.uint32], copy=True)
+        cdef size_t sn = <size_t>p.shape[0]
         if <size_t>c.shape[0] != sn:
-            raise ValueError(f"codes must hold one code per row ({sn}), got {c.shape[0]}")
+            raise ValueError(f"codes must hold one code per place ({sn}), got {c.shape[0]}")
         cdef int rc = DPS_OK
         if sn == 0:
             return
-        self._enter(False)
+        if self.codes_busy:
+            raise RuntimeError("scatter_codes() cannot run on two threads at once")
+        self._enter(True)
+        self.codes_busy = True
         try:
             with nogil:
-                rc = dps_radix_scatter(&self.r, vals, sw, &c[0], sn)
+                rc = dps_radix_scatter_codes(&self.r, &p[0], &c[0], sn)
+        finally:
+            self.codes_busy = False
+            self._leave(True)
+        if rc == DPS_ERR_BAD_ARG:
+            raise ValueError(f"a place is out of range (places must be < {self.r.n_rows}, as "
+                             "scatter_users returns them)")
+        _check_radix(rc, self.name)
+
+    def ready(self) -> None:
+        """After every row's user and code were scattered: grouping may start."""
+        cdef int rc
+        self._enter(False)
+        try:
+            rc = dps_radix_ready(&self.r)
         finally:
             self._leave(False)
         _check_radix(rc, self.name)
@@ -646,13 +693,13 @@ cdef class RadixPairs:
         bucket, and each user's partitions in order of first appearance. No randomness is used."""
         if self.r.stage != DPS_RADIX_COMPACT or self.claimed_shards:
             raise RuntimeError("groups() needs compact() first, and no finish()")
-        ends = np.empty(self.r.n_users, dtype=np.uintp)
+        ends = np.empty(self.r.n_users, dtype=np.uint64)
         parts = np.empty(self.r.n_pairs, dtype=np.uint32)
         if self.r.n_users:
-            memcpy(<void *><size_t>ends.ctypes.data, self.r.ends, self.r.n_users * sizeof(size_t))
+            memcpy(<void *><size_t>ends.ctypes.data, self.r.ends, self.r.n_users * sizeof(uint64_t))
         if self.r.n_pairs:
             memcpy(<void *><size_t>parts.ctypes.data, self.r.partitions, self.r.n_pairs * sizeof(uint32_t))
-        return ends, parts
+        return ends.astype(np.uintp, copy=False), parts
 
     def finish(self, object shard, object n_shards, object n_partitions, object kappa, object cap,
                object test_state):

@@ -57,45 +57,47 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     """The distinct pairs of ``batch`` grouped by user. ``encode_keys`` gives the partition
     codes of a slice of rows (the caller's code maps, called in row order on this thread).
 
-    Two threads: this one encodes the keys piece by piece; the worker first counts the users
-    per bucket (one pass over the column), then scatters each piece as its codes arrive (its
-    queue runs them in row order). Then each thread groups half of the buckets."""
+    Two threads. The worker counts the users per bucket (one pass over the column), then places
+    each piece's users in their buckets, up to ``lookahead`` pieces ahead: it needs no partition
+    code. This thread encodes each piece's keys and puts the codes at the places the worker
+    gave their rows. The two sides cost about the same for integer keys (placing the users also
+    takes the first touch of two thirds of the new memory). Then each thread groups half of the
+    buckets."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
-    users = _user_pieces(batch.column(privacy_unit))
+    pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
 
     def count_and_layout() -> None:
-        for n, offset, values, width in users:
+        for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
             radix.count(n, offset, values, width)
         radix.layout()
 
-    def scatter(piece: Any, codes: npt.NDArray[np.uint32]) -> None:
-        start = 0
-        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-            radix.scatter(n, offset, values, width, codes[start:start + n])
-            start += n
+    def place(piece: Any) -> npt.NDArray[np.uint64]:
+        places = [radix.scatter_users(n, offset, values, width)
+                  for n, offset, values, width in _user_pieces(piece.column(privacy_unit))]
+        return places[0] if len(places) == 1 else np.concatenate(places)
 
-    starts = range(0, batch.num_rows, piece_rows)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix") as worker:
-        pending: list[Future[None]] = [worker.submit(count_and_layout)]
+        laid_out = worker.submit(count_and_layout)
+        # Only the pieces not yet consumed are held: a done future keeps its places (8 bytes a row).
+        placed: dict[int, Future[npt.NDArray[np.uint64]]] = {
+            j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
+        other: Future[None] | None = None
         try:
-            for start in starts:
-                piece = batch.slice(start, piece_rows)
-                pending.append(worker.submit(scatter, piece, encode_keys(piece)))
-                # At most `lookahead` pieces' codes wait for the worker: memory stays bounded
-                # even when it falls behind.
-                while len(pending) > lookahead and pending[0].done():
-                    pending.pop(0).result()
-                if len(pending) > lookahead:
-                    pending.pop(0).result()
-            for future in pending:
-                future.result()
+            for i, piece in enumerate(pieces):
+                if i + lookahead < len(pieces):
+                    placed[i + lookahead] = worker.submit(place, pieces[i + lookahead])
+                codes = encode_keys(piece)
+                if i == 0:
+                    laid_out.result()  # its error, if any, rather than the pieces' that follow
+                radix.scatter_codes(placed.pop(i).result(), codes)
+            laid_out.result()
+            radix.ready()
             half = radix.n_buckets // 2
             other = worker.submit(radix.group, half, radix.n_buckets)
-            pending = [other]
             radix.group(0, half)
             other.result()
         finally:
-            for future in pending:
+            for future in [laid_out, *placed.values(), *([other] if other else [])]:
                 future.cancel()
     radix.compact()
     return radix

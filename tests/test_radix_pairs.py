@@ -75,7 +75,8 @@ def grouped(users: np.ndarray, parts: np.ndarray, *, seed: int = 7, splits: int 
         radix.count(hi - lo, lo, users, width)
     radix.layout()
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        radix.scatter(hi - lo, lo, users, width, parts[lo:hi])
+        radix.scatter_codes(radix.scatter_users(hi - lo, lo, users, width), parts[lo:hi])
+    radix.ready()
     edges = np.linspace(0, radix.n_buckets, shards + 1).astype(int)
     for lo, hi in zip(edges[:-1], edges[1:]):
         radix.group(lo, hi)
@@ -257,17 +258,28 @@ def test_steps_out_of_order_and_mismatched_rows_are_refused():
     with pytest.raises(RuntimeError, match="out of order"):
         radix.layout()  # not every row counted
     with pytest.raises(RuntimeError, match="out of order"):
-        radix.scatter(n, 0, users, 8, codes)
+        radix.scatter_users(n, 0, users, 8)
     radix.count(n, 0, users, 8)
     with pytest.raises(RuntimeError, match="out of order"):
         radix.count(1, 0, users, 8)  # more rows than announced
     radix.layout()
     with pytest.raises(RuntimeError, match="out of order"):
-        radix.compact()  # nothing scattered or grouped
+        radix.ready()  # nothing scattered
+    places = radix.scatter_users(n // 2, 0, users, 8)
+    radix.scatter_codes(places, codes[: n // 2])
+    with pytest.raises(RuntimeError, match="out of order"):
+        radix.ready()  # half the rows
+    with pytest.raises(ValueError, match="place is out of range"):
+        radix.scatter_codes(np.array([n], dtype=np.uint64), codes[:1])
+    more = np.arange(n // 2 + 1, dtype=np.uint64)
+    with pytest.raises(RuntimeError, match="out of order"):  # the codes may not run past the rows
+        radix.scatter_codes(more, np.zeros(len(more), dtype=np.uint32))
     one_user = np.zeros(n, dtype=np.int64)  # not the values counted: their bucket overflows
-    with pytest.raises(RuntimeError, match="count\\(\\) and scatter\\(\\) differ"):
-        radix.scatter(n, 0, one_user, 8, codes)
+    with pytest.raises(RuntimeError, match="count\\(\\) and scatter_users\\(\\) differ"):
+        radix.scatter_users(n // 2, 0, one_user, 8)
     with pytest.raises(RuntimeError, match="out of order"):  # nothing after that is valid
+        radix.ready()
+    with pytest.raises(RuntimeError, match="out of order"):
         radix.group(0, radix.n_buckets)
 
 
@@ -281,9 +293,12 @@ def test_bad_arguments_are_refused():
         radix.count(4, 0, b"x" * 8, 8)
     radix.count(4, 0, np.arange(4, dtype=np.int64), 8)
     radix.layout()
-    with pytest.raises(ValueError, match="one code per row"):
-        radix.scatter(4, 0, np.arange(4, dtype=np.int64), 8, np.zeros(3, dtype=np.uint32))
-    radix.scatter(4, 0, np.arange(4, dtype=np.int64), 8, np.array([0, 1, 2, 9], dtype=np.uint32))
+    places = radix.scatter_users(4, 0, np.arange(4, dtype=np.int64), 8)
+    assert sorted(places.tolist()) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="one code per place"):
+        radix.scatter_codes(places, np.zeros(3, dtype=np.uint32))
+    radix.scatter_codes(places, np.array([0, 1, 2, 9], dtype=np.uint32))
+    radix.ready()
     radix.group(0, radix.n_buckets)
     with pytest.raises(RuntimeError, match="already grouped"):
         radix.group(0, radix.n_buckets)
