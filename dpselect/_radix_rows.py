@@ -59,10 +59,11 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
 
     Two threads. The worker counts the users per bucket (one pass over the column), then places
     each piece's users in their buckets, up to ``lookahead`` pieces ahead: it needs no partition
-    code. This thread encodes each piece's keys and puts the codes at the places the worker
-    gave their rows. The two sides cost about the same for integer keys (placing the users also
-    takes the first touch of two thirds of the new memory). Then each thread groups half of the
-    buckets."""
+    code. This thread encodes each piece's keys, which cannot be split (codes are given in order
+    of first appearance). The codes then go to the places the worker gave their rows: on the
+    worker when it has nothing queued (the key encoding is usually the longer side), else here
+    (when first touches of new memory slow the worker down, as at 5e7 rows on the project's
+    virtual machine). Then each thread groups half of the buckets."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
     pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
 
@@ -82,6 +83,7 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
         placed: dict[int, Future[npt.NDArray[np.uint64]]] = {
             j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
         other: Future[None] | None = None
+        handed: Future[None] | None = None  # the last scatter of codes given to the worker
         try:
             for i, piece in enumerate(pieces):
                 if i + lookahead < len(pieces):
@@ -89,7 +91,21 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
                 codes = encode_keys(piece)
                 if i == 0:
                     laid_out.result()  # its error, if any, rather than the pieces' that follow
-                radix.scatter_codes(placed.pop(i).result(), codes)
+                places = placed.pop(i)
+                ahead = i + 1 not in placed or placed[i + 1].done()
+                if ahead and (handed is None or handed.done()):
+                    if handed is not None:
+                        handed.result()
+                    # The worker has the next piece placed already: it takes this scatter too
+                    # (its queue runs one scatter of codes at a time, after the places it needs).
+                    handed = worker.submit(lambda p, c: radix.scatter_codes(p.result(), c), places, codes)
+                else:
+                    if handed is not None:
+                        handed.result()  # one scatter of codes at a time
+                        handed = None
+                    radix.scatter_codes(places.result(), codes)
+            if handed is not None:
+                handed.result()
             laid_out.result()
             radix.ready()
             half = radix.n_buckets // 2
@@ -97,7 +113,7 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
             radix.group(0, half)
             other.result()
         finally:
-            for future in [laid_out, *placed.values(), *([other] if other else [])]:
+            for future in [laid_out, *placed.values(), *([other] if other else []), *([handed] if handed else [])]:
                 future.cancel()
     radix.compact()
     return radix
