@@ -5,10 +5,10 @@
  * row into a hash set of pairs: two random accesses per row into tables far larger than the
  * caches. When the whole input is in memory, and the privacy units are integers, this is
  * cheaper: every row is copied once, sequentially, into the bucket of its user (the top bits of
- * a hash of the user's value), so that all rows of a user land in one bucket of a few thousand
+ * a hash of the user's value), so that all rows of a user land in one bucket of about 16,000
  * rows; each bucket is then deduplicated and grouped by user in tables that stay in the L2
  * cache. No user ever gets a global code. The price is memory proportional to the rows (12
- * bytes a row, while grouping), which the in-memory input already costs 16.
+ * bytes a row while grouping), which is why only an input already held in memory comes here.
  *
  * Steps, each called by the binding in order (dpselect/_count.pyx, RadixPairs):
  * 1. dps_radix_count, on every piece of the users column in row order: rows per bucket.

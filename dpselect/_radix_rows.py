@@ -5,9 +5,10 @@ buckets (csrc/radix_pairs.h), instead of a user code map and a pair set.
 input (``feed(batch, final=True)``, as ``select_partitions`` does) and the privacy-unit column
 holds integers. The streaming path gives every row two random accesses into tables far larger
 than the caches (the user's code, then the (user, partition) pair); here each row is copied once,
-sequentially, into the bucket of its user, and each bucket of a few thousand rows is
-deduplicated and grouped in the L2 cache. Memory is 12 bytes a row while grouping (the input
-itself takes at least 16), then 4 bytes per distinct pair and 8 per user.
+sequentially, into the bucket of its user, and each bucket of about 16,000 rows is
+deduplicated and grouped in the L2 cache. Memory is 12 bytes a row while grouping, then 4 bytes
+per distinct pair and 8 per user: proportional to the rows, so only an input already held in
+memory comes here; streamed batches keep the pair sets.
 
 The results are the streaming path's in distribution: every user keeps a uniform subset of
 min(d, κ) of its d distinct partitions, drawn with the package CSPRNG, and counts are exact up
@@ -29,13 +30,23 @@ from dpselect import _count
 SHARDS = 2
 
 
-def eligible(batch: Any, privacy_unit: str) -> bool:
-    """Whether the privacy units of ``batch`` can be read as integer words (a plain Arrow
-    integer column; a dictionary column is left to the streaming path)."""
+# Bytes a row the grouping holds (a user hash and a partition code).
+ROW_BYTES = 12
+
+
+def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
+    """Whether ``batch`` takes this path: its privacy units can be read as integer words (a
+    plain Arrow integer column; a dictionary column is left to the streaming path), and the
+    grouping's 12 bytes a row stay within one and a half times the Arrow size of the columns it
+    reads (so narrow columns, say int8 users and int16 keys, whose few distinct pairs the pair
+    sets hold in little memory, keep the streaming path: the job's peak stays within twice its
+    input)."""
     import pyarrow as pa
 
-    typ = batch.schema.field(privacy_unit).type
-    return pa.types.is_integer(typ)
+    if not pa.types.is_integer(batch.schema.field(privacy_unit).type):
+        return False
+    columns = sum(batch.column(name).nbytes for name in {privacy_unit, *by})
+    return 2 * ROW_BYTES * batch.num_rows <= 3 * columns
 
 
 def _chunks(column: Any) -> list[Any]:

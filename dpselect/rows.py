@@ -620,7 +620,7 @@ class RowCounter:
             batch = _without_null_units(batch, units)
             if batch.num_rows == 0:
                 return
-        if final and first and _radix_rows.eligible(batch, self.privacy_unit):
+        if final and first and _radix_rows.eligible(batch, self.privacy_unit, self.by):
             self._radix = _radix_rows.group(batch, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
                                             self._encode_keys)
             self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)

@@ -23,7 +23,7 @@ def table(n: int = 20_000, seed: int = 1, user_type=pa.int64(), n_users: int = 1
     users = gen.integers(0, n_users, n)
     return pa.table({
         "user": pa.array(users).cast(user_type),
-        "key": pa.array([f"k{v}" for v in gen.zipf(1.3, n) % 400]),
+        "key": pa.array([f"key-{v}" for v in gen.zipf(1.3, n) % 400]),
         "region": pa.array((users % 3).astype(np.int16)),
     })
 
@@ -114,6 +114,19 @@ def test_other_privacy_unit_types_and_later_batches_stream():
     counter.feed(t.slice(0, 1_000))
     counter.feed(t.slice(1_000), final=True)
     assert counter._radix_sizes is None and counter.n_pairs == run(t, ["key"], final=False)[0].sizes[1]
+
+
+def test_narrow_columns_keep_the_streaming_path():
+    """12 bytes a row would be several times the input for int8 users and int16 keys (3 bytes a
+    row): such a table keeps the pair sets, whose size follows the few distinct pairs."""
+    gen = np.random.default_rng(2)  # input data only
+    users, keys = gen.integers(0, 100, 50_000), gen.integers(0, 300, 50_000)
+    narrow = pa.table({"user": pa.array(users, pa.int8()), "key": pa.array(keys, pa.int16())})
+    wide = pa.table({"user": pa.array(users, pa.int64()), "key": pa.array(keys, pa.int64())})
+    counter, got = run(narrow, ["key"], final=True)
+    assert counter._radix_sizes is None
+    counter, expected = run(wide, ["key"], final=True)
+    assert counter._radix_sizes is not None and got == expected
 
 
 def test_nothing_may_follow_a_final_batch():
