@@ -9,11 +9,15 @@ RSS is its own), in the same run:
 * DuckDB:  ``SELECT key, COUNT(DISTINCT user) FROM t GROUP BY key`` (no bounding, no DP);
 * Polars:  ``df.group_by("key").agg(pl.col("user").n_unique())`` (no bounding, no DP).
 
-Peak memory is the process's peak RSS during the first run minus its RSS once the input table is
-built (the memory one job needs), reported against the Arrow size of the two input columns. DuckDB and Polars are bench-only extras
-(``pip install duckdb polars``). Run:
+Each engine lives in its own process for the whole run; after a warm-up run each, the timed
+runs are interleaved (dpselect, DuckDB, Polars, dpselect, …), so that other jobs on a shared
+machine slow every engine alike, and the ratio is taken per round: dpselect's time over the
+faster baseline of the same round. Medians are reported. Peak memory is the process's peak RSS
+during its first run minus its RSS once the input table is built (the memory one job needs),
+reported against the Arrow size of the two input columns. DuckDB and Polars are bench-only
+extras (``pip install duckdb polars``). Run:
 
-    python bench/bench_rows.py --rows 10000000 --repeat 3
+    python bench/bench_rows.py --rows 10000000 --repeat 5 [--key-type int] [--kappa 1]
 """
 from __future__ import annotations
 
@@ -52,11 +56,13 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int, kappa: int = 3,
-           key_type: str = "string") -> dict:
-    table = make_table(rows, keys, users, seed, key_type)
-    input_bytes = table.nbytes
-    if engine == "dpselect":
+def build_run(engine: str, table, kappa: int):
+    """The job of one engine on ``table``, as a function of no arguments. ``dpselect:PATH`` is
+    dpselect imported from another checkout (built in place), e.g. the main branch, to time a
+    change against it in the same rounds."""
+    if engine.startswith("dpselect:"):
+        sys.path.insert(0, os.path.abspath(engine.split(":", 1)[1]))
+    if engine.startswith("dpselect"):
         import dpselect.strategies  # noqa: F401  (import cost outside the timing)
         from dpselect.pipeline import select_partitions
 
@@ -78,7 +84,17 @@ def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int
 
         def run():
             return df.group_by("key").agg(pl.col("user").n_unique())
+    return run
 
+
+def worker(engine: str, rows: int, keys: int, users: int, seed: int, kappa: int = 3,
+           key_type: str = "string") -> None:
+    """A long-lived engine process: builds the table, then runs the job once per "run" line on
+    standard input, answering each with a JSON line; "quit" ends it. The parent alternates its
+    requests between engines, so a change in the machine's load hits every engine alike."""
+    table = make_table(rows, keys, users, seed, key_type)
+    input_bytes = table.nbytes
+    run = build_run(engine, table, kappa)
     # Reset the high-water mark where the kernel allows it, else measure from here.
     base = rss_bytes()
     try:
@@ -87,23 +103,29 @@ def worker(engine: str, rows: int, keys: int, users: int, seed: int, repeat: int
         resettable = True
     except OSError:
         resettable = False
-    times, cpu = [], []
-    out_rows = 0
-    peak = 0
-    for i in range(repeat):
+    print(json.dumps({"ready": engine}), flush=True)
+    first = True
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
         t0, c0 = time.perf_counter(), time.process_time()
         out = run()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         out_rows = out.num_rows if hasattr(out, "num_rows") else len(out)
         del out
-        if i == 0:
+        if first:
             # The memory of one job: later runs would add what the allocator kept from earlier ones.
-            peak = peak_rss_bytes()
-    return {
-        "engine": engine, "best_s": min(times), "times_s": times, "cpu_s": cpu[times.index(min(times))], "output_rows": out_rows,
-        "input_bytes": input_bytes, "peak_extra_bytes": max(0, peak - base), "peak_reset": resettable,
-    }
+            peak = max(0, peak_rss_bytes() - base)
+            first = False
+        print(json.dumps({"engine": engine, "wall_s": wall, "cpu_s": cpu, "output_rows": out_rows,
+                          "input_bytes": input_bytes, "peak_extra_bytes": peak, "peak_reset": resettable}),
+              flush=True)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def main() -> None:
@@ -112,38 +134,85 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per engine, interleaved")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per engine first")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help="comma-separated; dpselect:PATH adds dpselect from another checkout")
     parser.add_argument("--kappa", type=int, default=3, help="dpselect's max_partitions_contributed")
     parser.add_argument("--key-type", choices=("string", "int"), default="string")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.rows, args.keys, args.users, args.seed, args.repeat,
-                                args.kappa, args.key_type)))
+        worker(args.worker, args.rows, args.keys, args.users, args.seed, args.kappa, args.key_type)
         return
-    results = []
-    for engine in args.engines.split(","):
+    engines = args.engines.split(",")
+    procs = {}
+    for engine in engines:
         cmd = [sys.executable, __file__, "--worker", engine, "--rows", str(args.rows), "--keys", str(args.keys),
-               "--users", str(args.users), "--seed", str(args.seed), "--repeat", str(args.repeat),
-               "--kappa", str(args.kappa), "--key-type", args.key_type]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            print(f"{engine}: failed\n{proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}", file=sys.stderr)
-            continue
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    fastest_baseline = min((r["best_s"] for r in results if r["engine"] != "dpselect"), default=None)
+               "--users", str(args.users), "--seed", str(args.seed), "--kappa", str(args.kappa),
+               "--key-type", args.key_type]
+        procs[engine] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    runs: dict[str, list[dict]] = {engine: [] for engine in engines}
+    failed = set()
+
+    def ask(engine: str) -> dict | None:
+        proc = procs[engine]
+        try:
+            proc.stdin.write("run\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            failed.add(engine)
+            return None
+        return json.loads(line)
+
+    for engine in engines:  # wait until every table is built
+        if not procs[engine].stdout.readline():
+            failed.add(engine)
+    # Warm-up runs (imports, first-touch allocations), then rounds that visit every engine in turn;
+    # the peak memory is that of each engine's first run.
+    for _ in range(args.warmup + args.repeat):
+        for engine in engines:
+            if engine not in failed:
+                result = ask(engine)
+                if result is not None:
+                    runs[engine].append(result)
+    for proc in procs.values():
+        try:
+            proc.stdin.write("quit\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        proc.wait()
+    for engine in sorted(failed):
+        print(f"{engine}: failed", file=sys.stderr)
+    timed = {e: r[args.warmup:] for e, r in runs.items() if e not in failed and len(r) > args.warmup}
+    baselines = [e for e in timed if not e.startswith("dpselect")]
+    # Per round: dpselect's time over the faster baseline of that same round.
+    ratios = {}
+    for engine, results in timed.items():
+        if baselines:
+            ratios[engine] = [r["wall_s"] / min(timed[b][i]["wall_s"] for b in baselines)
+                              for i, r in enumerate(results)]
     load = os.getloadavg()[0]
-    print(f"rows={args.rows:,} {args.key_type} keys~{args.keys:,} users~{args.users:,} kappa={args.kappa} cores={os.cpu_count()} "
-          f"repeat={args.repeat} load average after run={load:.2f}")
-    print("| engine | best wall (s) | CPU (s) | ns/row | vs fastest baseline | peak extra memory "
-          "| / input columns | output rows |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        ratio = f"{r['best_s'] / fastest_baseline:.2f}x" if fastest_baseline else "-"
-        print(f"| {r['engine']} | {r['best_s']:.2f} | {r['cpu_s']:.2f} | {1e9 * r['best_s'] / args.rows:.0f} | "
-              f"{ratio} | {r['peak_extra_bytes'] / 2**20:,.0f} MiB | {r['peak_extra_bytes'] / r['input_bytes']:.2f}x "
-              f"({r['input_bytes'] / 2**20:,.0f} MiB) | {r['output_rows']:,} |")
+    print(f"rows={args.rows:,} {args.key_type} keys~{args.keys:,} users~{args.users:,} kappa={args.kappa} "
+          f"cores={os.cpu_count()} repeat={args.repeat} (interleaved, after {args.warmup} warm-up) "
+          f"load average after run={load:.2f}")
+    print("| engine | median wall (s) | best wall (s) | median CPU (s) | ns/row | median ratio to the faster "
+          "baseline, same round | peak extra memory | / input columns | output rows |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for engine, results in timed.items():
+        walls = [r["wall_s"] for r in results]
+        first = runs[engine][0]
+        ratio = f"{median(ratios[engine]):.2f}x" if engine in ratios else "-"
+        print(f"| {engine} | {median(walls):.2f} | {min(walls):.2f} | {median([r['cpu_s'] for r in results]):.2f} | "
+              f"{1e9 * median(walls) / args.rows:.0f} | {ratio} | {first['peak_extra_bytes'] / 2**20:,.0f} MiB | "
+              f"{first['peak_extra_bytes'] / first['input_bytes']:.2f}x ({first['input_bytes'] / 2**20:,.0f} MiB) | "
+              f"{first['output_rows']:,} |")
+    if "dpselect" in ratios:
+        print("dpselect / faster baseline per round: " + ", ".join(f"{x:.2f}" for x in ratios["dpselect"]))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ void *dps_big_alloc(size_t bytes, int fill) {
         if (p == NULL) return NULL;
     }
 #endif
-    memset(p, fill, bytes);
+    if (fill != DPS_BIG_NO_FILL) memset(p, fill, bytes);
     return p;
 }
 

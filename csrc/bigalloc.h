@@ -1,4 +1,5 @@
-/* Allocation of large hash tables (keymap.c, count_pairset.c).
+/* Allocation of large hash tables (keymap.c, count_pairset.c) and large
+ * scatter buffers (radix_pairs.c).
  *
  * The tables are probed at random, one cache miss per row, so with 4 KiB pages nearly every
  * probe also misses the TLB. Tables of 2 MiB or more are therefore aligned to 2 MiB and, on
@@ -9,7 +10,9 @@
 
 #include <stddef.h>
 
-/* `bytes` bytes, each set to `fill`; NULL when out of memory. */
+/* `bytes` bytes, each set to `fill` (DPS_BIG_NO_FILL: left as the system gives them, for
+ * buffers that are written before they are read); NULL when out of memory. */
+#define DPS_BIG_NO_FILL (-1)
 void *dps_big_alloc(size_t bytes, int fill);
 void dps_big_free(void *p);
 

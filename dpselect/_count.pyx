@@ -440,3 +440,305 @@ cdef class DictionaryCodes:
                              f"dictionary of {self.dict_len} values (a corrupt array)")
         _check_keymap(rc, self.name, 0)
         return codes, new_rows[:n_new]
+
+
+# ------------------------------------------------ one in-memory input, integer users (csrc/radix_pairs.h)
+
+cdef extern from "radix_pairs.h" nogil:
+    enum: DPS_ERR_RADIX_STAGE
+    enum: DPS_ERR_RADIX_LARGE
+    enum: DPS_RADIX_COMPACT
+    ctypedef struct dps_radix_pairs:
+        int stage
+        size_t n_rows
+        size_t n_buckets
+        size_t counted
+        size_t n_pairs
+        size_t n_users
+        uint32_t *partitions
+        uint64_t *ends
+    int dps_radix_init(dps_radix_pairs *r, size_t n_rows, uint64_t seed)
+    void dps_radix_free(dps_radix_pairs *r)
+    int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n)
+    int dps_radix_layout(dps_radix_pairs *r)
+    int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places)
+    int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n)
+    int dps_radix_ready(dps_radix_pairs *r)
+    int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last)
+    int dps_radix_compact(dps_radix_pairs *r)
+    void dps_radix_shard_users(const dps_radix_pairs *r, size_t shard, size_t n_shards, size_t *first_user,
+                               size_t *last_user)
+    int dps_radix_bound(dps_radix_pairs *r, dps_rng *s, size_t first_user, size_t last_user, uint64_t kappa,
+                        uint64_t cap, int64_t *counts, size_t n_partitions)
+    size_t dps_radix_bytes(const dps_radix_pairs *r)
+
+
+cdef int _check_radix(int rc, object name) except -1:
+    if rc == DPS_OK:
+        return 0
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError(f"out of memory while grouping the rows of {name!r} by user")
+    if rc == DPS_ERR_RADIX_STAGE:
+        raise RuntimeError(f"RadixPairs ({name!r}): a step was called out of order, or the rows of "
+                           "count() and scatter_users() differ (count every piece, layout(), "
+                           "scatter_users and scatter_codes every piece in the same order, ready(), "
+                           "group every bucket once, compact(), then finish)")
+    if rc == DPS_ERR_RADIX_LARGE:
+        raise ValueError(f"column {name!r}: more than 2**32 - 2 rows fall in one bucket; feed the "
+                         "rows in batches (RowCounter.feed) instead of as one final batch")
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError("a partition code is out of range (partition codes must be < n_partitions)")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("bad arguments: widths must be 1, 2, 4 or 8 and max_partitions_contributed >= 1")
+    return check_status(rc)
+
+
+cdef class RadixPairs:
+    """The distinct (user, partition) pairs of one in-memory input whose privacy units are
+    integers, grouped by user through radix buckets (csrc/radix_pairs.h): ``count`` every piece
+    of the users column, ``layout``, ``scatter_users`` every piece again in the same order (it
+    returns each row's place) and ``scatter_codes`` each piece's partition codes at those places
+    (one thread may run each at once), ``ready``, ``group`` every bucket once (two threads may
+    group disjoint ranges at once), ``compact``, then ``finish`` each shard (two threads may
+    finish different shards at once) or read ``groups``. Users get no global code: which bucket a user falls in depends
+    only on its value, so results with the deterministic test generator depend only on the data."""
+
+    cdef dps_radix_pairs r
+    cdef bint initialised
+    cdef int busy               # -1: one exclusive call running; > 0: that many shared calls
+    cdef bint users_busy        # a scatter_users call is running (it moves the bucket cursors)
+    cdef bint codes_busy        # a scatter_codes call is running
+    cdef object claimed_buckets
+    cdef object claimed_shards
+    cdef readonly object name
+
+    def __cinit__(self, object n_rows, object seed, object name="privacy unit"):
+        _non_negative("n_rows", n_rows)
+        cdef size_t rows = check_int("n_rows", n_rows, 0, 2**63 - 1)
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
+        self.initialised = False
+        self.busy = 0
+        self.users_busy = False
+        self.codes_busy = False
+        self.name = name
+        cdef int rc = dps_radix_init(&self.r, rows, c_seed)
+        self.initialised = True
+        _check_radix(rc, name)
+        self.claimed_buckets = np.zeros(self.r.n_buckets, dtype=np.bool_)
+        self.claimed_shards = set()
+
+    def __dealloc__(self):
+        if self.initialised:
+            dps_radix_free(&self.r)
+            self.initialised = False
+
+    def __repr__(self):
+        return (f"RadixPairs({self.name!r}, {self.r.n_rows} rows, {self.r.n_buckets} buckets, "
+                f"{self.r.n_users} users, {self.r.n_pairs} distinct pairs)")
+
+    @property
+    def n_buckets(self) -> int:
+        return self.r.n_buckets
+
+    @property
+    def n_pairs(self) -> int:
+        """Distinct (user, partition) pairs (0 before compact)."""
+        return self.r.n_pairs
+
+    @property
+    def n_users(self) -> int:
+        """Distinct users (0 before compact)."""
+        return self.r.n_users
+
+    @property
+    def nbytes(self) -> int:
+        return dps_radix_bytes(&self.r)
+
+    cdef int _enter(self, bint shared) except -1:
+        if self.busy < 0 or (self.busy > 0 and not shared):
+            raise RuntimeError("a RadixPairs step cannot run while another one does (only group() on "
+                               "disjoint buckets, and finish() on different shards, may overlap)")
+        self.busy = self.busy + 1 if shared else -1
+        return 0
+
+    cdef void _leave(self, bint shared) noexcept:
+        self.busy = self.busy - 1 if shared else 0
+
+    cdef const uint8_t *_values(self, object n, object offset, object values, object width) except? NULL:
+        n, offset, width = _sizes(self.name, n, offset, width)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or width not in (1, 2, 4, 8):
+            raise ValueError(f"column {self.name!r}: bad sizes n={n}, offset={offset}, width={width} "
+                             "(privacy units here must be integers of 1, 2, 4 or 8 bytes)")
+        cdef const uint8_t *vals = _buffer(values, (offset + n) * width, "values", self.name)
+        if vals != NULL:
+            vals += <size_t>offset * <size_t>width
+        return vals
+
+    def count(self, object n, object offset, object values, object width) -> None:
+        """Step 1: count n integer user values of `width` bytes from element `offset` of an
+        Arrow values buffer (nulls must have been removed)."""
+        cdef const uint8_t *vals = self._values(n, offset, values, width)
+        cdef size_t sn = <size_t>n, sw = <size_t>width
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return
+        self._enter(False)
+        try:
+            with nogil:
+                rc = dps_radix_count(&self.r, vals, sw, sn)
+        finally:
+            self._leave(False)
+        _check_radix(rc, self.name)
+
+    def layout(self) -> None:
+        """Step 2, after every row was counted."""
+        cdef int rc
+        self._enter(False)
+        try:
+            with nogil:
+                rc = dps_radix_layout(&self.r)
+        finally:
+            self._leave(False)
+        _check_radix(rc, self.name)
+
+    def scatter_users(self, object n, object offset, object values, object width):
+        """Step 3a: the values of `count` again, in the same order; returns each row's place
+        (uint64), for scatter_codes. May run while scatter_codes runs on another thread."""
+        cdef const uint8_t *vals = self._values(n, offset, values, width)
+        cdef size_t sn = <size_t>n, sw = <size_t>width
+        places = np.empty(sn, dtype=np.uint64)
+        cdef uint64_t[::1] p = places
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return places
+        if self.users_busy:
+            raise RuntimeError("scatter_users() cannot run on two threads at once")
+        self._enter(True)
+        self.users_busy = True
+        try:
+            with nogil:
+                rc = dps_radix_scatter_users(&self.r, vals, sw, sn, &p[0])
+        finally:
+            self.users_busy = False
+            self._leave(True)
+        _check_radix(rc, self.name)
+        return places
+
+    def scatter_codes(self, object places, object codes) -> None:
+        """Step 3b: each row's partition code at the place scatter_users gave it."""
+        cdef const uint64_t[::1] p = check_array("places", places, [np.uint64], copy=True)
+        cdef const uint32_t[::1] c = check_array("codes", codes, [np.uint32], copy=True)
+        cdef size_t sn = <size_t>p.shape[0]
+        if <size_t>c.shape[0] != sn:
+            raise ValueError(f"codes must hold one code per place ({sn}), got {c.shape[0]}")
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return
+        if self.codes_busy:
+            raise RuntimeError("scatter_codes() cannot run on two threads at once")
+        self._enter(True)
+        self.codes_busy = True
+        try:
+            with nogil:
+                rc = dps_radix_scatter_codes(&self.r, &p[0], &c[0], sn)
+        finally:
+            self.codes_busy = False
+            self._leave(True)
+        if rc == DPS_ERR_BAD_ARG:
+            raise ValueError(f"a place is out of range (places must be < {self.r.n_rows}, as "
+                             "scatter_users returns them)")
+        _check_radix(rc, self.name)
+
+    def ready(self) -> None:
+        """After every row's user and code were scattered: grouping may start."""
+        cdef int rc
+        self._enter(False)
+        try:
+            rc = dps_radix_ready(&self.r)
+        finally:
+            self._leave(False)
+        _check_radix(rc, self.name)
+
+    def group(self, object first, object last) -> None:
+        """Step 4 for buckets [first, last); calls on disjoint ranges may run at once."""
+        cdef size_t lo = check_int("first", first, 0, self.r.n_buckets)
+        cdef size_t hi = check_int("last", last, lo, self.r.n_buckets)
+        claimed = self.claimed_buckets[lo:hi]
+        if claimed.any():
+            raise RuntimeError(f"buckets {lo}..{hi} overlap buckets already grouped or being grouped")
+        cdef int rc
+        self._enter(True)
+        claimed[:] = True
+        try:
+            with nogil:
+                rc = dps_radix_group(&self.r, lo, hi)
+        finally:
+            self._leave(True)
+        _check_radix(rc, self.name)
+
+    def compact(self) -> None:
+        """Step 5, after every bucket was grouped."""
+        cdef int rc
+        self._enter(False)
+        try:
+            with nogil:
+                rc = dps_radix_compact(&self.r)
+        finally:
+            self._leave(False)
+        _check_radix(rc, self.name)
+
+    def groups(self):
+        """(ends, partitions): user u's distinct partition codes are partitions[ends[u - 1]:ends[u]]
+        (ends[-1] read as 0), users bucket by bucket, each in order of first appearance in its
+        bucket, and each user's partitions in order of first appearance. No randomness is used."""
+        if self.r.stage != DPS_RADIX_COMPACT or self.claimed_shards:
+            raise RuntimeError("groups() needs compact() first, and no finish()")
+        ends = np.empty(self.r.n_users, dtype=np.uint64)
+        parts = np.empty(self.r.n_pairs, dtype=np.uint32)
+        if self.r.n_users:
+            memcpy(<void *><size_t>ends.ctypes.data, self.r.ends, self.r.n_users * sizeof(uint64_t))
+        if self.r.n_pairs:
+            memcpy(<void *><size_t>parts.ctypes.data, self.r.partitions, self.r.n_pairs * sizeof(uint32_t))
+        return ends.astype(np.uintp, copy=False), parts
+
+    def finish(self, object shard, object n_shards, object n_partitions, object kappa, object cap,
+               object test_state):
+        """int64 counts per partition code from the users of shard `shard` of `n_shards` (equal
+        ranges of buckets), each bounded to ``kappa`` partitions chosen uniformly with the package
+        CSPRNG, saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state`` (each
+        shard needs its own). Calls on different shards may run at once; each shard once."""
+        cdef size_t c_shards = check_int("n_shards", n_shards, 1, 1 << 16)
+        cdef size_t c_shard = check_int("shard", shard, 0, c_shards - 1)
+        _non_negative("n_partitions", n_partitions)
+        cdef Py_ssize_t n_parts = check_int("n_partitions", n_partitions, 0, 2**63 - 1)
+        kappa = check_int("max_partitions_contributed (kappa)", kappa, -2**64, 2**64)
+        if not 1 <= kappa < 2 ** 64:
+            raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
+        if cap is not None:
+            cap = check_int("cap (the count cap)", cap, -2**64, 2**64)
+            if not 1 <= cap < 2 ** 63:
+                raise ValueError(f"count cap must be None or in [1, 2**63), got {cap}")
+        if self.r.stage != DPS_RADIX_COMPACT:
+            raise RuntimeError("finish() needs compact() first")
+        if (c_shard, c_shards) in self.claimed_shards or any(s != c_shards for _, s in self.claimed_shards):
+            raise RuntimeError(f"shard {shard} of {n_shards} was already finished (or shards of another split were)")
+        cdef uint64_t k = <uint64_t>kappa
+        cdef uint64_t c = 0 if cap is None else <uint64_t>cap
+        cdef size_t first_user = 0, last_user = 0
+        dps_radix_shard_users(&self.r, c_shard, c_shards, &first_user, &last_user)
+        counts = np.zeros(max(n_parts, 1), dtype=np.int64)
+        cdef int64_t[::1] out = counts
+        cdef int rc
+        cdef dps_rng *s
+        self._enter(True)
+        self.claimed_shards.add((c_shard, c_shards))
+        try:
+            s = begin_batch(test_state)
+            with nogil:
+                rc = dps_radix_bound(&self.r, s, first_user, last_user, k, c, &out[0], <size_t>n_parts)
+                end_batch(s)
+            finish_batch(test_state)
+        finally:
+            self._leave(True)
+        _check_radix(rc, self.name)
+        return counts[:n_parts]

@@ -321,7 +321,7 @@ def select_partitions(
     from_arrow(schema.empty_table(), kind)  # a result that cannot be converted back fails now, not after the work
     counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows,
                          null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
-    counter.feed(table)
+    counter.feed(table, final=True)  # the whole input: integer users are grouped in memory
     del table  # the exported columns are no longer needed: lower the peak
     pairs = counter.n_pairs
     if hasattr(strat, "select_sets"):  # a row mechanism: it needs every user's set, not counts

@@ -25,6 +25,11 @@ The expensive part of a real job is not the decision but what comes before it. H
 5. Partitions whose count is 0 (every contribution dropped by bounding) are removed here: they
    are indistinguishable from partitions absent from the data and must never be released.
 
+A whole input already in memory (``feed(batch, final=True)``, as ``select_partitions`` does) whose
+privacy units are integers skips the user codes and the pair sets of steps 2 and 4: its rows are
+grouped by user through radix buckets in cache-sized pieces (:mod:`dpselect._radix_rows`,
+csrc/radix_pairs.h), then bounded the same way. The key columns still go through their code maps.
+
 Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 80 %
 load (10–20 bytes per distinct pair); the code maps hold each distinct key value once (a hash slot and a copy of its bytes).
 Neither depends on the number of rows, which is what lets the CLI stream files larger than memory.
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from dpselect import _count
+from dpselect import _count, _radix_rows
 from dpselect.rng import resolve_rng, shard_test_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -524,6 +529,10 @@ class RowCounter:
         self._expected_rows = expected_rows
         # Created at the first feed; one pair set per shard of the users (see _SHARD_MASK).
         self._counters: list[_count.PairCounter] | None = None
+        # Instead, for a whole input with integer privacy units (feed(..., final=True)).
+        self._radix: _count.RadixPairs | None = None
+        self._radix_sizes: tuple[int, int] | None = None  # its (users, pairs), kept after finish
+        self._fed_final = False
         self._finished = False
         self._schema: Any = None
         self.rows = 0  # rows fed, including rows with a null privacy unit
@@ -536,7 +545,7 @@ class RowCounter:
 
     @property
     def n_users(self) -> int:
-        return len(self._users)
+        return self._radix_sizes[0] if self._radix_sizes is not None else len(self._users)
 
     @property
     def n_partitions(self) -> int:
@@ -544,6 +553,8 @@ class RowCounter:
 
     @property
     def n_pairs(self) -> int:
+        if self._radix_sizes is not None:
+            return self._radix_sizes[1]
         return 0 if self._counters is None else sum(c.n_pairs for c in self._counters)
 
     def key_types(self) -> list[Any]:
@@ -579,12 +590,24 @@ class RowCounter:
             for factorizer, name in zip(self._key.columns, self.by):
                 factorizer.declare(schema.field(name).type)
 
-    def feed(self, batch: pa.Table | pa.RecordBatch) -> None:
-        """Add the rows of one batch (columns ``privacy_unit`` and every ``by`` name)."""
+    def feed(self, batch: pa.Table | pa.RecordBatch, *, final: bool = False) -> None:
+        """Add the rows of one batch (columns ``privacy_unit`` and every ``by`` name).
+
+        ``final=True`` says no batch follows (the whole input is in memory, as in
+        ``select_partitions``): when it is also the first batch and the privacy units are
+        integers, the rows are grouped by user through radix buckets (:mod:`dpselect._radix_rows`)
+        rather than inserted into the streaming pair sets: same results in distribution, several
+        times fewer cache misses, memory proportional to the rows while grouping."""
         pa = import_pyarrow()
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
+        if self._fed_final:
+            raise RuntimeError("this RowCounter was fed a batch with final=True: no batch may follow it")
+        if not isinstance(final, bool):
+            raise TypeError(f"final must be a bool, got {type(final).__name__}")
+        first = self.rows == 0
         self.check_schema(batch.schema)
+        self._fed_final = final
         if batch.num_rows == 0:
             return
         self.rows += batch.num_rows
@@ -597,6 +620,11 @@ class RowCounter:
             batch = _without_null_units(batch, units)
             if batch.num_rows == 0:
                 return
+        if final and first and _radix_rows.eligible(batch, self.privacy_unit, self.by):
+            self._radix = _radix_rows.group(batch, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
+                                            self._encode_keys)
+            self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
+            return
         if batch.num_rows <= _PIECE_ROWS:
             # One piece: the two columns at once, then both shards.
             users, partitions = self._encode_both(batch)
@@ -649,6 +677,8 @@ class RowCounter:
         pa = import_pyarrow()
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
+        if self._fed_final:
+            raise RuntimeError("this RowCounter was fed a batch with final=True: no batch may follow it")
         self.check_schema(batch.schema)
         self.rows += batch.num_rows
         units = batch.column(self.privacy_unit)
@@ -730,7 +760,11 @@ class RowCounter:
             raise RuntimeError("this RowCounter has already been finished")
         self.check_null_units()
         self._finished = True
-        ends, grouped = _merge_user_groups([c.group(self.n_partitions) for c in self._pair_counters()])
+        if self._radix is not None:
+            ends, grouped = self._radix.groups()
+            self._radix = None
+        else:
+            ends, grouped = _merge_user_groups([c.group(self.n_partitions) for c in self._pair_counters()])
         sets = UserSets(ends, grouped, self.n_partitions)
 
         def keys_of(keep: np.ndarray) -> Any:
@@ -747,20 +781,23 @@ class RowCounter:
         """Bound every user to ``max_partitions_contributed`` partitions (uniform choice, package
         CSPRNG), count distinct users per partition saturating at ``count_cap`` (None: exact),
         and return the partitions whose count is at least 1."""
-        pa = import_pyarrow()
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
         self.check_null_units()  # before any randomness is drawn
         rng = resolve_rng(rng)
         rng._announce()
         self._finished = True
+        states = [rng._test_state] + [shard_test_state(rng._test_state, shard) for shard in range(1, _SHARDS)]
+        args = (self.n_partitions, max_partitions_contributed, count_cap)
+        if self._radix is not None:
+            counts = _radix_rows.bound(self._radix, *args, states)
+            self._radix = None
+            return self._partition_counts(counts)
         counters = self._pair_counters()
         # Each shard's users are bounded by their own thread with their own stream (a fresh
         # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
         # shards' counts are added. The cap is applied again to the sum: saturating each term at
         # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
-        states = [rng._test_state] + [shard_test_state(rng._test_state, shard) for shard in range(1, _SHARDS)]
-        args = (self.n_partitions, max_partitions_contributed, count_cap)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
             other = worker.submit(counters[1].finish, *args, states[1])
             try:
@@ -770,6 +807,11 @@ class RowCounter:
         counts += counts_other
         if count_cap is not None:
             np.minimum(counts, count_cap, out=counts)
+        return self._partition_counts(counts)
+
+    def _partition_counts(self, counts: npt.NDArray[np.int64]) -> PartitionCounts:
+        """The partitions whose count is at least 1, with their keys."""
+        pa = import_pyarrow()
         present = np.flatnonzero(counts > 0)
         if self.n_partitions == 0:
             key_arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]

@@ -638,6 +638,107 @@ def test_pair_counter_refusals_name_the_parameter(call, name, error):
         assert counter.n_pairs == 1  # a refused call leaves the counter as it was
 
 
+def _radix(users: np.ndarray, parts: np.ndarray, offset: int, splits: int, layout: str, source: str,
+           seed: int) -> _count.RadixPairs:
+    """Every step of RadixPairs on users[offset:] (an integer buffer read from `offset`), counted
+    and scattered in `splits` pieces, the places and codes passed in `layout`."""
+    n = len(users) - offset
+    buffer = {"numpy": users, "bytes": users.tobytes(), "memoryview": memoryview(users)}[source]
+    width = users.dtype.itemsize
+    radix = _count.RadixPairs(n, seed)
+    bounds = np.linspace(0, n, splits + 1).astype(int)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        radix.count(hi - lo, offset + lo, buffer, width)
+    radix.layout()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        places = radix.scatter_users(hi - lo, offset + lo, buffer, width)
+        assert places.dtype == np.uint64 and len(places) == hi - lo
+        radix.scatter_codes(arrange(places, layout), arrange(parts[lo:hi], layout))
+    radix.ready()
+    half = radix.n_buckets // 2
+    radix.group(half, radix.n_buckets)  # any order of disjoint ranges
+    radix.group(0, half)
+    radix.compact()
+    return radix
+
+
+@SOME
+@given(pairs=pairs_strategy, dtype=st.sampled_from(INT_DTYPES), offset=st.integers(0, 5), splits=st.integers(1, 4),
+       layout=st.sampled_from(LAYOUTS), source=st.sampled_from(["numpy", "bytes", "memoryview"]),
+       kappa=st.sampled_from([1, 2, 3, 2**63, 2**64 - 1]), cap=st.sampled_from([None, 1, 3, 2**63 - 1]), seed=seeds,
+       hash_seed=st.integers(0, U64 - 1))
+def test_radix_pairs_any_layout_and_pieces_equal_one_contiguous_pass(pairs, dtype, offset, splits, layout, source,
+                                                                      kappa, cap, seed, hash_seed):
+    info = np.iinfo(dtype)
+    users = np.zeros(offset + len(pairs), dtype)
+    users[offset:] = [info.min + u if info.min else info.max - u for u, _ in pairs]
+    parts = np.array([p for _, p in pairs], np.uint32)
+    radix = _radix(users, parts, offset, splits, layout, source, hash_seed)
+    reference = _radix(np.ascontiguousarray(users[offset:]), parts, 0, 1, "contiguous", "numpy", 0)
+    assert (radix.n_users, radix.n_pairs) == (len({u for u, _ in pairs}), len(set(pairs)))
+    same(radix.groups(), reference.groups())
+    assert radix.nbytes >= 0
+    got = radix.finish(0, 2, 8, kappa, cap, state(seed)) + radix.finish(1, 2, 8, kappa, cap, state(seed + 1))
+    expected = reference.finish(0, 2, 8, kappa, cap, state(seed)) + reference.finish(1, 2, 8, kappa, cap, state(seed + 1))
+    same(got, expected)
+    exact = _distinct_users(pairs)
+    if kappa >= 8:  # nobody is bounded: each shard saturates at the cap, the sum at most twice it
+        np.testing.assert_array_equal(np.minimum(got, cap or I64_MAX), np.minimum(exact, cap or I64_MAX))
+    assert (got <= exact).all() and got.sum() <= min(kappa, 8) * len({u for u, _ in pairs})
+
+
+def _laid_out(n: int = 3) -> _count.RadixPairs:
+    radix = _count.RadixPairs(n, 1)
+    radix.count(n, 0, np.arange(n, dtype=np.int64), 8)
+    radix.layout()
+    return radix
+
+
+def _compacted(n: int = 3) -> _count.RadixPairs:
+    radix = _laid_out(n)
+    radix.scatter_codes(radix.scatter_users(n, 0, np.arange(n, dtype=np.int64), 8), np.zeros(n, np.uint32))
+    radix.ready()
+    radix.group(0, radix.n_buckets)
+    radix.compact()
+    return radix
+
+
+@pytest.mark.parametrize("call, name, error", [
+    (lambda: _count.RadixPairs(-1, 0), "n_rows", ValueError),
+    (lambda: _count.RadixPairs(1.0, 0), "n_rows", TypeError),
+    (lambda: _count.RadixPairs(1, -1), "seed", ValueError),
+    (lambda: _count.RadixPairs(1, 2**64), "seed", ValueError),
+    (lambda: _count.RadixPairs(3, 0).count(3, 0, np.zeros(2, np.int64), 8), "values buffer holds 16", ValueError),
+    (lambda: _count.RadixPairs(3, 0).count(3, 0, np.zeros(6, np.int64)[::2], 8), "values buffer", TypeError),
+    (lambda: _count.RadixPairs(3, 0).count(3, 0, [1, 2, 3], 8), "values buffer", TypeError),
+    (lambda: _count.RadixPairs(3, 0).count(3, 0, np.zeros(3, np.int32), 3), "width", ValueError),
+    (lambda: _count.RadixPairs(3, 0).count(-1, 0, np.zeros(3, np.int64), 8), "bad sizes", ValueError),
+    (lambda: _count.RadixPairs(3, 0).count(1, -1, np.zeros(3, np.int64), 8), "bad sizes", ValueError),
+    (lambda: _count.RadixPairs(3, 0).count(1.0, 0, np.zeros(3, np.int64), 8), "integers", TypeError),
+    (lambda: _laid_out().scatter_users(3, 0, np.zeros(2, np.int64), 8), "values buffer holds 16", ValueError),
+    (lambda: _laid_out().scatter_codes(np.zeros(2, np.int64), np.zeros(2, np.uint32)), "places", TypeError),
+    (lambda: _laid_out().scatter_codes(np.zeros(2, np.uint64), np.zeros(2, np.int32)), "codes", TypeError),
+    (lambda: _laid_out().scatter_codes(np.zeros((2, 1), np.uint64), np.zeros(2, np.uint32)), "places", ValueError),
+    (lambda: _laid_out().scatter_codes(np.zeros(2, np.uint64), np.zeros(3, np.uint32)), "one code per place", ValueError),
+    (lambda: _laid_out().scatter_codes(np.array([3], np.uint64), np.zeros(1, np.uint32)), "place is out of range", ValueError),
+    (lambda: _laid_out().group(0, 2), "last", ValueError),
+    (lambda: _laid_out().group(-1, 1), "first", ValueError),
+    (lambda: _compacted().finish(0, 0, 1, 1, None, None), "n_shards", ValueError),
+    (lambda: _compacted().finish(2, 2, 1, 1, None, None), "shard", ValueError),
+    (lambda: _compacted().finish(0, 1, -1, 1, None, None), "n_partitions", ValueError),
+    (lambda: _compacted().finish(0, 1, 1.0, 1, None, None), "n_partitions", TypeError),
+    (lambda: _compacted().finish(0, 1, 1, 0, None, None), "max_partitions_contributed", ValueError),
+    (lambda: _compacted().finish(0, 1, 1, 2**64, None, None), "max_partitions_contributed", ValueError),
+    (lambda: _compacted().finish(0, 1, 1, 1.0, None, None), "max_partitions_contributed", TypeError),
+    (lambda: _compacted().finish(0, 1, 1, 1, 0, None), "cap", ValueError),
+    (lambda: _compacted().finish(0, 1, 1, 1, 2**63, None), "cap", ValueError),
+    (lambda: _compacted().finish(0, 1, 1, 1, None, "state"), "test_state", TypeError),
+])
+def test_radix_pairs_refusals_name_the_parameter(call, name, error):
+    with refused(error, name):
+        call()
+
+
 def _first_appearance(values) -> tuple[list[int], list[int]]:
     codes, seen, new = [], {}, []
     for row, v in enumerate(values):

@@ -125,6 +125,26 @@ def test_growth_through_many_distinct_values_keeps_every_code():
     assert np.array_equal(ints.encode(pa.array(np.arange(n, dtype=np.int64) * 7919)), np.arange(n))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64])
+def test_word_values_without_nulls_take_the_loop_of_their_width_with_the_same_codes(dtype):
+    """Columns without a validity bitmap take a loop per width (keymap.c, encode_words); with an
+    all-valid bitmap they take the general one. Both must give the same codes and first rows,
+    through growth of the table and across batches of one map."""
+    gen = np.random.default_rng(3)  # input data only
+    info = np.iinfo(dtype)
+    values = gen.integers(info.min, info.max, 60_000, dtype=dtype, endpoint=True)
+    values[::7] = values[0]  # repeats, also of the first value
+    plain, masked = _count.KeyMap("word", 5), _count.KeyMap("word", 6)
+    all_valid = np.full((len(values) + 7) // 8, 0xFF, dtype=np.uint8)
+    width = values.dtype.itemsize
+    for start, stop in [(0, 1), (1, 1000), (1000, 1000), (1000, 60_000)]:
+        piece = values[start:stop]
+        fast = plain.encode_fixed(len(piece), 0, None, piece, width)
+        general = masked.encode_fixed(len(piece), 0, all_valid, piece, width)
+        assert np.array_equal(fast[0], general[0]) and np.array_equal(fast[1], general[1])
+    assert len(plain) == len(masked) == len(np.unique(values))
+
+
 def test_codes_do_not_depend_on_the_hash_seed():
     values = pa.array([f"k{i % 1000}" for i in range(5000)])
     buffers = values.buffers()
