@@ -290,7 +290,8 @@ def select_partitions(
 
     Memory: the Arrow export of the columns (zero-copy when possible), one 4-byte code per row
     and column while hashing, and the C pair set (11.4–22.9 bytes per distinct (user,
-    partition) pair); see docs/rows.md.
+    partition) pair); with integer privacy units, instead of the pair set and the user codes,
+    12 bytes a row while the rows are grouped by user; see docs/rows.md.
     """
     names = check_columns(privacy_unit, by, count_column)
     if not isinstance(counts, bool):
