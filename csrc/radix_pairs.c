@@ -83,7 +83,7 @@ static inline void count_rows(size_t *count, unsigned bits, const uint8_t *value
 }
 
 int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n) {
-    if (r->stage != DPS_RADIX_COUNTING || n > r->n_rows - r->counted) return DPS_ERR_RADIX_STAGE;
+    if (r->broken || r->stage != DPS_RADIX_COUNTING || n > r->n_rows - r->counted) return DPS_ERR_RADIX_STAGE;
     size_t *count = r->start + 1; /* count[b] rows of bucket b; the prefix sum makes them starts */
     switch (width) { /* one loop per width, so that each load is one instruction */
     case 8: count_rows(count, r->bits, values, 8, n); break;
@@ -97,7 +97,8 @@ int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, siz
 }
 
 int dps_radix_layout(dps_radix_pairs *r) {
-    if (r->stage != DPS_RADIX_COUNTING || r->counted != r->n_rows) return DPS_ERR_RADIX_STAGE;
+    if (r->broken || r->stage != DPS_RADIX_COUNTING || r->counted != r->n_rows) return DPS_ERR_RADIX_STAGE;
+    r->broken = 1; /* until the layout is complete: a failed one cannot be tried again */
     for (size_t b = 0; b < r->n_buckets; b++) {
         if (r->start[b + 1] >= (size_t)NO_USER) return DPS_ERR_RADIX_LARGE;
         r->start[b + 1] += r->start[b];
@@ -116,6 +117,7 @@ int dps_radix_layout(dps_radix_pairs *r) {
         return DPS_ERR_NOMEM;
     memcpy(r->cursor, r->start, r->n_buckets * sizeof(size_t));
     for (size_t b = 0; b < r->n_buckets; b++) r->bucket_pairs[b] = NOT_GROUPED;
+    r->broken = 0;
     r->stage = DPS_RADIX_SCATTERING;
     return DPS_OK;
 }
@@ -139,7 +141,8 @@ static inline int scatter_users(dps_radix_pairs *r, const uint8_t *values, size_
 }
 
 int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places) {
-    if (r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->users_scattered) return DPS_ERR_RADIX_STAGE;
+    if (r->broken || r->users_broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->users_scattered)
+        return DPS_ERR_RADIX_STAGE;
     int rc;
     switch (width) { /* one loop per width, so that each load is one instruction */
     case 8: rc = scatter_users(r, values, 8, n, places); break;
@@ -149,7 +152,9 @@ int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t wi
     default: return DPS_ERR_BAD_ARG;
     }
     if (rc != DPS_OK) {
-        r->broken = 1; /* part of the rows went in: nothing after this is valid */
+        /* Part of the rows went in: nothing after this is valid. A flag of this side's own, as
+         * dps_radix_scatter_codes may be reading the other one on another thread. */
+        r->users_broken = 1;
         return rc;
     }
     r->users_scattered += n;
@@ -157,7 +162,7 @@ int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t wi
 }
 
 int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n) {
-    if (r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered) return DPS_ERR_RADIX_STAGE;
+    if (r->broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered) return DPS_ERR_RADIX_STAGE;
     size_t rows = r->n_rows;
     for (size_t i = 0; i < n; i++) /* checked first: a bad place must not leave half a piece written */
         if (places[i] >= rows) return DPS_ERR_BAD_ARG;
@@ -168,7 +173,7 @@ int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const ui
 }
 
 int dps_radix_ready(dps_radix_pairs *r) {
-    if (r->broken || r->stage != DPS_RADIX_SCATTERING || r->users_scattered != r->n_rows ||
+    if (r->broken || r->users_broken || r->stage != DPS_RADIX_SCATTERING || r->users_scattered != r->n_rows ||
         r->codes_scattered != r->n_rows)
         return DPS_ERR_RADIX_STAGE;
     free(r->cursor);

@@ -59,7 +59,9 @@ typedef struct dps_radix_pairs {
     size_t n_buckets;
     uint64_t seed;        /* slot positions inside a bucket's tables; never visible in results */
     size_t counted, users_scattered, codes_scattered;
-    int broken;           /* a scatter stopped half-way: no later step may run */
+    int broken;           /* a layout failed half-way: no later step may run */
+    int users_broken;     /* a scatter of users failed half-way: likewise (its own flag: the
+                           * codes side may run at the same time on another thread) */
     size_t *start;        /* n_buckets + 1: rows per bucket, then where each bucket starts */
     size_t *cursor;       /* n_buckets: next free row of each bucket while scattering */
     uint64_t *hashes;     /* n_rows: each row's user hash (a bijection of the value), bucket by

@@ -500,8 +500,10 @@ cdef class RadixPairs:
     returns each row's place) and ``scatter_codes`` each piece's partition codes at those places
     (one thread may run each at once), ``ready``, ``group`` every bucket once (two threads may
     group disjoint ranges at once), ``compact``, then ``finish`` each shard (two threads may
-    finish different shards at once) or read ``groups``. Users get no global code: which bucket a user falls in depends
-    only on its value, so results with the deterministic test generator depend only on the data."""
+    finish different shards at once) or read ``groups``. Users get no global code: which bucket
+    a user falls in depends only on its value, so results with the deterministic test generator
+    depend only on the data. A step that fails half-way leaves the object unusable (later steps
+    raise RuntimeError)."""
 
     cdef dps_radix_pairs r
     cdef bint initialised

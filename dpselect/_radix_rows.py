@@ -18,8 +18,9 @@ value, so with the deterministic test generator the results depend only on the d
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt

@@ -19,6 +19,7 @@ Run under tools/sanitize.sh, the same examples also check every access the C cod
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from fractions import Fraction
@@ -647,10 +648,10 @@ def _radix(users: np.ndarray, parts: np.ndarray, offset: int, splits: int, layou
     width = users.dtype.itemsize
     radix = _count.RadixPairs(n, seed)
     bounds = np.linspace(0, n, splits + 1).astype(int)
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         radix.count(hi - lo, offset + lo, buffer, width)
     radix.layout()
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         places = radix.scatter_users(hi - lo, offset + lo, buffer, width)
         assert places.dtype == np.uint64 and len(places) == hi - lo
         radix.scatter_codes(arrange(places, layout), arrange(parts[lo:hi], layout))

@@ -71,14 +71,14 @@ def grouped(users: np.ndarray, parts: np.ndarray, *, seed: int = 7, splits: int 
     radix = RadixPairs(len(users), seed, "user")
     bounds = np.linspace(0, len(users), splits + 1).astype(int)
     width = users.dtype.itemsize
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         radix.count(hi - lo, lo, users, width)
     radix.layout()
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         radix.scatter_codes(radix.scatter_users(hi - lo, lo, users, width), parts[lo:hi])
     radix.ready()
     edges = np.linspace(0, radix.n_buckets, shards + 1).astype(int)
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         radix.group(lo, hi)
     radix.compact()
     return radix

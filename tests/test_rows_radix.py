@@ -10,7 +10,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from dpselect import _radix_rows, rows  # noqa: E402
+from dpselect import _radix_rows, rows  # noqa: E402  (after the skip without pyarrow)
 from dpselect.pipeline import select_partitions  # noqa: E402
 from dpselect.rows import NullPrivacyUnitError, RowCounter  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
@@ -18,8 +18,9 @@ from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
 
-def table(n: int = 20_000, seed: int = 1, user_type=pa.int64(), n_users: int = 1_500) -> pa.Table:
+def table(n: int = 20_000, seed: int = 1, user_type=None, n_users: int = 1_500) -> pa.Table:
     gen = np.random.default_rng(seed)  # input data only
+    user_type = pa.int64() if user_type is None else user_type
     users = gen.integers(0, n_users, n)
     return pa.table({
         "user": pa.array(users).cast(user_type),
