@@ -30,15 +30,6 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
     return dps_fmix64(h);
 }
 
-static inline uint64_t load_word(const uint8_t *p, size_t width) {
-    switch (width) {
-    case 1: return p[0];
-    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
-    default: { uint64_t v; memcpy(&v, p, 8); return v; }
-    }
-}
-
 static inline int is_valid(const uint8_t *validity, size_t bit) {
     return validity == NULL || ((validity[bit >> 3] >> (bit & 7)) & 1);
 }
@@ -263,7 +254,7 @@ static inline size_t home_slot(const dps_keymap *m, uint64_t key) {
 static void hash_block(const dps_keymap *m, row_block *k, size_t width) {
     for (size_t j = 0; j < k->b; j++) {
         if (k->ptr[j] == NULL) continue;
-        k->key[j] = m->kind == DPS_KEYMAP_WORD ? load_word(k->ptr[j], width)
+        k->key[j] = m->kind == DPS_KEYMAP_WORD ? dps_load_word(k->ptr[j], width)
                                               : hash_bytes(k->ptr[j], k->len[j], m->seed);
         if (m->capacity != 0) DPS_PREFETCH_W(m->slots + home_slot(m, k->key[j]));
     }
@@ -378,7 +369,7 @@ static inline int encode_words(dps_keymap *m, size_t n, const uint8_t *values, s
             uint64_t *k = ring[s % 3];
             size_t first = s * BLOCK, b = n - first < BLOCK ? n - first : BLOCK;
             const uint8_t *p = values + first * width;
-            for (size_t j = 0; j < b; j++) k[j] = load_word(p + j * width, width);
+            for (size_t j = 0; j < b; j++) k[j] = dps_load_word(p + j * width, width);
             if (m->capacity != 0)
                 for (size_t j = 0; j < b; j++) DPS_PREFETCH_W(m->slots + slot_of_word(m, k[j]));
         }

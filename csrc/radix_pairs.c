@@ -18,15 +18,6 @@
 #define NOT_GROUPED SIZE_MAX
 #define NO_USER UINT32_MAX
 
-static inline uint64_t load_word(const uint8_t *p, size_t width) {
-    switch (width) {
-    case 1: return p[0];
-    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
-    default: { uint64_t v; memcpy(&v, p, 8); return v; }
-    }
-}
-
 /* A bucket's user ends are kept in its part of the hashes array once its hashes are read; they
  * go through memcpy, as the memory held 64-bit words before. */
 static inline void put_end(uint64_t *region, size_t u, uint32_t end) { memcpy((uint8_t *)region + u * 4, &end, 4); }
@@ -79,7 +70,7 @@ size_t dps_radix_bytes(const dps_radix_pairs *r) {
 }
 
 static inline void count_rows(size_t *count, unsigned bits, const uint8_t *values, size_t width, size_t n) {
-    for (size_t i = 0; i < n; i++) count[bucket_of(dps_fmix64(load_word(values + i * width, width)), bits)]++;
+    for (size_t i = 0; i < n; i++) count[bucket_of(dps_fmix64(dps_load_word(values + i * width, width)), bits)]++;
 }
 
 int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n) {
@@ -129,7 +120,7 @@ static inline int scatter_users(dps_radix_pairs *r, const uint8_t *values, size_
     const size_t *end = r->start + 1;
     uint64_t *hashes = r->hashes;
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = dps_fmix64(load_word(values + i * width, width));
+        uint64_t h = dps_fmix64(dps_load_word(values + i * width, width));
         size_t b = bucket_of(h, bits);
         size_t at = cursor[b];
         if (at == end[b]) return DPS_ERR_RADIX_STAGE; /* not the values that were counted */
