@@ -296,6 +296,44 @@ def test_exp_bounds_bracket_the_exact_value(y: Fraction) -> None:
     assert hi - lo <= hi * Fraction(1, 2**120)
 
 
+def _as_mpf(x: Fraction) -> mpmath.mpf:
+    return mpmath.mpf(x.numerator) / x.denominator
+
+
+@given(st.fractions(min_value=2000, max_value=2**16, max_denominator=10**6))
+@settings(max_examples=50, deadline=None)
+def test_exp_bounds_keep_their_precision_for_large_arguments(y: Fraction) -> None:
+    """Significant bits, not fixed point: e^(−y) near 2^-94548 is bracketed as tightly as e^(−1)
+    (the fixed-point version needed 1.44·y bits of Taylor terms: minutes beyond y = 10^5)."""
+    mpmath.mp.dps = 60
+    lo, hi = exp_neg_bounds(y, 128)
+    exact = mpmath.exp(-_as_mpf(y))
+    assert _as_mpf(lo) <= exact <= _as_mpf(hi)
+    assert hi - lo <= hi * Fraction(1, 2**120)
+    assert hi.denominator & (hi.denominator - 1) == 0 and lo.denominator & (lo.denominator - 1) == 0
+
+
+@pytest.mark.parametrize("y", [Fraction(2**16) + Fraction(1, 3), Fraction(10**6), Fraction(10**300)])
+def test_exp_bounds_saturate_beyond_two_to_the_sixteen(y: Fraction) -> None:
+    mpmath.mp.dps = 30
+    lo, hi = exp_neg_bounds(y, 128)
+    assert lo == 0
+    assert hi == exp_neg_bounds(Fraction(2**16), 128)[1]
+    assert mpmath.exp(-_as_mpf(y)) <= _as_mpf(hi) < mpmath.mpf(2) ** -94_000
+
+
+def test_certificates_at_a_huge_epsilon_per_step_are_immediate() -> None:
+    """ε per step of 10^7 (a scale of 10^-7): the noise is almost surely 0, the half-widths and
+    the APPROX_BOUNDS threshold are 0 or 1. These computed e^(−10^7) bit by bit before."""
+    from dpselect.aggregation.bounds import discrete_threshold
+    from dpselect.aggregation.intervals import discrete_gaussian_half_width, discrete_laplace_half_width
+
+    tiny = Fraction(1, 10**7)
+    assert discrete_laplace_half_width(tiny, 0.95) == 0
+    assert discrete_gaussian_half_width(tiny, 0.999) == 0
+    assert discrete_threshold(tiny, Fraction(999_999_999, 10**9), 64) == 1
+
+
 @given(st.integers(0, 2**128 - 1), st.integers(1, 2**128 - 1), st.booleans())
 @settings(max_examples=400, deadline=None)
 def test_u128_divmod_native_and_portable(n: int, d: int, portable: bool) -> None:

@@ -1,12 +1,21 @@
-"""Rational bounds on e^(−y) in fixed-point integer arithmetic.
+"""Rational bounds on e^(−y) in integer arithmetic with a fixed number of significant bits.
 
 The aggregation certificates (tails of discrete noise, the zCDP conversion, APPROX_BOUNDS'
-threshold) need e^(−y) for y up to a few hundred, bounded on the correct side. Taylor series on
-:class:`fractions.Fraction` (dpselect.exact) are exact but slow there (hundreds of terms with
-ever longer denominators). Here e^y is bounded in fixed point instead: e^y = (e^(y/2^s))^(2^s)
-with y/2^s ≤ 1, a short Taylor series with every term floored (lower bound) or ceiled plus its
-tail (upper bound), then s squarings rounded the same way. All quantities are non-negative, so
-each rounding keeps its side.
+threshold) need e^(−y) bounded on the correct side. Taylor series on :class:`fractions.Fraction`
+(dpselect.exact) are exact but slow for large y (hundreds of terms with ever longer
+denominators). Here e^y = (e^(y/2^s))^(2^s) with y/2^s ≤ 1: a short Taylor series in fixed point
+with every term floored (lower bound) or ceiled plus its tail (upper bound), then s squarings,
+each rounded to p significant bits on the same side (a number is kept as m·2^e, like a float with
+a p-bit mantissa). All quantities are positive, so each rounding keeps its side, and the cost
+depends on the precision asked for and on log y, not on y: e^(−10^6) costs what e^(−1) costs.
+
+Precision: rounding z = y/2^s and the Taylor sum cost a relative 2^(2−p); a squaring doubles a
+relative error and adds one rounding of 2^(1−p); after s squarings the error is below
+2^(s+4−p), so p = bits + 2s + 40 leaves hi/lo − 1 far below 2^-bits.
+
+Beyond y = 2^16 the bounds saturate: lo = 0 and hi = the upper bound at 2^16, about 2^-94548 —
+far below any probability a certificate compares it with (the smallest positive double is
+2^-1074) — because the exact bounds at y would need about 1.44·y bits.
 """
 from __future__ import annotations
 
@@ -14,6 +23,9 @@ import math
 from fractions import Fraction
 
 __all__ = ["exp_neg_bounds"]
+
+# Above this y, e^(−y) is bounded by (0, the upper bound at Y_SATURATE).
+Y_SATURATE = Fraction(2**16)
 
 
 def _exp_fixed(z: int, one: int, upper: bool) -> int:
@@ -29,23 +41,47 @@ def _exp_fixed(z: int, one: int, upper: bool) -> int:
             return total + term + 2 if upper else total + term
 
 
+def _square(m: int, e: int, p: int, upper: bool) -> tuple[int, int]:
+    """(m·2^e)², rounded down (or up) to at most p + 1 significant bits."""
+    m, e = m * m, 2 * e
+    extra = m.bit_length() - (p + 1)
+    if extra > 0:
+        m = -((-m) >> extra) if upper else m >> extra
+        e += extra
+    return m, e
+
+
+def _reciprocal(m: int, e: int, p: int, upper: bool) -> Fraction:
+    """A dyadic rational below (or above) 1/(m·2^e), m > 0, within a relative 2^-p."""
+    shift = m.bit_length() + p  # 2^shift / m has about p + 1 bits
+    q = (1 << shift) // m if not upper else -((-(1 << shift)) // m)
+    # 1/(m·2^e) = (2^shift / m) · 2^-(shift + e)
+    denominator_log2 = shift + e
+    if denominator_log2 >= 0:
+        return Fraction(q, 1 << denominator_log2)
+    return Fraction(q << -denominator_log2)
+
+
 def exp_neg_bounds(y: Fraction, bits: int = 128) -> tuple[Fraction, Fraction]:
-    """Rationals lo ≤ e^(−y) ≤ hi for y ≥ 0, with hi/lo − 1 below about 2^-bits."""
+    """Rationals lo ≤ e^(−y) ≤ hi for y ≥ 0, both with a power-of-two denominator. Up to
+    y = 2^16, hi/lo − 1 is below about 2^-bits; above it, (0, the upper bound at 2^16)."""
     y = Fraction(y)
     if y < 0:
         raise ValueError("exp_neg_bounds needs y >= 0")
     if y == 0:
         return Fraction(1), Fraction(1)
+    if y > Y_SATURATE:
+        return Fraction(0), exp_neg_bounds(Y_SATURATE, bits)[1]
     s = max(0, math.ceil(y).bit_length())  # y / 2^s ≤ 1
-    frac_bits = bits + 2 * s + 40 + math.ceil(y * Fraction(14427, 10000))  # room for e^(−y) itself
-    one = 1 << frac_bits
-    scaled = y.numerator << frac_bits
+    p = bits + 2 * s + 40
+    one = 1 << p
+    scaled = y.numerator << p
     z_lo = scaled // (y.denominator << s)
     z_hi = -((-scaled) // (y.denominator << s))
-    low = _exp_fixed(z_lo, one, upper=False)   # ≤ e^(y/2^s) · one
-    high = _exp_fixed(z_hi, one, upper=True)   # ≥ e^(y/2^s) · one
+    low, low_e = _exp_fixed(z_lo, one, upper=False), -p    # low·2^low_e ≤ e^(y/2^s)
+    high, high_e = _exp_fixed(z_hi, one, upper=True), -p   # high·2^high_e ≥ e^(y/2^s)
     for _ in range(s):
-        low = low * low >> frac_bits
-        high = -((-high * high) >> frac_bits)
+        low, low_e = _square(low, low_e, p, upper=False)
+        high, high_e = _square(high, high_e, p, upper=True)
     # e^(−y) = 1/e^y: from the upper bound on e^y a lower bound, and vice versa
-    return Fraction(one * one // high, one), Fraction(-((-one * one) // low), one)
+    return _reciprocal(high, high_e, p, upper=False), _reciprocal(low, low_e, p, upper=True)
