@@ -255,3 +255,19 @@ def test_parallel_build_gives_every_extension_its_own_objects(setup_module, tmp_
         own = os.path.join(str(tmp_path / "temp"), *name.split(".")) + os.sep
         assert len(linked) == 2 and all(o.startswith(own) for o in linked), (name, linked)
     assert cmd.build_temp == str(tmp_path / "temp")  # outside a module's build: the shared directory
+
+
+@source_tree
+@pytest.mark.parametrize("asked, expected", [(None, 7), (1, 1), ("3", 3)])
+def test_the_build_compiles_modules_in_parallel_unless_told(setup_module, monkeypatch, asked, expected):
+    """Every install builds six large generated C files: by default one per core at a time
+    (`build_ext -j N`, or `--parallel`, still decides)."""
+    from setuptools import Distribution
+
+    module = setup_module()
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    dist = Distribution({"name": "toy", "ext_modules": [module.extension("dpselect._a", "dpselect/_a.c")]})
+    cmd = module.BuildExtPerModuleTemp(dist)
+    cmd.parallel = asked
+    cmd.ensure_finalized()
+    assert cmd.parallel == expected
