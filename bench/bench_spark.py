@@ -11,16 +11,19 @@ same run, on one local SparkSession (``--master``, default local[2]):
 * ``dpselect (one machine) κ=k``: ``dpselect.select_partitions`` on the same rows read from the
   same Parquet file into a pyarrow table (the read is not timed).
 
-Each is run ``--repeat`` times; the best wall time is reported. Also printed: each engine's
-time at the largest size over its time at the smallest, and dpselect.spark's time over the plain
-countDistinct. Run (PySpark and Java needed; ``pip install "dpselect[spark]"``):
+After one warm-up run of each, the timed runs are interleaved, ``--repeat`` rounds of every
+engine in turn, so that other jobs on the machine slow every engine alike; the table shows the
+median wall time of each, each engine's median at the largest size over its median at the
+smallest, and the median over the rounds of its time over the plain countDistinct's time in the
+same round. Run (PySpark and Java needed; ``pip install "dpselect[spark]"``):
 
-    python bench/bench_spark.py --rows 1000000,10000000 --repeat 2
+    python bench/bench_spark.py --rows 1000000,10000000 --repeat 3
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -52,13 +55,10 @@ def session(master: str, driver_memory: str):
     return spark
 
 
-def best(run, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def timed(run) -> float:
+    t0 = time.perf_counter()
+    run()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--kappas", default="1,3")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved timed rounds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
@@ -85,21 +85,20 @@ def main() -> None:
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark on pandas 3
     spark = session(args.master, args.driver_memory)
-    results: dict[tuple[str, int], float] = {}
+    times: dict[tuple[str, int], list[float]] = {}
     outputs: dict[tuple[str, int], int] = {}
     with tempfile.TemporaryDirectory(prefix="dpselect-bench-spark-") as tmp:
         for rows in sizes:
             path = os.path.join(tmp, f"rows-{rows}.parquet")
             pq.write_table(make_table(rows, args.keys, args.users, args.seed), path)
             df = spark.read.parquet(path)
+            table = pq.read_table(path)
+            engines: dict[str, object] = {}
 
             def plain() -> None:
                 df.groupBy("key").agg(F.countDistinct("user").alias("n")).write.format("noop").mode("overwrite").save()
 
-            plain()  # warm-up: JIT, Python workers
-            results["spark countDistinct", rows] = best(plain, args.repeat)
-            dpselect.spark.select_partitions(df.limit(1000), privacy_unit="user", by="key", epsilon=1.0,
-                                             delta=1e-5).count()  # warm-up: the workers import dpselect
+            engines["spark countDistinct"] = plain
             for kappa in kappas:
                 def on_spark(kappa: int = kappa) -> None:
                     out = dpselect.spark.select_partitions(df, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
@@ -107,33 +106,40 @@ def main() -> None:
                     outputs[f"dpselect.spark κ={kappa}", rows] = out.count()
                     out.unpersist()
 
-                results[f"dpselect.spark κ={kappa}", rows] = best(on_spark, args.repeat)
-            table = pq.read_table(path)
+                engines[f"dpselect.spark κ={kappa}"] = on_spark
             for kappa in kappas:
                 def local(kappa: int = kappa) -> None:
                     out = dpselect.select_partitions(table, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
                                                      max_partitions_contributed=kappa, counts=True)
                     outputs[f"dpselect (one machine) κ={kappa}", rows] = out.num_rows
 
-                results[f"dpselect (one machine) κ={kappa}", rows] = best(local, args.repeat)
+                engines[f"dpselect (one machine) κ={kappa}"] = local
+            for run in engines.values():  # warm-up: JIT, Python workers importing dpselect, tables
+                run()
+            for _ in range(args.repeat):
+                for name, run in engines.items():
+                    times.setdefault((name, rows), []).append(timed(run))
             del table
     spark.stop()
 
-    engines = list(dict.fromkeys(name for name, _ in results))
+    names = list(dict.fromkeys(name for name, _ in times))
     small, large = min(sizes), max(sizes)
-    print(f"{args.master}, cores={os.cpu_count()}, keys~{args.keys:,} users~{args.users:,}, best of {args.repeat}, "
-          f"load average after run={os.getloadavg()[0]:.2f}")
+    median = {key: statistics.median(values) for key, values in times.items()}
+    print(f"{args.master}, cores={os.cpu_count()}, keys~{args.keys:,} users~{args.users:,}, medians of {args.repeat} "
+          f"interleaved rounds, load average after run={os.getloadavg()[0]:.2f}")
     head = " | ".join(f"{r:,} rows (s)" for r in sizes)
     ratio_head = f" | {large:,} / {small:,}" if len(sizes) > 1 else ""
-    print(f"| engine | {head}{ratio_head} | / countDistinct at {large:,} | released keys at {large:,} |")
+    print(f"| engine | {head}{ratio_head} | / countDistinct at {large:,} (per round) | released keys at {large:,} |")
     print("|---" * (len(sizes) + 4) + "|" if len(sizes) > 1 else "|---" * (len(sizes) + 3) + "|")
-    base = results["spark countDistinct", large]
-    for name in engines:
-        cells = " | ".join(f"{results[name, r]:.2f}" for r in sizes)
-        ratio = f" | {results[name, large] / results[name, small]:.1f}x" if len(sizes) > 1 else ""
+    base = times["spark countDistinct", large]
+    for name in names:
+        cells = " | ".join(f"{median[name, r]:.2f}" for r in sizes)
+        ratio = f" | {median[name, large] / median[name, small]:.1f}x" if len(sizes) > 1 else ""
+        per_round = [t / b for t, b in zip(times[name, large], base)]
         released = outputs.get((name, large), "-")
         released = f"{released:,}" if isinstance(released, int) else released
-        print(f"| {name} | {cells}{ratio} | {results[name, large] / base:.2f}x | {released} |")
+        print(f"| {name} | {cells}{ratio} | {statistics.median(per_round):.2f}x "
+              f"({', '.join(f'{r:.2f}' for r in per_round)}) | {released} |")
 
 
 if __name__ == "__main__":
