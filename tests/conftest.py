@@ -28,3 +28,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not reason:
                 raise pytest.UsageError(f"{item.nodeid}: not_under_sanitizers needs a reason")
             item.add_marker(pytest.mark.skip(reason=f"under the sanitizers: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _mpmath_precision_is_restored_after_each_test():
+    """Some test modules set mpmath's global precision when imported, and some tests set it for
+    themselves: restoring it after every test keeps each test's precision independent of which
+    tests ran before it in the same process (pytest-xdist changes that order)."""
+    try:
+        import mpmath
+    except ImportError:  # only some tests need it
+        yield
+        return
+    precision = mpmath.mp.dps
+    yield
+    mpmath.mp.dps = precision
