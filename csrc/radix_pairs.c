@@ -47,6 +47,7 @@ int dps_radix_init(dps_radix_pairs *r, size_t n_rows, uint64_t seed) {
 void dps_radix_free(dps_radix_pairs *r) {
     free(r->start);
     free(r->cursor);
+    free(r->code_cursor);
     free(r->bucket_pairs);
     free(r->bucket_users);
     free(r->bucket_user_start);
@@ -64,6 +65,7 @@ size_t dps_radix_bytes(const dps_radix_pairs *r) {
         bytes += r->n_rows * (sizeof(uint64_t) + sizeof(uint32_t));
     if (r->start != NULL) bytes += (r->n_buckets + 1) * sizeof(size_t);
     if (r->cursor != NULL) bytes += r->n_buckets * sizeof(size_t);
+    if (r->code_cursor != NULL) bytes += r->n_buckets * sizeof(size_t);
     if (r->bucket_pairs != NULL) bytes += r->n_buckets * sizeof(size_t) * 2;
     if (r->bucket_user_start != NULL) bytes += (r->n_buckets + 1) * sizeof(size_t);
     return bytes;
@@ -97,16 +99,18 @@ int dps_radix_layout(dps_radix_pairs *r) {
     size_t rows = r->n_rows ? r->n_rows : 1;
     if (rows > SIZE_MAX / sizeof(uint64_t)) return DPS_ERR_NOMEM;
     r->cursor = (size_t *)malloc(r->n_buckets * sizeof(size_t));
+    r->code_cursor = (size_t *)malloc(r->n_buckets * sizeof(size_t));
     r->bucket_pairs = (size_t *)malloc(r->n_buckets * sizeof(size_t));
     r->bucket_users = (size_t *)calloc(r->n_buckets, sizeof(size_t));
     /* Written before being read, so not filled: each page is mapped by its first write. Huge
      * pages (a hint) keep the scatter's thousands of write positions within the TLB. */
     r->hashes = (uint64_t *)dps_big_alloc(rows * sizeof(uint64_t), DPS_BIG_NO_FILL);
     r->codes = (uint32_t *)dps_big_alloc(rows * sizeof(uint32_t), DPS_BIG_NO_FILL);
-    if (r->cursor == NULL || r->bucket_pairs == NULL || r->bucket_users == NULL || r->hashes == NULL ||
-        r->codes == NULL)
+    if (r->cursor == NULL || r->code_cursor == NULL || r->bucket_pairs == NULL || r->bucket_users == NULL ||
+        r->hashes == NULL || r->codes == NULL)
         return DPS_ERR_NOMEM;
     memcpy(r->cursor, r->start, r->n_buckets * sizeof(size_t));
+    memcpy(r->code_cursor, r->start, r->n_buckets * sizeof(size_t));
     for (size_t b = 0; b < r->n_buckets; b++) r->bucket_pairs[b] = NOT_GROUPED;
     r->broken = 0;
     r->stage = DPS_RADIX_SCATTERING;
@@ -126,7 +130,7 @@ static inline int scatter_users(dps_radix_pairs *r, const uint8_t *values, size_
         if (at == end[b]) return DPS_ERR_RADIX_STAGE; /* not the values that were counted */
         cursor[b] = at + 1;
         hashes[at] = h;
-        places[i] = at;
+        if (places != NULL) places[i] = at;
     }
     return DPS_OK;
 }
@@ -153,7 +157,9 @@ int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t wi
 }
 
 int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n) {
-    if (r->broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered) return DPS_ERR_RADIX_STAGE;
+    if (r->broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered || r->codes_mode == 2)
+        return DPS_ERR_RADIX_STAGE;
+    r->codes_mode = 1;
     size_t rows = r->n_rows;
     for (size_t i = 0; i < n; i++) /* checked first: a bad place must not leave half a piece written */
         if (places[i] >= rows) return DPS_ERR_BAD_ARG;
@@ -163,12 +169,52 @@ int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const ui
     return DPS_OK;
 }
 
+static inline int scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width,
+                                     const uint32_t *codes, size_t n) {
+    unsigned bits = r->bits;
+    size_t *cursor = r->code_cursor;
+    const size_t *end = r->start + 1;
+    uint32_t *out = r->codes;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = bucket_of(dps_fmix64(dps_load_word(values + i * width, width)), bits);
+        size_t at = cursor[b];
+        if (at == end[b]) return DPS_ERR_RADIX_STAGE; /* not the values that were counted */
+        cursor[b] = at + 1;
+        out[at] = codes[i];
+    }
+    return DPS_OK;
+}
+
+int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
+                                 size_t n) {
+    if (r->broken || r->codes_broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered ||
+        r->codes_mode == 1)
+        return DPS_ERR_RADIX_STAGE;
+    r->codes_mode = 2;
+    int rc;
+    switch (width) { /* one loop per width, so that each load is one instruction */
+    case 8: rc = scatter_user_codes(r, values, 8, codes, n); break;
+    case 4: rc = scatter_user_codes(r, values, 4, codes, n); break;
+    case 2: rc = scatter_user_codes(r, values, 2, codes, n); break;
+    case 1: rc = scatter_user_codes(r, values, 1, codes, n); break;
+    default: return DPS_ERR_BAD_ARG;
+    }
+    if (rc != DPS_OK) {
+        r->codes_broken = 1; /* part of the piece went in: nothing after this is valid */
+        return rc;
+    }
+    r->codes_scattered += n;
+    return DPS_OK;
+}
+
 int dps_radix_ready(dps_radix_pairs *r) {
-    if (r->broken || r->users_broken || r->stage != DPS_RADIX_SCATTERING || r->users_scattered != r->n_rows ||
-        r->codes_scattered != r->n_rows)
+    if (r->broken || r->users_broken || r->codes_broken || r->stage != DPS_RADIX_SCATTERING ||
+        r->users_scattered != r->n_rows || r->codes_scattered != r->n_rows)
         return DPS_ERR_RADIX_STAGE;
     free(r->cursor);
     r->cursor = NULL;
+    free(r->code_cursor);
+    r->code_cursor = NULL;
     r->stage = DPS_RADIX_GROUPING;
     return DPS_OK;
 }

@@ -17,7 +17,11 @@
  *    appended to its bucket (so a bucket's rows stay in row order), and the caller gets the place
  *    it took; dps_radix_scatter_codes puts each row's partition code at that place. The two may
  *    run at once on two threads (the users side needs no partition code, so it can run ahead of
- *    the key encoding; the codes side follows it piece by piece).
+ *    the key encoding; the codes side follows it piece by piece). Or, without the places (8
+ *    bytes a row in flight), dps_radix_scatter_user_codes reads the users of each piece again
+ *    and puts its codes where the users went: the k-th row of a bucket, in row order, lands at
+ *    the bucket's start + k on both sides, so each side keeps its own cursors and neither waits
+ *    for the other (only for the layout).
  * 4. dps_radix_group, on disjoint ranges of buckets (two threads may run at once): within each
  *    bucket, users get local numbers in order of first appearance, duplicate pairs are dropped,
  *    and the distinct pairs are grouped by user, each user's partitions in order of first
@@ -62,8 +66,12 @@ typedef struct dps_radix_pairs {
     int broken;           /* a layout failed half-way: no later step may run */
     int users_broken;     /* a scatter of users failed half-way: likewise (its own flag: the
                            * codes side may run at the same time on another thread) */
+    int codes_broken;     /* a scatter of codes by user failed half-way: likewise */
+    int codes_mode;       /* 0 until the first code is scattered, then 1 (places) or 2 (by user):
+                           * the two ways cannot be mixed */
     size_t *start;        /* n_buckets + 1: rows per bucket, then where each bucket starts */
     size_t *cursor;       /* n_buckets: next free row of each bucket while scattering */
+    size_t *code_cursor;  /* n_buckets: the same for dps_radix_scatter_user_codes */
     uint64_t *hashes;     /* n_rows: each row's user hash (a bijection of the value), bucket by
                            * bucket; after compaction, the users' ends */
     uint32_t *codes;      /* n_rows: partition codes, bucket by bucket; after grouping, each
@@ -88,12 +96,20 @@ int dps_radix_count(dps_radix_pairs *r, const uint8_t *values, size_t width, siz
 /* Step 2: after every row was counted (else DPS_ERR_RADIX_STAGE). */
 int dps_radix_layout(dps_radix_pairs *r);
 
-/* Step 3a: the same values again, in the same order; places[i] receives where row i went. */
+/* Step 3a: the same values again, in the same order; places[i] receives where row i went
+ * (places may be NULL when the codes go through dps_radix_scatter_user_codes). */
 int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places);
 
 /* Step 3b: each row's partition code at its place (each place < n_rows, else DPS_ERR_BAD_ARG).
  * May run while dps_radix_scatter_users runs on another thread. */
 int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n);
+
+/* Step 3b without places: the n user values of a piece (the same values, in the same order, as
+ * dps_radix_count and dps_radix_scatter_users were given) with each row's partition code, put
+ * where that row's user went. May run while dps_radix_scatter_users runs on another thread, and
+ * ahead of it. Not to be mixed with dps_radix_scatter_codes on one grouping. */
+int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
+                                 size_t n);
 
 /* Step 4: group buckets [first, last). Calls on disjoint ranges may run at once on two threads
  * once every row's user and code were scattered (dps_radix_ready). */

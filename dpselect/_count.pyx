@@ -463,6 +463,8 @@ cdef extern from "radix_pairs.h" nogil:
     int dps_radix_layout(dps_radix_pairs *r)
     int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places)
     int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n)
+    int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
+                                     size_t n)
     int dps_radix_ready(dps_radix_pairs *r)
     int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last)
     int dps_radix_compact(dps_radix_pairs *r)
@@ -603,28 +605,56 @@ cdef class RadixPairs:
             self._leave(False)
         _check_radix(rc, self.name)
 
-    def scatter_users(self, object n, object offset, object values, object width):
+    def scatter_users(self, object n, object offset, object values, object width, bint places=True):
         """Step 3a: the values of `count` again, in the same order; returns each row's place
-        (uint64), for scatter_codes. May run while scatter_codes runs on another thread."""
+        (uint64), for scatter_codes, or None with ``places=False`` (for scatter_user_codes).
+        May run while scatter_codes or scatter_user_codes runs on another thread."""
         cdef const uint8_t *vals = self._values(n, offset, values, width)
         cdef size_t sn = <size_t>n, sw = <size_t>width
-        places = np.empty(sn, dtype=np.uint64)
-        cdef uint64_t[::1] p = places
+        out = np.empty(sn if places else 0, dtype=np.uint64)
+        cdef uint64_t[::1] p = out
+        cdef uint64_t *at = &p[0] if places and sn else NULL
         cdef int rc = DPS_OK
         if sn == 0:
-            return places
+            return out if places else None
         if self.users_busy:
             raise RuntimeError("scatter_users() cannot run on two threads at once")
         self._enter(True)
         self.users_busy = True
         try:
             with nogil:
-                rc = dps_radix_scatter_users(&self.r, vals, sw, sn, &p[0])
+                rc = dps_radix_scatter_users(&self.r, vals, sw, sn, at)
         finally:
             self.users_busy = False
             self._leave(True)
         _check_radix(rc, self.name)
-        return places
+        return out if places else None
+
+    def scatter_user_codes(self, object n, object offset, object values, object width, object codes) -> None:
+        """Step 3b without places: the users of a piece (the values `count` and `scatter_users`
+        get, in the same order) with each row's partition code, put where that row's user goes:
+        the k-th row of a bucket lands at the bucket's k-th place on both sides, so this needs
+        only the layout and may run while, or before, scatter_users does on another thread.
+        Not to be mixed with scatter_codes."""
+        cdef const uint8_t *vals = self._values(n, offset, values, width)
+        cdef size_t sn = <size_t>n, sw = <size_t>width
+        cdef const uint32_t[::1] c = check_array("codes", codes, [np.uint32], copy=True)
+        if <size_t>c.shape[0] != sn:
+            raise ValueError(f"codes must hold one code per user value ({sn}), got {c.shape[0]}")
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return
+        if self.codes_busy:
+            raise RuntimeError("scatter_user_codes() cannot run on two threads at once")
+        self._enter(True)
+        self.codes_busy = True
+        try:
+            with nogil:
+                rc = dps_radix_scatter_user_codes(&self.r, vals, sw, &c[0], sn)
+        finally:
+            self.codes_busy = False
+            self._leave(True)
+        _check_radix(rc, self.name)
 
     def scatter_codes(self, object places, object codes) -> None:
         """Step 3b: each row's partition code at the place scatter_users gave it."""

@@ -72,9 +72,10 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     Two threads. The worker counts the users per bucket (one pass over the column), then places
     each piece's users in their buckets, up to ``lookahead`` pieces ahead: it needs no partition
     code. This thread encodes each piece's keys, which cannot be split (codes are given in order
-    of first appearance). The codes then go to the places the worker gave their rows: on the
-    worker when it has nothing queued (the key encoding is usually the longer side), else here
-    (when first touches of new memory slow the worker down, as at 5e7 rows on the project's
+    of first appearance). The codes then go where their rows' users go (the users are read again
+    and each bucket's rows are placed in row order on both sides, so no place is held per row):
+    on the worker when it has nothing queued (the key encoding is usually the longer side), else
+    here (when first touches of new memory slow the worker down, as at 5e7 rows on the project's
     virtual machine). Then each thread groups half of the buckets."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
     pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
@@ -84,16 +85,19 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
             radix.count(n, offset, values, width)
         radix.layout()
 
-    def place(piece: Any) -> npt.NDArray[np.uint64]:
-        places = [radix.scatter_users(n, offset, values, width)
-                  for n, offset, values, width in _user_pieces(piece.column(privacy_unit))]
-        return places[0] if len(places) == 1 else np.concatenate(places)
+    def place(piece: Any) -> None:
+        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+            radix.scatter_users(n, offset, values, width, places=False)
+
+    def put_codes(piece: Any, codes: npt.NDArray[np.uint32]) -> None:
+        start = 0
+        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+            radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
+            start += n
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix") as worker:
         laid_out = worker.submit(count_and_layout)
-        # Only the pieces not yet consumed are held: a done future keeps its places (8 bytes a row).
-        placed: dict[int, Future[npt.NDArray[np.uint64]]] = {
-            j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
+        placed: dict[int, Future[None]] = {j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
         other: Future[None] | None = None
         handed: Future[None] | None = None  # the last scatter of codes given to the worker
         try:
@@ -103,22 +107,24 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
                 codes = encode_keys(piece)
                 if i == 0:
                     laid_out.result()  # its error, if any, rather than the pieces' that follow
-                places = placed.pop(i)
+                # The codes need no place from the users side: no waiting for it.
                 ahead = i + 1 not in placed or placed[i + 1].done()
                 if ahead and (handed is None or handed.done()):
                     if handed is not None:
                         handed.result()
                     # The worker has the next piece placed already: it takes this scatter too
-                    # (its queue runs one scatter of codes at a time, after the places it needs).
-                    handed = worker.submit(lambda p, c: radix.scatter_codes(p.result(), c), places, codes)
+                    # (one scatter of codes at a time).
+                    handed = worker.submit(put_codes, piece, codes)
                 else:
                     if handed is not None:
                         handed.result()  # one scatter of codes at a time
                         handed = None
-                    radix.scatter_codes(places.result(), codes)
+                    put_codes(piece, codes)
             if handed is not None:
                 handed.result()
             laid_out.result()
+            for future in placed.values():
+                future.result()
             radix.ready()
             half = radix.n_buckets // 2
             other = worker.submit(radix.group, half, radix.n_buckets)
