@@ -54,7 +54,7 @@ static int grow_to(dps_pairset *set, size_t capacity) {
         }
     }
     for (size_t j = 0; j < m; j++) put(slots, mask, keys[j], where[j]);
-    free(set->slots);
+    dps_big_free(set->slots);
     set->slots = slots;
     set->capacity = capacity;
     return DPS_OK;
@@ -79,7 +79,7 @@ int dps_pairset_init(dps_pairset *set, size_t expected) {
 }
 
 void dps_pairset_free(dps_pairset *set) {
-    free(set->slots);
+    dps_big_free(set->slots);
     set->slots = NULL;
     set->capacity = 0;
     set->size = 0;
@@ -166,13 +166,12 @@ int dps_pairset_compact(dps_pairset *set, uint32_t *max_user, uint32_t *max_part
     *max_partition = top_partition;
     set->capacity = out;
     if (out == 0) {
-        free(set->slots);
+        dps_big_free(set->slots);
         set->slots = NULL;
         return DPS_OK;
     }
     /* Shrinking in place; if the allocator cannot, the larger block is simply kept. */
-    uint64_t *smaller = (uint64_t *)realloc(set->slots, out * sizeof(uint64_t));
-    if (smaller != NULL) set->slots = smaller;
+    set->slots = (uint64_t *)dps_big_shrink(set->slots, out * sizeof(uint64_t));
     return DPS_OK;
 }
 

@@ -434,10 +434,8 @@ int dps_radix_compact(dps_radix_pairs *r) {
     free(local);
     r->bucket_user_start[r->n_buckets] = user_at;
     /* Shrink to what is kept; where the allocator cannot, the larger blocks are simply kept. */
-    uint32_t *codes = (uint32_t *)realloc(r->codes, (n_pairs ? n_pairs : 1) * sizeof(uint32_t));
-    if (codes != NULL) r->codes = codes;
-    uint64_t *hashes = (uint64_t *)realloc(r->hashes, (n_users ? n_users : 1) * sizeof(uint64_t));
-    if (hashes != NULL) r->hashes = hashes;
+    r->codes = (uint32_t *)dps_big_shrink(r->codes, n_pairs * sizeof(uint32_t));
+    r->hashes = (uint64_t *)dps_big_shrink(r->hashes, n_users * sizeof(uint64_t));
     r->partitions = r->codes;
     r->ends = r->hashes;
     free(r->start);
