@@ -18,8 +18,11 @@ value, so with the deterministic test generator the results depend only on the d
 """
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -52,6 +55,56 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
     columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
                   for chunk in _chunks(batch.column(name)))
     return 2 * ROW_BYTES * batch.num_rows <= 3 * columns
+
+
+# One worker thread for the whole process, started on first use: starting a thread for each call
+# (twice, grouping and bounding) cost a good part of a small input's time, more on a busy
+# machine, where the new thread must wait for a core before the call can go on. One worker, so
+# that the tasks of a call run in the order they were given (pieces are placed in row order).
+_WORKER: ThreadPoolExecutor | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def _forget_worker_after_fork() -> None:
+    """Threads do not survive fork(): a child must start its own worker, never wait on the
+    parent's."""
+    global _WORKER, _WORKER_LOCK
+    _WORKER = None
+    _WORKER_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_worker_after_fork)
+
+
+def _worker() -> ThreadPoolExecutor:
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix")
+        return _WORKER
+
+
+class _Tasks:
+    """The tasks one call gives the worker. On leaving the block, those not started are
+    cancelled and those running are waited for (as a pool of the call's own would on shutdown),
+    so no task of a failed call still touches its grouping when the error reaches the caller.
+    Tasks never wait for other tasks, so calls from several threads share the worker safely."""
+
+    def __init__(self) -> None:
+        self._futures: list[Future[Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        future = _worker().submit(fn, *args)
+        self._futures.append(future)
+        return future
+
+    def __enter__(self) -> _Tasks:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        running = [future for future in self._futures if not future.cancel()]
+        wait(running)
 
 
 def _chunks(column: Any) -> list[Any]:
@@ -99,44 +152,39 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
             radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
             start += n
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix") as worker:
+    with _Tasks() as worker:  # on an error, the tasks not started are cancelled, a running one awaited
         laid_out = worker.submit(count_and_layout)
         placed: dict[int, Future[None]] = {j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
-        other: Future[None] | None = None
         handed: Future[None] | None = None  # the last scatter of codes given to the worker
-        try:
-            for i, piece in enumerate(pieces):
-                if i + lookahead < len(pieces):
-                    placed[i + lookahead] = worker.submit(place, pieces[i + lookahead])
-                codes = encode_keys(piece)
-                if i == 0:
-                    laid_out.result()  # its error, if any, rather than the pieces' that follow
-                # The codes need no place from the users side: no waiting for it.
-                ahead = i + 1 not in placed or placed[i + 1].done()
-                if ahead and (handed is None or handed.done()):
-                    if handed is not None:
-                        handed.result()
-                    # The worker has the next piece placed already: it takes this scatter too
-                    # (one scatter of codes at a time).
-                    handed = worker.submit(put_codes, piece, codes)
-                else:
-                    if handed is not None:
-                        handed.result()  # one scatter of codes at a time
-                        handed = None
-                    put_codes(piece, codes)
-            if handed is not None:
-                handed.result()
-            laid_out.result()
-            for future in placed.values():
-                future.result()
-            radix.ready()
-            half = radix.n_buckets // 2
-            other = worker.submit(radix.group, half, radix.n_buckets)
-            radix.group(0, half)
-            other.result()
-        finally:
-            for future in [laid_out, *placed.values(), *([other] if other else []), *([handed] if handed else [])]:
-                future.cancel()
+        for i, piece in enumerate(pieces):
+            if i + lookahead < len(pieces):
+                placed[i + lookahead] = worker.submit(place, pieces[i + lookahead])
+            codes = encode_keys(piece)
+            if i == 0:
+                laid_out.result()  # its error, if any, rather than the pieces' that follow
+            # The codes need no place from the users side: no waiting for it.
+            ahead = i + 1 not in placed or placed[i + 1].done()
+            if ahead and (handed is None or handed.done()):
+                if handed is not None:
+                    handed.result()
+                # The worker has the next piece placed already: it takes this scatter too
+                # (one scatter of codes at a time).
+                handed = worker.submit(put_codes, piece, codes)
+            else:
+                if handed is not None:
+                    handed.result()  # one scatter of codes at a time
+                    handed = None
+                put_codes(piece, codes)
+        if handed is not None:
+            handed.result()
+        laid_out.result()
+        for future in placed.values():
+            future.result()
+        radix.ready()
+        half = radix.n_buckets // 2
+        other = worker.submit(radix.group, half, radix.n_buckets)
+        radix.group(0, half)
+        other.result()
     radix.compact()
     return radix
 
@@ -145,7 +193,7 @@ def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | No
           states: list[Any]) -> npt.NDArray[np.int64]:
     """Counts per partition code after bounding every user (each half of the buckets on its own
     thread with its own CSPRNG stream, ``states[shard]``), summed and capped again."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
+    with _Tasks() as worker:
         other = worker.submit(radix.finish, 1, SHARDS, n_partitions, kappa, cap, states[1])
         try:
             counts = radix.finish(0, SHARDS, n_partitions, kappa, cap, states[0])
