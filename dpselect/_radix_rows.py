@@ -154,7 +154,8 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
 
     with _Tasks() as worker:  # on an error, the tasks not started are cancelled, a running one awaited
         laid_out = worker.submit(count_and_layout)
-        placed: dict[int, Future[None]] = {j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
+        placed: dict[int, Future[None]] = {
+            j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
         handed: Future[None] | None = None  # the last scatter of codes given to the worker
         for i, piece in enumerate(pieces):
             if i + lookahead < len(pieces):
