@@ -602,6 +602,7 @@ def _select(args: argparse.Namespace) -> int:
         check_destination,
         coalesce,
         detect_format,
+        in_memory_budget,
         open_batches,
         read_ahead,
         write_table,
@@ -657,14 +658,16 @@ def _select(args: argparse.Namespace) -> int:
 
     # The next batch is read while this one is counted. Encoding a batch costs O(its rows)
     # whatever was seen before (csrc/keymap.h), so batches stay at --batch-size rows.
+    try:
+        budget = in_memory_budget()
+    except ValueError as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from exc
     batches = read_ahead(source.batches)
     try:
-        for table in coalesce(batches, lambda: args.batch_size):
-            if counter.rows == 0:  # size the pair set once: from the metadata, or extrapolated
-                fraction = source.progress()
-                counter.expect_rows(source.rows or (int(table.num_rows / fraction) if fraction else 0))
-            counter.feed(table)
-            progress.update(counter.rows, source.progress())
+        whole = _count_batches(counter, coalesce(batches, lambda: args.batch_size), source, budget, progress)
+        if whole is not None:
+            progress.phase("counting the whole input")
+            _count_whole(counter, whole)
     except InputError as exc:
         raise _Fail(EXIT_INPUT, str(exc)) from exc
     except TypeError as exc:
@@ -712,6 +715,97 @@ def _select(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     return _finish_output(args, counter, released, to_stdout, out_fmt)
+
+
+# Bytes a row of a whole input takes beyond its Arrow columns: the radix grouping's 12
+# (dpselect._radix_rows.ROW_BYTES), and 8 for the pieces in flight and the allocator's slack.
+_WHOLE_ROW_BYTES = 12 + 8
+
+
+class _HeldInput:
+    """Tables of the input held in memory, in order, to be counted whole. Text privacy units
+    (as the CSV reader gives them) are kept as int64 while every table's are canonical decimal
+    int64 text (see decimal_ids): 8 bytes a row instead of the text, converted while the reader
+    parses the next block, and the radix grouping applies. Converting back gives the very text
+    read (canonical text and numbers correspond one to one): once a table's ids are not
+    canonical, or the input is streamed after all, the converted tables are turned back."""
+
+    def __init__(self, privacy_unit: str, schema: Any) -> None:
+        from dpselect.rows import import_pyarrow
+
+        pa = import_pyarrow()
+        self.unit = privacy_unit
+        self.text_type = schema.field(privacy_unit).type
+        self.converting = pa.types.is_string(self.text_type) or pa.types.is_large_string(self.text_type)
+        self.tables: list[Any] = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, table: Any) -> None:
+        from dpselect.files import decimal_ids
+
+        if self.converting:
+            ids = decimal_ids(table.column(self.unit))
+            if ids is None:
+                self.converting = False
+            else:
+                table = table.set_column(table.schema.get_field_index(self.unit), self.unit, ids)
+        self.tables.append(table)
+        self.rows += table.num_rows
+        self.bytes += table.nbytes + _WHOLE_ROW_BYTES * table.num_rows
+
+    def take(self, whole: bool) -> list[Any]:
+        """The tables held, none held after: with int64 privacy units if every table's were
+        converted and they are the ``whole`` input, else with the units' text as read (the
+        batches streamed after them are text)."""
+        tables, self.tables = self.tables, []
+        if whole and self.converting:
+            return tables
+        return [t if t.schema.field(self.unit).type == self.text_type else
+                t.set_column(t.schema.get_field_index(self.unit), self.unit, t.column(self.unit).cast(self.text_type))
+                for t in tables]
+
+
+def _count_batches(counter: Any, tables: Iterator[Any], source: Any, budget: int, progress: Any) -> Any:
+    """Count the input's tables, or hold them while they fit in ``budget`` bytes (their Arrow
+    size plus _WHOLE_ROW_BYTES a row): the whole input, as one table, when every table was held
+    (to be counted by :func:`_count_whole`), else None once everything is counted. The tables
+    held when the budget is passed are counted then, in order, and the rest streamed: a file
+    larger than the budget costs no more memory than the budget, and its counts are the same."""
+    from dpselect.rows import import_pyarrow
+
+    held = _HeldInput(counter.privacy_unit, source.schema)
+    streaming = budget <= 0
+    for table in tables:
+        if not streaming:
+            held.add(table)
+            if held.bytes <= budget:
+                progress.update(held.rows, source.progress())
+                continue
+            streaming = True
+            pending = held.take(whole=False)
+        else:
+            pending = [table]
+        for piece in pending:
+            if counter.rows == 0:  # size the pair set once: from the metadata, or extrapolated
+                fraction = source.progress()
+                counter.expect_rows(source.rows or (int(piece.num_rows / fraction) if fraction else 0))
+            counter.feed(piece)
+            progress.update(counter.rows, source.progress())
+    if streaming:
+        return None
+    pa = import_pyarrow()
+    tables = held.take(whole=True)
+    return pa.concat_tables(tables) if tables else None
+
+
+def _count_whole(counter: Any, table: Any) -> None:
+    """Count an input held whole: with integer privacy units (a Parquet integer column, or CSV
+    ids converted by _HeldInput), grouped by radix buckets (RowCounter.feed with final=True, as
+    select_partitions does), about half the work of the streaming pair sets, with the same
+    results in distribution; other inputs go through the pair sets, as when streaming."""
+    counter.expect_rows(table.num_rows)  # for the pair sets, if the radix grouping does not apply
+    counter.feed(table, final=True)
 
 
 def _finish_output(args: argparse.Namespace, counter: Any, released: Any, to_stdout: bool, out_fmt: str) -> int:

@@ -49,7 +49,10 @@ __all__ = [
     "OutputError",
     "ValueColumnError",
     "check_destination",
+    "IN_MEMORY_ENV",
     "coalesce",
+    "decimal_ids",
+    "in_memory_budget",
     "read_ahead",
     "csv_delimiter",
     "detect_format",
@@ -64,6 +67,10 @@ _COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 # pyarrow's default. The streaming CSV reader keeps about 32 + (threads) blocks in flight
 # (read-ahead), so this bounds the reader's memory; a row must fit in one block.
 DEFAULT_BLOCK_SIZE = 1 << 20
+
+# Overrides the memory an input may take to be counted whole (bytes; 0: always stream), see
+# in_memory_budget. For tests and for hosts whose available memory the kernel misreports.
+IN_MEMORY_ENV = "DPSELECT_IN_MEMORY_BYTES"
 
 # Fault injection for the test suite only: deliver SIGTERM to ourselves at a named point, so
 # that signal handling can be tested deterministically (no sleeps, no races).
@@ -755,6 +762,117 @@ def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
         stop.set()
         # A reader blocked on a slow input (a pipe) must not hold up an exit: it is a daemon.
         reader.join(timeout=1.0)
+
+
+def _meminfo_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (Linux), None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """What this process's cgroup (v2) may still allocate, when it has a memory limit: a
+    container's limit is not in /proc/meminfo, which shows the host's memory."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.strip().split(":", 2)[2] for line in f if line.startswith("0::")), None)
+        if path is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as f:
+            limit = f.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as f:
+            used = int(f.read().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def in_memory_budget() -> int:
+    """Bytes the CLI may hold to count an input whole (the needed columns in Arrow layout plus
+    the grouping's bytes a row), rather than streaming it: half of the memory available when the
+    run starts (the smaller of MemAvailable and what a cgroup limit leaves), so the whole-input
+    path never pushes a job into swap or the OOM killer; 0 (always stream) where neither can be
+    read. ``DPSELECT_IN_MEMORY_BYTES`` overrides it (0 streams every input)."""
+    override = os.environ.get(IN_MEMORY_ENV)
+    if override is not None:
+        try:
+            value = int(override)
+        except ValueError:
+            raise ValueError(f"{IN_MEMORY_ENV} must be a whole number of bytes >= 0, got {override!r}") from None
+        if value < 0:
+            raise ValueError(f"{IN_MEMORY_ENV} must be a whole number of bytes >= 0, got {override!r}")
+        return value
+    rooms = [room for room in (_meminfo_available(), _cgroup_room()) if room is not None]
+    return min(rooms) // 2 if rooms else 0
+
+
+# 10 ** k for k = 0..19: the canonical decimal text of a magnitude m of L digits has
+# 10 ** (L - 1) <= m < 10 ** L (and "0" has one digit).
+_POWERS_OF_TEN = np.array([10 ** k for k in range(20)], dtype=np.uint64)
+
+
+def _decimal_chunk(array: Any) -> Any:
+    """One string array of ids as int64, or None unless every value is the canonical decimal text
+    of an int64 (digits, an optional leading '-', no leading zero, no '+', no '-0', no space)."""
+    pa = import_pyarrow()
+    n = len(array)
+    if array.null_count or not n:
+        return None
+    _, offsets_buffer, data_buffer = array.buffers()
+    wide = pa.types.is_large_string(array.type)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[array.offset: array.offset + n + 1]
+    lengths = np.diff(offsets)
+    if int(lengths.min()) < 1 or int(lengths.max()) > 20:
+        return None
+    data = np.frombuffer(data_buffer, dtype=np.uint8)[int(offsets[0]): int(offsets[-1])] \
+        if data_buffer is not None else np.zeros(0, dtype=np.uint8)
+    # Only digits and '-': rules out '+', spaces, hexadecimal, exponents, whatever else a
+    # number parser may accept; with them, a text is canonical iff it has its value's length.
+    if not bool(np.all((data - np.uint8(48) < 10) | (data == 45))):
+        return None
+    try:
+        values = array.cast(pa.int64())  # a '-' anywhere but first, or a value out of range, fails
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    v = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset: values.offset + n]
+    negative = v < 0
+    magnitude = v.view(np.uint64).copy()
+    np.negative(magnitude, out=magnitude, where=negative)  # modulo 2**64: exact, also for -2**63
+    digits = lengths - negative
+    if int(digits.min()) < 1 or int(digits.max()) > 19:
+        return None
+    ok = (magnitude < _POWERS_OF_TEN[digits]) & ((digits == 1) | (magnitude >= _POWERS_OF_TEN[digits - 1]))
+    return values if bool(np.all(ok)) else None
+
+
+def decimal_ids(column: Any) -> Any:
+    """A text column of ids (as the CSV reader gives privacy units) as int64 when every value is
+    the canonical decimal text of an int64, else None. The map from canonical text to number is
+    one to one, so the same rows have the same person either way ("007" and "7" are two people:
+    such a column stays text); an integer column lets a whole input be grouped by radix buckets
+    (dpselect._radix_rows). A column with nulls stays text (the counter refuses or drops them)."""
+    pa = import_pyarrow()
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    converted = []
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        values = _decimal_chunk(chunk)
+        if values is None:
+            return None
+        converted.append(values)
+    return pa.chunked_array(converted, type=pa.int64())
 
 
 def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:
