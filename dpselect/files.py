@@ -399,7 +399,12 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
 
     stream, raw = _open_text(path)
     try:
-        first = bytes(stream.read(block_size))
+        # In Arrow's memory, not a Python bytes object: the reader below may drop its last
+        # reference on one of pyarrow's threads, and a buffer backed by a Python object needs the
+        # GIL to be freed there (a deadlock if the process is exiting with the GIL held: C exit()
+        # under libFuzzer did, in CI).
+        block = stream.read_buffer(block_size)
+        first = block.to_pybytes()
     finally:
         stream.close()
         if raw is not stream:
@@ -418,7 +423,7 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     elif len(first) >= block_size:
         first = first[: max(first.rfind(b"\n"), first.rfind(b"\r")) + 1]
     header = pcsv.open_csv(
-        pa.BufferReader(first),  # native: no pyarrow thread calls back into Python
+        pa.BufferReader(block.slice(0, len(first))),  # Arrow's memory: no pyarrow thread needs Python
         read_options=pcsv.ReadOptions(block_size=max(len(first), 1)),
         parse_options=pcsv.ParseOptions(delimiter=delimiter),
         convert_options=pcsv.ConvertOptions(include_columns=[]),

@@ -316,6 +316,35 @@ def test_a_value_column_that_is_not_a_number_is_still_a_value_error(tmp_path, ca
     assert code == cli.EXIT_DATA and "value column 'v'" in err, err
 
 
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_the_csv_header_is_parsed_from_arrow_memory_not_a_python_object(tmp_path, monkeypatch, suffix: str) -> None:
+    """fuzz_files once ran all its inputs and then never exited: libFuzzer's C exit() (the GIL
+    held) shut pyarrow's thread pool down while one of its threads was freeing the header
+    reader's buffer, which was a Python bytes object, and needed the GIL for it. The buffer
+    handed to pyarrow's CSV reader must be Arrow's own (no Python parent)."""
+    import gzip
+
+    from dpselect import files
+
+    path = tmp_path / f"rows.csv{suffix}"
+    text = b"user,key\n1,a\n2,b\n"
+    path.write_bytes(gzip.compress(text) if suffix else text)
+    given: list[object] = []
+    real = pa.BufferReader
+
+    def recording(obj: object) -> object:
+        given.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(pa, "BufferReader", recording)
+    assert files._csv_header(str(path), ",", 1 << 20) == ["user", "key"]
+    assert given, "the header was not read through a BufferReader"
+    for obj in given:
+        while obj is not None:  # a slice's parent is the buffer it was cut from, and so on
+            assert isinstance(obj, pa.Buffer), f"the reader's buffer is backed by a {type(obj).__name__}"
+            obj = obj.parent
+
+
 # ------------------------------------------------------------------ the targets themselves
 
 FUZZ_DIR = Path(__file__).resolve().parents[1] / "fuzz"
