@@ -19,6 +19,7 @@ far below any probability a certificate compares it with (the smallest positive 
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -71,7 +72,7 @@ def exp_neg_bounds(y: Fraction, bits: int = 128) -> tuple[Fraction, Fraction]:
     if y == 0:
         return Fraction(1), Fraction(1)
     if y > Y_SATURATE:
-        return Fraction(0), exp_neg_bounds(Y_SATURATE, bits)[1]
+        return Fraction(0), _saturated_upper(bits)
     s = max(0, math.ceil(y).bit_length())  # y / 2^s ≤ 1
     p = bits + 2 * s + 40
     one = 1 << p
@@ -85,3 +86,10 @@ def exp_neg_bounds(y: Fraction, bits: int = 128) -> tuple[Fraction, Fraction]:
         high, high_e = _square(high, high_e, p, upper=True)
     # e^(−y) = 1/e^y: from the upper bound on e^y a lower bound, and vice versa
     return _reciprocal(high, high_e, p, upper=False), _reciprocal(low, low_e, p, upper=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _saturated_upper(bits: int) -> Fraction:
+    """The upper bound at Y_SATURATE, computed once per precision (a search over h or k asks for
+    it at every step once the argument is past the saturation)."""
+    return exp_neg_bounds(Y_SATURATE, bits)[1]
