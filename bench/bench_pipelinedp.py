@@ -80,7 +80,7 @@ def time_pipelinedp(table) -> float | None:
         max_partitions_contributed=KAPPA, max_contributions_per_partition=1)
     extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: r[0],
                                             partition_extractor=lambda r: r[1], value_extractor=lambda r: 0)
-    result = engine.aggregate(rows, params, extractors)
+    result = engine.aggregate(rows, params, extractors, max_partitions_contributed=1, max_contributions_per_partition=1)
     accountant.compute_budgets()
     list(result)  # the local backend is lazy: this runs the job
     return time.perf_counter() - t0
@@ -123,7 +123,7 @@ def time_pipelinedp_aggregate(table) -> float | None:
         min_value=AGG_BOUNDS[0], max_value=AGG_BOUNDS[1])
     extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: r[0],
                                             partition_extractor=lambda r: r[1], value_extractor=lambda r: r[2])
-    result = engine.aggregate(rows, params, extractors)
+    result = engine.aggregate(rows, params, extractors, max_partitions_contributed=1, max_contributions_per_partition=1)
     accountant.compute_budgets()
     list(result)  # the local backend is lazy: this runs the job
     return time.perf_counter() - t0

@@ -7,12 +7,7 @@
 #include "count.h" /* DPS_ERR_BAD_CODE, DPS_ERR_BAD_ARG */
 #include "group_rows.h"
 #include "subset.h"
-
-static inline int add_checked(int64_t *acc, int64_t v) {
-    if ((v > 0 && *acc > INT64_MAX - v) || (v < 0 && *acc < INT64_MIN - v)) return 0;
-    *acc += v;
-    return 1;
-}
+#include "wide_sum.h"
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -46,8 +41,8 @@ typedef struct user_buffers {
 /* One user's rows order[0 .. m): bound and add to the outputs. */
 static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
                       uint64_t linf, uint32_t n_partitions, size_t n_values, const int64_t *const *values,
-                      int64_t *out_users, int64_t *out_rows, int64_t *out_sums, int64_t *out_users_before,
-                      uint8_t *out_kept, dps_bound_stats *stats, user_buffers *buf, size_t *bad_row) {
+                      int64_t *out_users, int64_t *out_rows, uint64_t *out_sums, int64_t *out_users_before,
+                      uint8_t *out_kept, dps_bound_stats *stats, user_buffers *buf) {
     for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
     sort_keys(buf->keys, m);
     size_t d = 0;
@@ -78,13 +73,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
         if (out_kept != NULL)
             for (size_t i = 0; i < take; i++) out_kept[buf->rows[i]] = 1;
         for (size_t c = 0; c < n_values; c++) {
-            int64_t *acc = &out_sums[c * (size_t)n_partitions + p];
-            for (size_t i = 0; i < take; i++) {
-                if (!add_checked(acc, values[c][buf->rows[i]])) {
-                    *bad_row = p;
-                    return DPS_ERR_OVERFLOW;
-                }
-            }
+            uint64_t *acc = &out_sums[2 * (c * (size_t)n_partitions + p)];
+            for (size_t i = 0; i < take; i++) dps_wide_add(acc, values[c][buf->rows[i]]);
         }
     }
     return DPS_OK;
@@ -93,7 +83,7 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
 int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                    uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                    size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                   int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                   uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                    size_t *bad_row) {
     memset(stats, 0, sizeof *stats);
     if (kappa == 0 || linf == 0 || (shard & ~shard_mask) || (shard_mask & (shard_mask + 1u))) return DPS_ERR_BAD_ARG;
@@ -123,7 +113,7 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
         for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
             if (end[v] == lo) continue;
             rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
-                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf, bad_row);
+                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
         }
     }
     free(buf.keys);

@@ -5,7 +5,7 @@
  * is an exact uniform integer from the package CSPRNG. Every statistic of the release is then
  * computed from the same kept rows: per partition, the kept users, the kept rows and the sum of
  * each value column over the kept rows (values are integers: callers clamp and snap floats to a
- * power-of-two grid first, so sums are exact and their overflow is detected, never wrapped).
+ * power-of-two grid first; sums are exact, in 128 bits, see wide_sum.h, so they never wrap).
  *
  * The draws are made user by user in code order; within a user, the partitions are those of its
  * rows sorted by code, then the partition subset is drawn, then each kept partition's row subset
@@ -30,18 +30,17 @@ typedef struct dps_bound_stats {
 /* Bound the rows of one shard of the users ((users[i] & shard_mask) == shard, shard_mask = 2^b - 1,
  * 0 for all) and add, for every partition p < n_partitions:
  *   out_users[p]  += kept users, out_rows[p] += kept rows,
- *   out_sums[c * n_partitions + p] += sum of values[c][row] over kept rows (c < n_values),
+ *   out_sums[2 (c * n_partitions + p) + {0, 1}] += sum of values[c][row] over kept rows (c < n_values),
+ *     a signed 128-bit integer as its low and high words (wide_sum.h),
  *   out_users_before[p] += users before bounding (may be NULL: for the data holder's report);
  * and sets out_kept[row] = 1 for every kept row (may be NULL; callers zero it first).
- * Codes must be below n_users and n_partitions (else DPS_ERR_BAD_CODE and *bad_row); an int64
- * overflow of a sum gives DPS_ERR_OVERFLOW (and *bad_row = the partition). kappa, linf >= 1.
+ * Codes must be below n_users and n_partitions (else DPS_ERR_BAD_CODE and *bad_row); kappa,
+ * linf >= 1; n < 2^32 rows, so no 128-bit sum can overflow.
  * On error the outputs are partly updated: callers discard them. */
 int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                    uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                    size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                   int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                   uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                    size_t *bad_row);
-
-#define DPS_ERR_OVERFLOW (-30)
 
 #endif

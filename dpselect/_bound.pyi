@@ -22,7 +22,7 @@ def bound_rows(
 ) -> tuple[
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
+    npt.NDArray[np.uint64],
     npt.NDArray[np.int64] | None,
     dict[str, int],
 ]: ...

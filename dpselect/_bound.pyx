@@ -14,7 +14,6 @@ from dpselect._boundary import check_array, check_disjoint, check_int, U32_MAX
 
 
 cdef extern from "bound_rows.h" nogil:
-    enum: DPS_ERR_OVERFLOW
     ctypedef struct dps_bound_stats:
         uint64_t rows
         uint64_t rows_kept
@@ -24,7 +23,7 @@ cdef extern from "bound_rows.h" nogil:
     int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                        uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                        size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
-                       int64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
+                       uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                        size_t *bad_row)
 
 cdef extern from "count.h" nogil:
@@ -41,8 +40,10 @@ def bound_rows(object users, object partitions, object n_users,
 
     ``values`` is a list of C-contiguous int64 arrays, one per value column, each as long as
     ``users``. Returns ``(users, rows, sums, users_before, stats)``: int64 arrays of
-    ``n_partitions`` (``sums`` is ``len(values) × n_partitions``; ``users_before`` is None unless
-    asked) and a dict of row and pair totals. ``kept``, a zeroed uint8 (or bool) array of one
+    ``n_partitions``, except ``sums``, the exact sums as signed 128-bit integers: a uint64 array of
+    ``len(values) × n_partitions × 2`` holding each sum's low then high word (two's complement;
+    :class:`dpselect.aggregation.wide.Wide` reads them), so no sum can wrap; ``users_before`` is
+    None unless asked; and a dict of row and pair totals. ``kept``, a zeroed uint8 (or bool) array of one
     entry per row, if given, gets 1 for every kept row."""
     users_arr = check_array("users", users, [np.uint32], copy=True)
     partitions_arr = check_array("partitions", partitions, [np.uint32], copy=True)
@@ -74,11 +75,11 @@ def bound_rows(object users, object partitions, object n_users,
     cdef Py_ssize_t n_parts = c_parts
     out_users = np.zeros(max(n_parts, 1), dtype=np.int64)
     out_rows = np.zeros(max(n_parts, 1), dtype=np.int64)
-    out_sums = np.zeros((max(n_values, 1), max(n_parts, 1)), dtype=np.int64)
+    out_sums = np.zeros((max(n_values, 1), max(n_parts, 1), 2), dtype=np.uint64)
     before = np.zeros(max(n_parts, 1), dtype=np.int64) if users_before else None
     cdef int64_t[::1] u_view = out_users
     cdef int64_t[::1] r_view = out_rows
-    cdef int64_t[:, ::1] s_view = out_sums
+    cdef uint64_t[:, :, ::1] s_view = out_sums
     cdef int64_t[::1] b_view
     cdef int64_t *before_ptr = NULL
     if users_before:
@@ -116,7 +117,7 @@ def bound_rows(object users, object partitions, object n_users,
         s = begin_batch(test_state)
         with nogil:
             rc = dps_bound_rows(s, n, u_ptr, p_ptr, c_users, c_parts, c_mask, c_shard, k, l, n_values,
-                                value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0], before_ptr, kept_ptr, &stats, &bad)
+                                value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0, 0], before_ptr, kept_ptr, &stats, &bad)
             end_batch(s)
         finish_batch(test_state)
     finally:
@@ -124,9 +125,6 @@ def bound_rows(object users, object partitions, object n_users,
     if rc == DPS_ERR_BAD_CODE:
         raise ValueError(f"row {bad}: user codes must be < n_users ({n_users}) and partition codes < "
                          f"n_partitions ({n_partitions})")
-    if rc == DPS_ERR_OVERFLOW:
-        raise OverflowError(f"a sum of partition {bad} overflows 64 bits in grid units: use narrower bounds "
-                            "or a coarser grid")
     if rc == DPS_ERR_NOMEM:
         raise MemoryError("dpselect's bounding kernel ran out of memory")
     if rc == DPS_ERR_BAD_ARG:

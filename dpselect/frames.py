@@ -51,33 +51,38 @@ def result_schema(input_schema: Any, by: Sequence[str], count_column: str | None
     return pa.schema(fields)
 
 
-def to_arrow(data: object, privacy_unit: str, by: Sequence[str]) -> tuple[Any, FrameKind]:
-    """The ``privacy_unit`` and ``by`` columns of ``data`` as a pyarrow Table, and how to
-    convert a result back. Column presence and types are checked before any export.
+def to_arrow(data: object, privacy_unit: str, by: Sequence[str], values: Sequence[str] = ()
+             ) -> tuple[Any, FrameKind]:
+    """The ``privacy_unit``, ``by`` and ``values`` columns of ``data`` as a pyarrow Table, and
+    how to convert a result back. Column presence and the unit's and keys' types are checked
+    before any export (value columns' types are their reader's to check). A result gets the
+    input's types back for its ``by`` columns only: every other column is dpselect's own.
 
     Accepts pandas DataFrames, Polars DataFrames and LazyFrames, pyarrow Tables and
     RecordBatches, and any object exporting an Arrow C stream (``__arrow_c_stream__``)."""
     pa = import_pyarrow()
-    columns = [privacy_unit, *by]
+    by, values = list(by), [v for v in values if v not in by and v != privacy_unit]
+    columns = [privacy_unit, *by, *values]
     module = _module_name(data)
     if isinstance(data, (pa.Table, pa.RecordBatch)):
-        _check_columns(data.schema.names, columns)
+        _check_columns(data.schema.names, [privacy_unit, *by], values)
         check_column_types(data.schema, privacy_unit, by)
         if isinstance(data, pa.RecordBatch):
             table = pa.Table.from_batches([data.select(columns)])
-            return table, FrameKind("arrow-batch", table.schema, lambda t: _as_batch(_cast_like(t, table.schema)))
+            return table, FrameKind("arrow-batch", table.schema,
+                                    lambda t: _as_batch(_cast_like(t, table.schema, by)))
         table = data.select(columns)
-        return table, FrameKind("arrow-table", table.schema, lambda t: _cast_like(t, table.schema))
+        return table, FrameKind("arrow-table", table.schema, lambda t: _cast_like(t, table.schema, by))
     if module == "pandas":
-        return _from_pandas(data, privacy_unit, list(by))
+        return _from_pandas(data, privacy_unit, by, values)
     if module == "polars":
-        return _from_polars(data, privacy_unit, list(by))
+        return _from_polars(data, privacy_unit, by, values)
     if hasattr(data, "__arrow_c_stream__"):
         reader = pa.RecordBatchReader.from_stream(data)
-        _check_columns(reader.schema.names, columns)
+        _check_columns(reader.schema.names, [privacy_unit, *by], values)
         check_column_types(reader.schema, privacy_unit, by)  # before the stream is read
         table = reader.read_all().select(columns)
-        return table, FrameKind("arrow-stream", table.schema, lambda t: _cast_like(t, table.schema))
+        return table, FrameKind("arrow-stream", table.schema, lambda t: _cast_like(t, table.schema, by))
     raise TypeError(
         f"data must be a pandas or Polars DataFrame, a pyarrow Table or RecordBatch, or an object "
         f"exporting an Arrow stream; got {type(data).__name__}"
@@ -89,26 +94,34 @@ def from_arrow(table: Any, kind: FrameKind) -> Any:
     return kind.restore(table)
 
 
-def _check_columns(available: Sequence[str], wanted: Sequence[str]) -> None:
+def _check_columns(available: Sequence[str], wanted: Sequence[str], values: Sequence[str] = ()) -> None:
     missing = [c for c in wanted if c not in available]
     if missing:
         raise ValueError(
             f"column(s) {missing} not found in data (check privacy_unit and by); "
             f"available columns: {list(available)}"
         )
-    dupes = sorted({str(c) for c in available if list(available).count(c) > 1 and c in wanted})
+    missing = [c for c in values if c not in available]
+    if missing:
+        raise ValueError(
+            f"value column(s) {missing} read by the metrics not found in data (check the metrics' column names); "
+            f"available columns: {list(available)}"
+        )
+    dupes = sorted({str(c) for c in available if list(available).count(c) > 1 and (c in wanted or c in values)})
     if dupes:
-        raise ValueError(f"data has several columns named {dupes}: rename them so privacy_unit and by are unambiguous")
+        raise ValueError(f"data has several columns named {dupes}: rename them so that every column read is "
+                         "unambiguous")
 
 
-def _cast_like(table: Any, schema: Any) -> Any:
-    """Cast each column back to the input's type where the result has it (key columns)."""
+def _cast_like(table: Any, schema: Any, by: Sequence[str]) -> Any:
+    """Cast the ``by`` columns back to the input's types (every other column is dpselect's own:
+    an input column that merely shares an output's name must never decide its type)."""
     pa = import_pyarrow()
     fields = []
     arrays = []
     for field in table.schema:
         column = table.column(field.name)
-        if field.name in schema.names:
+        if field.name in by and field.name in schema.names:
             target = schema.field(field.name).type
             if column.type != target:
                 column = column.cast(target)
@@ -151,14 +164,14 @@ def _check_pandas_dtypes(df: Any, privacy_unit: str, by: list[str]) -> None:
                 )
 
 
-def _from_pandas(df: Any, privacy_unit: str, by: list[str]) -> tuple[Any, FrameKind]:
+def _from_pandas(df: Any, privacy_unit: str, by: list[str], values: list[str]) -> tuple[Any, FrameKind]:
     import pandas as pd
 
     pa = import_pyarrow()
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"data must be a DataFrame, got pandas {type(df).__name__}")
-    columns = [privacy_unit, *by]
-    _check_columns(list(df.columns), columns)
+    columns = [privacy_unit, *by, *values]
+    _check_columns(list(df.columns), [privacy_unit, *by], values)
     _check_pandas_dtypes(df, privacy_unit, by)
     sub = df[columns]
     fields = []
@@ -166,7 +179,7 @@ def _from_pandas(df: Any, privacy_unit: str, by: list[str]) -> tuple[Any, FrameK
         try:
             fields.append(pa.Schema.from_pandas(sub[[name]], preserve_index=False).field(name))
         except (pa.ArrowException, ValueError, TypeError) as exc:
-            role = "privacy_unit" if name == privacy_unit else "by"
+            role = "privacy_unit" if name == privacy_unit else "by" if name in by else "value"
             raise ColumnTypeError(name, role, sub[name].dtype, f"pyarrow cannot read it ({exc}); "
                                   f"give it one dtype first, e.g. df[{name!r}].astype('string')") from exc
     schema = pa.schema(fields)
@@ -177,7 +190,7 @@ def _from_pandas(df: Any, privacy_unit: str, by: list[str]) -> tuple[Any, FrameK
     def restore(t: Any) -> Any:
         data = {}
         for name in t.schema.names:
-            dtype = dtypes[name] if name in dtypes.index else None
+            dtype = dtypes[name] if name in by else None
             data[name] = _pandas_column(t.column(name), dtype)
         return pd.DataFrame(data, columns=t.schema.names)
 
@@ -196,9 +209,13 @@ def _pandas_column(column: Any, dtype: Any) -> Any:
     if isinstance(dtype, pd.CategoricalDtype):
         # The dtype would list every category of the input, released or not, which would
         # publish unreleased keys: keep only released ones, in the caller's order.
+        # A public key outside the categories (public_partitions=) is added after them: it is
+        # public, and dropping it would turn a released key into NaN.
         values = column.to_pandas(integer_object_nulls=True)
-        present = set(values.dropna().tolist())
-        kept = pd.CategoricalDtype([c for c in dtype.categories if c in present], ordered=dtype.ordered)
+        present = list(dict.fromkeys(values.dropna().tolist()))
+        known = set(dtype.categories)
+        categories = [c for c in dtype.categories if c in set(present)] + [v for v in present if v not in known]
+        kept = pd.CategoricalDtype(categories, ordered=dtype.ordered)
         return pd.Series(pd.Categorical(values, dtype=kept))
     if hasattr(dtype, "__from_arrow__"):
         return pd.Series(dtype.__from_arrow__(column), dtype=dtype)
@@ -232,15 +249,15 @@ def _check_polars_dtypes(schema: Any, privacy_unit: str, by: list[str]) -> None:
                                   f"pl.col({name!r}).cast(pl.String)")
 
 
-def _from_polars(data: Any, privacy_unit: str, by: list[str]) -> tuple[Any, FrameKind]:
+def _from_polars(data: Any, privacy_unit: str, by: list[str], values: list[str]) -> tuple[Any, FrameKind]:
     import polars as pl
 
     lazy = isinstance(data, pl.LazyFrame)
     if not (lazy or isinstance(data, pl.DataFrame)):
         raise TypeError(f"data must be a DataFrame or LazyFrame, got polars {type(data).__name__}")
-    columns = [privacy_unit, *by]
+    columns = [privacy_unit, *by, *values]
     schema = data.collect_schema() if lazy else data.schema
-    _check_columns(list(schema.names()), columns)
+    _check_columns(list(schema.names()), [privacy_unit, *by], values)
     _check_polars_dtypes(schema, privacy_unit, by)  # before anything is collected
     frame = data.select(columns)
     frame = frame.collect() if lazy else frame
@@ -263,6 +280,8 @@ def _released_polars_dtype(dtype: Any, released: Any) -> Any:
     import polars as pl
 
     if isinstance(dtype, pl.Enum):
-        present = set(released.drop_nulls().cast(pl.String).to_list())
-        return pl.Enum([c for c in dtype.categories.to_list() if c in present])
+        # A public key outside the Enum (public_partitions=) is added after its categories.
+        present = list(dict.fromkeys(released.drop_nulls().cast(pl.String).to_list()))
+        known = dtype.categories.to_list()
+        return pl.Enum([c for c in known if c in set(present)] + [v for v in present if v not in set(known)])
     return dtype

@@ -329,13 +329,13 @@ def select_partitions(
         if report:
             raise ValueError(f"report=True needs a count-based strategy; {strat.name!r} selects from users' sets")
         sets, keys_of = counter.user_sets()
-        _warn_dropped(counter, privacy_unit)
+        warn_dropped(counter, privacy_unit)
         released = release_rows(sets, keys_of, strat, rng=rng, schema=schema)
         out = from_arrow(released, kind)
         _attach_guarantee(out, released)
         return out
     partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
-    _warn_dropped(counter, privacy_unit)
+    warn_dropped(counter, privacy_unit)
     public = None
     if public_partitions is not None:
         from dpselect.public_keys import with_public_partitions
@@ -386,7 +386,7 @@ def _charge(budget: Any, strat: Any, epsilon: float | None, delta: float | None,
     budget.charge(eps, dlt, what=f"select_partitions(by={names})")
 
 
-def _warn_dropped(counter: RowCounter, privacy_unit: str) -> None:
+def warn_dropped(counter: RowCounter, privacy_unit: str) -> None:
     if counter.null_unit_rows:
         warnings.warn(NullPrivacyUnitsDropped(
             f"dropped {counter.null_unit_rows} row(s) with a null privacy unit in column {privacy_unit!r} "

@@ -30,29 +30,76 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _as_key_rows(public: Any, n_keys: int) -> list[Any] | None:
+    """A collection of keys as a list (one tuple per key with several ``by`` columns), or None
+    for a table-like object. A str is refused: it is one key, not a list of its characters."""
+    if isinstance(public, (str, bytes)):
+        raise TypeError(f"public_partitions must be a collection of keys, got a {type(public).__name__}: wrap a "
+                        f"single key in a list, e.g. public_partitions=[{public!r}]")
+    if isinstance(public, (set, frozenset)):
+        return list(public)  # the order does not matter: the release is sorted by key
+    if isinstance(public, (list, tuple)):
+        return list(public)
+    if isinstance(public, np.ndarray):
+        if public.ndim == 1:
+            return public.tolist()
+        if public.ndim == 2 and public.shape[1] == n_keys:
+            return [tuple(row) for row in public.tolist()]
+        raise ValueError(f"public_partitions: a numpy array of keys must be 1-D (one by column) or have one column "
+                         f"per by column ({n_keys}), got shape {public.shape}")
+    module = type(public).__module__.split(".")[0]
+    pa = import_pyarrow()
+    if isinstance(public, (pa.Array, pa.ChunkedArray)) or (module in ("pandas", "polars") and
+                                                           type(public).__name__ in ("Series", "Index")):
+        return list(public.to_pylist() if module == "pyarrow" else public.to_list()
+                    if hasattr(public, "to_list") else public.tolist())
+    return None
+
+
 def public_table(public: Any, key_schema: Any) -> Any:
-    """The public keys as an Arrow table with the key columns' names and types."""
+    """The public keys as an Arrow table with the key columns' names and types, converted safely:
+    a key that the data's key type cannot hold exactly (1.5 for an int64 key, a value outside
+    its range) is refused, never truncated. A list, tuple, set, numpy array, pandas/Polars
+    Series or Arrow array of keys (tuples with several ``by`` columns), or a pandas, Polars or
+    Arrow table with the ``by`` columns."""
     pa = import_pyarrow()
     names = key_schema.names
-    if isinstance(public, (list, tuple)):
-        rows = [k if isinstance(k, tuple) else (k,) for k in public]
+    if isinstance(public, pa.Table) and public.schema.equals(key_schema):
+        return public
+    rows = _as_key_rows(public, len(names))
+    if rows is not None:
+        rows = [k if isinstance(k, tuple) else (k,) for k in rows]
         if any(len(r) != len(names) for r in rows):
             raise ValueError(f"public_partitions: every key must have {len(names)} value(s), one per by column {names}")
         columns = list(zip(*rows)) if rows else [[] for _ in names]
-        table = pa.table({name: pa.array(list(col), type=key_schema.field(name).type)
-                          for name, col in zip(names, columns)})
+        arrays = {}
+        for name, col in zip(names, columns):
+            try:  # each column in its own type first, then a safe cast (never pyarrow's truncating conversion)
+                arrays[name] = pa.array(list(col), from_pandas=False)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise TypeError(f"public_partitions: the values given for by column {name!r} are not of one type "
+                                f"that matches the data's {key_schema.field(name).type} ({_first_line(exc)})") from None
+        table = pa.table(arrays)
     else:
         from dpselect.frames import to_arrow
 
         missing = [n for n in names if n not in _column_names(public)]
         if missing:
-            raise ValueError(f"public_partitions lacks the by column(s) {missing}")
+            raise ValueError(f"public_partitions lacks the by column(s) {missing}: give a table with the by columns, "
+                             "or a list of keys")
         table = _export(public, names, to_arrow)
+    target = pa.schema([key_schema.field(n) for n in names])
     try:
-        return table.select(names).cast(pa.schema([key_schema.field(n) for n in names]))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise TypeError(f"public_partitions: its key columns cannot be read as the data's key types "
-                        f"{[str(key_schema.field(n).type) for n in names]}: {exc}") from None
+        return table.select(names).cast(target, safe=True)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"public_partitions: its keys cannot be held exactly in the data's key types "
+                        f"{[str(key_schema.field(n).type) for n in names]} ({_first_line(exc)}); give keys of "
+                        "those types") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 def _column_names(frame: Any) -> list[str]:

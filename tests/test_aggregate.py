@@ -9,6 +9,7 @@ import pytest
 
 import dpselect
 from dpselect import _bound
+from dpselect.aggregation.wide import Wide
 from dpselect.testing import InsecureDeterministicRNG
 
 pa = pytest.importorskip("pyarrow")
@@ -93,7 +94,8 @@ def test_bounding_kernel_keeps_exact_uniform_subsets():
         users_kept, rows_kept, sums, before, totals = _bound.bound_rows(users, parts, 1, 3, 1, 1, [values],
                                                                          rng._test_state)
         assert users_kept.sum() == 1 and rows_kept.sum() == 1 and before.tolist() if before is not None else True
-        picks[int(sums[0].sum())] = picks.get(int(sums[0].sum()), 0) + 1
+        total = Wide.from_words(sums[0]).clamped().sum()
+        picks[int(total)] = picks.get(int(total), 0) + 1
     # P(partition 0) = 1/3, then each of its 4 rows 1/4: 1/12 each; partitions 1 and 2: 1/3 each.
     expected = {1: trials / 12, 2: trials / 12, 4: trials / 12, 8: trials / 12, 100: trials / 3, 1000: trials / 3}
     assert set(picks) == set(expected)
@@ -101,14 +103,18 @@ def test_bounding_kernel_keeps_exact_uniform_subsets():
     assert chi2 < 20.5  # χ² with 5 degrees of freedom: P(> 20.5) ≈ 0.001
 
 
-def test_bounding_kernel_refuses_bad_codes_and_reports_overflow():
+def test_bounding_kernel_refuses_bad_codes_and_sums_exactly_in_128_bits():
     users = np.array([0, 1], dtype=np.uint32)
     parts = np.array([0, 5], dtype=np.uint32)
     with pytest.raises(ValueError, match="row 1"):
         _bound.bound_rows(users, parts, 2, 5, 1, 1, [], None)
-    huge = np.array([2**62, 2**62], dtype=np.int64)
-    with pytest.raises(OverflowError, match="overflows 64 bits"):
-        _bound.bound_rows(np.array([0, 1], np.uint32), np.zeros(2, np.uint32), 2, 1, 1, 1, [huge], None)
+    # Sums that leave int64 are exact (they used to stop the release with an OverflowError).
+    huge = np.array([2**62, 2**62, 2**63 - 1, -(2**63)], dtype=np.int64)
+    n = huge.size
+    lowest = np.full(n, -(2**63), dtype=np.int64)
+    out = _bound.bound_rows(np.arange(n, dtype=np.uint32), np.zeros(n, np.uint32), n, 1, 1, 1, [huge, lowest], None)
+    assert Wide.from_words(out[2][0]).to_ints() == [2**62 + 2**62 + 2**63 - 1 - 2**63]
+    assert Wide.from_words(out[2][1]).to_ints() == [-(2**65)]
     with pytest.raises(ValueError, match="max_contributions_per_partition"):
         _bound.bound_rows(users, np.zeros(2, np.uint32), 2, 1, 1, 0, [], None)
 
@@ -140,30 +146,30 @@ def test_bounds_are_found_privately_when_not_given_and_cover_the_data():
     n = 40_000
     df = pd.DataFrame({"u": np.arange(n), "k": gen.integers(0, 4, n), "x": gen.uniform(3, 900, n)})
     out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x")}, epsilon=2.0,
-                             delta=1e-6, public_partitions=[0, 1, 2, 3])
+                             delta=1e-6, public_partitions=[0, 1, 2, 3], max_partitions_contributed=1, max_contributions_per_partition=1)
     lower, upper = out.bounds["x"]
     assert lower == 2.0 and upper == 1024.0  # the power-of-two bins around [3, 900]
     assert any("APPROX_BOUNDS" in c.what for c in out.guarantee.components)
     with pytest.raises(ValueError, match="not enough data"):
         dpselect.aggregate(df.head(5), privacy_unit="u", by="k", metrics={"s": dpselect.sum("x")}, epsilon=1.0,
-                           delta=1e-6, public_partitions=[0, 1, 2, 3])
+                           delta=1e-6, public_partitions=[0, 1, 2, 3], max_partitions_contributed=1, max_contributions_per_partition=1)
 
 
 def test_the_budget_adds_up_and_refuses_an_overspend_before_any_work():
     df = search_log(5, n=3_000)
     budget = dpselect.Budget(1.0, 1e-6)
     dpselect.aggregate(df, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()}, epsilon=0.6,
-                       delta=5e-7, budget=budget)
+                       delta=5e-7, budget=budget, max_partitions_contributed=1, max_contributions_per_partition=1)
     with pytest.raises(dpselect.BudgetExceededError, match="overspend"):
         dpselect.aggregate(df, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()}, epsilon=0.6,
-                           delta=5e-7, budget=budget)
+                           delta=5e-7, budget=budget, max_partitions_contributed=1, max_contributions_per_partition=1)
     assert budget.spent == (Fraction(3, 5), Fraction(1, 2_000_000))
 
 
 def test_the_guarantee_composes_every_step_within_the_request():
     df = search_log(6)
     out = dpselect.aggregate(df, privacy_unit="user_id", by=["query", "country"], metrics=METRICS, epsilon=1.0,
-                             delta=1e-6, max_partitions_contributed=2, weights={"selection": 2, "spend": 3})
+                             delta=1e-6, max_partitions_contributed=2, weights={"selection": 2, "spend": 3}, max_contributions_per_partition=1)
     g = out.guarantee
     assert [c.what.split(" ")[0] for c in g.components] == ["selection", "users", "rows", "spend", "avg"]
     assert g.epsilon_exact <= Fraction(1) and g.delta_exact <= Fraction(1, 10**6)
@@ -173,7 +179,7 @@ def test_the_guarantee_composes_every_step_within_the_request():
     assert out.frame.attrs["dpselect_guarantee"] == str(g)
     table = dpselect.aggregate(pa.Table.from_pandas(df), privacy_unit="user_id", by="query",
                                metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6,
-                               rng=InsecureDeterministicRNG(seed=1))
+                               rng=InsecureDeterministicRNG(seed=1), max_partitions_contributed=1, max_contributions_per_partition=1)
     text = table.frame.schema.metadata[b"dpselect.guarantee"].decode()
     assert text.startswith("NOT DP") and not table.guarantee.is_dp
     assert table.guarantee.as_dict()["differentially_private"] is False
@@ -195,7 +201,7 @@ def test_the_report_counts_what_bounding_and_clamping_removed():
     # Five rows per user in one key, one kept: bounding removed most rows, and the report says so.
     many = pd.DataFrame({"u": np.repeat(np.arange(50), 5), "k": "a", "x": 1.0})
     r = dpselect.aggregate(many, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0,
-                           delta=1e-6, public_partitions=["a"]).report()
+                           delta=1e-6, public_partitions=["a"], max_partitions_contributed=1, max_contributions_per_partition=1).report()
     assert r.rows_kept == 50 and any("bounding removed 200 of 250 rows (80%)" in w for w in r.warnings)
 
 
@@ -203,8 +209,8 @@ def test_the_report_counts_what_bounding_and_clamping_removed():
     (dict(metrics={"s": dpselect.sum("missing", bounds=(0, 1))}), ValueError, "missing"),
     (dict(metrics={"s": dpselect.sum("query", bounds=(0, 1))}), TypeError, "must hold integers or floats"),
     (dict(metrics={}), TypeError, "non-empty dict"),
-    (dict(metrics={"query": dpselect.count()}), ValueError, "also an input column"),
-    (dict(metrics={"amount": dpselect.sum("amount", bounds=(0, 1))}), ValueError, "also value columns"),
+    (dict(metrics={"query": dpselect.count()}), ValueError, "also the by column 'query'"),
+    (dict(metrics={"amount": dpselect.sum("amount", bounds=(0, 1))}), ValueError, "has the name of metric 'amount'"),
     (dict(metrics={"s": dpselect.count()}, weights={"nope": 1}), ValueError, "unknown step"),
     (dict(metrics={"s": dpselect.count()}, max_contributions_per_partition=0), ValueError,
      "max_contributions_per_partition"),
@@ -213,7 +219,8 @@ def test_the_report_counts_what_bounding_and_clamping_removed():
 ])
 def test_bad_inputs_name_the_parameter(bad, error, message):
     df = search_log(7, n=500)
-    kwargs = dict(privacy_unit="user_id", by="query", epsilon=1.0, delta=1e-6)
+    kwargs = dict(privacy_unit="user_id", by="query", epsilon=1.0, delta=1e-6, max_partitions_contributed=1,
+                  max_contributions_per_partition=1)
     kwargs.update(bad)
     with pytest.raises(error, match=message):
         dpselect.aggregate(df, **kwargs)
@@ -227,23 +234,23 @@ def test_bad_values_and_bounds_are_refused():
     df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.inf]})
     with pytest.raises(ValueError, match="NaN or infinite"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
-                           epsilon=1.0, delta=1e-6)
+                           epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
     table = pa.table({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.nan]})
     with pytest.raises(ValueError, match="NaN or infinite"):
         dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
-                           epsilon=1.0, delta=1e-6)
+                           epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
     df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": [1.0, math.nan]})  # pandas' NaN becomes a null
     with pytest.raises(ValueError, match="null"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
-                           epsilon=1.0, delta=1e-6)
+                           epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
     df = pd.DataFrame({"u": [1, 2], "k": ["a", "b"], "x": pd.array([1, None], dtype="Int64")})
     with pytest.raises(ValueError, match="null value"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1))},
-                           epsilon=1.0, delta=1e-6)
+                           epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
     with pytest.raises(ValueError, match="two different bounds"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"s": dpselect.sum("x", bounds=(0, 1)),
                                                                   "m": dpselect.mean("x", bounds=(0, 2))},
-                           epsilon=1.0, delta=1e-6)
+                           epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
 
 
 def test_polars_and_arrow_inputs_give_their_own_types():
@@ -251,7 +258,7 @@ def test_polars_and_arrow_inputs_give_their_own_types():
     df = search_log(8, n=5_000)
     for data in (pl.from_pandas(df), pa.Table.from_pandas(df, preserve_index=False)):
         out = dpselect.aggregate(data, privacy_unit="user_id", by="query", metrics={"n": dpselect.count()},
-                                 epsilon=NOISELESS, delta=1e-6, public_partitions=["mail", "maps"])
+                                 epsilon=NOISELESS, delta=1e-6, public_partitions=["mail", "maps"], max_partitions_contributed=1, max_contributions_per_partition=1)
         assert type(out.frame).__module__.split(".")[0] == type(data).__module__.split(".")[0]
         frame, guarantee = out
         assert guarantee is out.guarantee
@@ -301,7 +308,7 @@ def test_bounds_found_per_partition_follow_each_partitions_own_range():
     df = pd.concat([small, large, tiny], ignore_index=True)
     out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"m": dpselect.mean("x"), "s": dpselect.sum("x")},
                              epsilon=20.0, delta=1e-6, public_partitions=["large", "small", "tiny"],
-                             bounds_scope="partition")
+                             bounds_scope="partition", max_partitions_contributed=1, max_contributions_per_partition=1)
     got = out.frame.set_index("k")
     # Each partition's mean is near its own data's, which one dataset-wide range could not give
     # both at this precision.
@@ -312,16 +319,16 @@ def test_bounds_found_per_partition_follow_each_partitions_own_range():
     assert out.guarantee.epsilon_exact <= 20
     with pytest.raises(ValueError, match="bounds_scope"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"m": dpselect.mean("x")}, epsilon=1.0,
-                           delta=1e-6, bounds_scope="key")
+                           delta=1e-6, bounds_scope="key", max_partitions_contributed=1, max_contributions_per_partition=1)
 
 
 def test_null_privacy_units_are_refused_or_dropped_with_a_warning():
     df = pd.DataFrame({"u": pd.array([1, None, 2], dtype="Int64"), "k": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
     with pytest.raises(ValueError, match="null"):
-        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6)
+        dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
     with pytest.warns(dpselect.rows.NullPrivacyUnitsDropped, match="dropped 1 row"):
         out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=NOISELESS,
-                                 delta=1e-6, public_partitions=["a", "b"], null_privacy_units="drop")
+                                 delta=1e-6, public_partitions=["a", "b"], null_privacy_units="drop", max_partitions_contributed=1, max_contributions_per_partition=1)
     assert out.report().rows == 2 and out.report().null_unit_rows == 1
 
 
@@ -329,4 +336,4 @@ def test_null_privacy_units_are_refused_or_dropped_with_a_warning():
 def test_only_count_based_selections_are_accepted(strategy):
     with pytest.raises(ValueError, match="strategy must be one of pi_opt, release, laplace, gaussian"):
         dpselect.aggregate(search_log(12, n=200), privacy_unit="user_id", by="query",
-                           metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6, strategy=strategy)
+                           metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6, strategy=strategy, max_partitions_contributed=1, max_contributions_per_partition=1)

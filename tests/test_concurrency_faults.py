@@ -90,7 +90,7 @@ def _every_entry_point(table: pa.Table) -> dict[str, object]:
     keep = dpselect.select_rows(users, parts, EPS, DELTA, strategy="weighted_laplace", max_partitions_contributed=2)
     assert keep.dtype == np.bool_ and keep.shape == (100,)
     agg = dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=EPS,
-                             delta=DELTA)
+                             delta=DELTA, max_partitions_contributed=1, max_contributions_per_partition=1)
     assert set(agg.frame.column("k").to_pylist()) <= set(table.column("k").to_pylist())
     assert all(n is not None for n in agg.frame.column("n").to_pylist())
     probability = dpselect.keep_probability(np.arange(40), EPS, DELTA)
@@ -267,7 +267,7 @@ def test_memory_stays_flat_over_ten_thousand_small_calls() -> None:
             dpselect.select_partitions(table, privacy_unit="u", by="k", epsilon=EPS, delta=DELTA)
         if i % 50 == 0:
             dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=EPS,
-                               delta=DELTA)
+                               delta=DELTA, max_partitions_contributed=1, max_contributions_per_partition=1)
 
     for i in range(1000):  # warm-up: caches, pools, allocator arenas
         calls(i)

@@ -50,7 +50,7 @@ def test_select_partitions_on_a_view_table_with_dropped_null_units() -> None:
         out = dpselect.select_partitions(table, privacy_unit="u", by="k", epsilon=1.0, delta=1e-5,
                                          null_privacy_units="drop")
         agg = dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()},
-                                 epsilon=1.0, delta=1e-5, null_privacy_units="drop")
+                                 epsilon=1.0, delta=1e-5, null_privacy_units="drop", max_partitions_contributed=1, max_contributions_per_partition=1)
     assert set(out.column("k").to_pylist()) <= {"x", "z"}
     assert set(agg.frame.column("k").to_pylist()) <= {"x", "z"}
 
@@ -270,7 +270,7 @@ def test_a_null_dictionary_value_is_refused_in_aggregate_too() -> None:
     table = pa.table({"u": units, "k": ["x"] * 100})
     with pytest.raises(NullPrivacyUnitError):
         dpselect.aggregate(table, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0,
-                           delta=1e-5)
+                           delta=1e-5, max_partitions_contributed=1, max_contributions_per_partition=1)
 
 
 @pytest.mark.parametrize("strategy", ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_laplace"])

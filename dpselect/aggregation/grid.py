@@ -12,10 +12,14 @@ Adding floating-point noise to a float sum leaks through the low-order bits of t
    fits in 53 bits, and otherwise the float nearest to it. That last rounding is applied to an
    already-noisy integer, so it is post-processing and leaks nothing.
 
-g is chosen from the bounds: e = ⌈log2 max(|lower|, |upper|)⌉ − ``precision_bits`` (40 by
-default), so snapping moves a value by at most 2^-41 of the largest magnitude allowed, and every
-value is at most 2^40 units. The sensitivity of a sum in units is then at most
+g is chosen from the bounds: e = ⌈log2 max(|lower|, |upper|)⌉ − ``precision_bits`` (30 by
+default), so snapping moves a value by at most 2^-31 of the largest magnitude allowed, and every
+value is at most 2^30 units. The sensitivity of a sum in units is then at most
 L∞·max(|lower units|, |upper units|), an integer.
+
+Sums per partition are exact in 128 bits (:class:`dpselect.aggregation.wide.Wide`); a release
+clamps each to ±2^62 units before noise. So that no released value or interval can overflow to
+infinity, e is at most :data:`MAX_EXPONENT` (released values stay below 2^(63+e) ≤ 2^1022).
 """
 from __future__ import annotations
 
@@ -25,9 +29,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Grid", "DEFAULT_PRECISION_BITS"]
+from dpselect.aggregation.wide import Wide, sums_by_code
 
-DEFAULT_PRECISION_BITS = 40
+__all__ = ["Grid", "DEFAULT_PRECISION_BITS", "MAX_EXPONENT"]
+
+# A relative precision of 2^-30 (about 1e-9) per value: room for 2^32 rows of 2^30 units in a
+# 62-bit sum, and far finer than any noise a release adds.
+DEFAULT_PRECISION_BITS = 30
+# The largest grid exponent: a noisy sum is an int64 of grid units, below 2^63, so its float
+# value (units·2^e) stays below 2^1022, and an interval's ends stay finite.
+MAX_EXPONENT = 1023 - 64
 _INT64_MAX = 2**63 - 1
 # Smallest exponent of a normal double: a finer grid would make values/g overflow or lose bits.
 _MIN_EXPONENT = -1022
@@ -36,12 +47,20 @@ _MIN_EXPONENT = -1022
 def _finite_bound(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    as_float = float(value)
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
     if not math.isfinite(as_float):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be a finite number within the float range, got {_short(value)}")
     if isinstance(value, (int, np.integer)) and as_float != int(value):
         raise ValueError(f"{name} = {value} is not exactly representable as a float; use a rounder bound")
     return as_float
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _ceil_log2(x: float) -> int:
@@ -68,14 +87,14 @@ class Grid:
             raise ValueError(f"lower = {self.lower!r} is above upper = {self.upper!r}: bounds are inverted")
         if isinstance(self.exponent, bool) or not isinstance(self.exponent, (int, np.integer)):
             raise TypeError(f"exponent must be an int, got {type(self.exponent).__name__}")
-        if not _MIN_EXPONENT <= int(self.exponent) <= 1023:
-            raise ValueError(f"exponent must be between {_MIN_EXPONENT} and 1023, got {self.exponent}")
+        if not _MIN_EXPONENT <= int(self.exponent) <= MAX_EXPONENT:
+            raise ValueError(f"exponent must be between {_MIN_EXPONENT} and {MAX_EXPONENT}, got {self.exponent}")
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "exponent", int(self.exponent))
         if self.lower_units > self.upper_units:
             raise ValueError(f"no multiple of the grid step 2**{self.exponent} lies in [{lower!r}, {upper!r}]: "
-                             "use a finer grid")
+                             "widen the bounds so that they hold a multiple of the step")
         if max(abs(self.lower_units), abs(self.upper_units)) > _INT64_MAX:
             raise ValueError(f"the bounds are more than 2**63 grid steps of 2**{self.exponent}: use a coarser grid")
 
@@ -96,7 +115,25 @@ class Grid:
         exponent = _ceil_log2(magnitude) - precision_bits if magnitude > 0 else 0
         if integer:
             exponent = max(exponent, 0)
+        if exponent > MAX_EXPONENT:
+            limit = MAX_EXPONENT + precision_bits
+            raise ValueError(f"bounds ({_short(lower)}, {_short(upper)}) are too large to release a sum or mean: "
+                             f"at precision_bits={precision_bits} every |bound| must be at most 2**{limit} "
+                             f"(about {math.ldexp(1.0, limit):.3g}), so that noisy sums stay finite floats")
         return cls(lo, hi, max(exponent, _MIN_EXPONENT))
+
+    @classmethod
+    def for_found_bounds(cls, lower: float, upper: float, *, precision_bits: int = DEFAULT_PRECISION_BITS,
+                         integer: bool = False) -> Grid:
+        """:meth:`for_bounds` of bounds found privately, each first clipped to the largest
+        magnitude a grid takes (2^(MAX_EXPONENT + precision_bits)): clamping to narrower bounds is
+        post-processing of the noisy ones, so a release never fails on bounds the data suggested."""
+        limit = math.ldexp(1.0, MAX_EXPONENT + precision_bits) if MAX_EXPONENT + precision_bits < 1024 else math.inf
+        lo = min(max(float(lower), -limit), limit)
+        hi = min(max(float(upper), -limit), limit)
+        if integer:  # whole numbers that a float holds exactly (2^63 and beyond are powers of two)
+            lo, hi = float(math.ceil(lo)), float(math.floor(hi))
+        return cls.for_bounds(lo, hi, precision_bits=precision_bits, integer=integer)
 
     @property
     def step(self) -> float:
@@ -165,10 +202,11 @@ class Grid:
         return np.clip(units, lo, hi).astype(np.int64)
 
     def sum_units(self, units: npt.ArrayLike, codes: npt.ArrayLike | None = None,
-                  n_partitions: int | None = None) -> int | np.ndarray:
+                  n_partitions: int | None = None) -> int | Wide:
         """Exact integer sums of grid units: one Python int over everything, or, with partition
-        ``codes`` (integers in [0, n_partitions)), one sum per partition: an int64 array when
-        every sum provably fits, else an object array of Python ints."""
+        ``codes`` (integers in [0, n_partitions)), one exact 128-bit sum per partition
+        (:class:`~dpselect.aggregation.wide.Wide`; ``.clamped()`` gives the int64 a release adds
+        noise to)."""
         u = np.asarray(units)
         if u.dtype.kind not in "iu" or u.dtype == np.bool_:
             raise TypeError(f"units must be integers, got dtype {u.dtype}")
@@ -185,7 +223,7 @@ class Grid:
             raise ValueError("n_partitions must be a non-negative int when codes are given")
         if c.size and (c.min() < 0 or c.max() >= n_partitions):
             raise ValueError(f"codes must lie in [0, {n_partitions})")
-        return _partition_sums(u, c.astype(np.intp), n_partitions)
+        return sums_by_code(u, c.astype(np.intp), n_partitions)
 
     def release(self, noisy_units: npt.ArrayLike) -> np.ndarray:
         """(noisy units)·g as float64: exact when |noisy units| < 2^53, else the nearest float
@@ -208,29 +246,3 @@ def _exact_total(u: np.ndarray) -> int:
         high = (chunk >> 32).sum(dtype=np.int64)
         total += int(high) * 2**32 + int(low)
     return total
-
-
-def _partition_sums(u: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
-    counts = np.bincount(codes, minlength=n)
-    order = np.argsort(codes, kind="stable")
-    grouped = u[order]
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1])) if n else np.zeros(0, dtype=np.int64)
-    present = counts > 0
-    largest = int(np.abs(u).max()) if u.size else 0
-    most = int(counts.max()) if n else 0
-    if largest * most <= _INT64_MAX:
-        # No partial sum can overflow: one int64 pass.
-        sums = np.zeros(n, dtype=np.int64)
-        if grouped.size:
-            sums[present] = np.add.reduceat(grouped, starts[present])
-        return sums
-    # 32-bit halves: each half-sum is below 2^32·count, which fits while count < 2^31.
-    low = np.zeros(n, dtype=np.int64)
-    high = np.zeros(n, dtype=np.int64)
-    if grouped.size:
-        low[present] = np.add.reduceat(grouped & 0xFFFFFFFF, starts[present])
-        high[present] = np.add.reduceat(grouped >> 32, starts[present])
-    totals = [int(h) * 2**32 + int(lo) for h, lo in zip(high.tolist(), low.tolist())]
-    if all(-2**63 <= t <= _INT64_MAX for t in totals):
-        return np.array(totals, dtype=np.int64)
-    return np.array(totals, dtype=object)

@@ -19,6 +19,7 @@ from dpselect.aggregation.guarantee import Component
 from dpselect.aggregation.intervals import mean_interval, split_level
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.wide import SUM_LIMIT, Wide
 
 __all__ = ["PartitionGrids", "noisy_metric"]
 
@@ -46,8 +47,8 @@ class PartitionGrids:
     @classmethod
     def from_bounds(cls, lower: npt.NDArray[Any], upper: npt.NDArray[Any], found: npt.NDArray[np.bool_],
                     precision_bits: int, integer: bool) -> PartitionGrids:
-        """Each found partition's grid as :meth:`Grid.for_bounds` would make it."""
-        grids = [Grid.for_bounds(float(lo), float(hi), precision_bits=precision_bits, integer=integer) if ok else None
+        """Each found partition's grid as :meth:`Grid.for_found_bounds` makes it."""
+        grids = [Grid.for_found_bounds(float(lo), float(hi), precision_bits=precision_bits, integer=integer) if ok else None
                  for lo, hi, ok in zip(lower, upper, found)]
 
         def column(attr: str, missing: float | int, dtype: Any) -> Any:
@@ -80,13 +81,27 @@ class PartitionGrids:
         return "values snapped to a power-of-two grid per partition"
 
 
-def noisy_metric(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int, users: npt.NDArray[np.int64],
-                 rows: npt.NDArray[np.int64], sums: npt.NDArray[np.int64] | None, grids: PartitionGrids | None,
+def _sum_interval(noisy: npt.NDArray[np.int64], half_width: int, exponent: npt.NDArray[np.int64]
+                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """[noisy − h, noisy + h]·2^e as floats: exact while below 2^53 in magnitude (integer sums
+    get integer ends), else widened outward by one ulp so that float rounding never narrows it."""
+    value = noisy.astype(np.float64)
+    low = np.ldexp(value - float(half_width), exponent)
+    high = np.ldexp(value + float(half_width), exponent)
+    inexact_low = np.abs(value - float(half_width)) >= 2.0**53
+    inexact_high = np.abs(value + float(half_width)) >= 2.0**53
+    return (np.where(inexact_low, np.nextafter(low, -np.inf), low),
+            np.where(inexact_high, np.nextafter(high, np.inf), high))
+
+
+def noisy_metric(label: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int, users: npt.NDArray[np.int64],
+                 rows: npt.NDArray[np.int64], sums: Wide | None, grids: PartitionGrids | None,
                  level: float | None, rng: Any) -> tuple[npt.NDArray[Any], Any, Any, Component]:
     """One metric's noisy values (and interval bounds at ``level``) for the released partitions,
-    and its privacy component. Sensitivities are per partition (a user touches κ partitions):
-    1 for a user count, L∞ for a row count, L∞·max|units| for a sum; the noise is exact discrete
-    Laplace of scale κ·Δ/ε."""
+    and its privacy component, named ``label``. Sensitivities are per partition (a user touches
+    κ partitions): 1 for a user count, L∞ for a row count, L∞·max|units| for a sum; the noise is
+    exact discrete Laplace of scale κ·Δ/ε. Sums are exact (128-bit) and clamped to ±2^62 units
+    before noise (1-Lipschitz, so the sensitivity holds)."""
     if metric.kind in ("count_distinct_units", "count"):
         noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=1 if metric.kind == "count_distinct_units"
                                                  else linf, max_partitions_contributed=kappa)
@@ -94,41 +109,44 @@ def noisy_metric(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf:
         low = high = None
         if level is not None:
             low, high = noise.interval(noisy, level)
-        return noisy, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0), str(noise.guarantee))
+        return noisy, low, high, Component(label, noise.epsilon, Fraction(0), str(noise.guarantee))
     assert grids is not None and sums is not None
     if metric.kind == "sum":
         noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=linf * grids.max_abs_units(),
                                                  max_partitions_contributed=kappa)
-        noisy = noise.add(np.where(grids.found, sums, 0), rng=rng)
+        noisy = noise.add(np.where(grids.found, sums.clamped(SUM_LIMIT), 0), rng=rng)
         value = grids.release(noisy)
         low = high = None
         if level is not None:
-            h = float(noise.confidence_interval(level)) * np.ldexp(1.0, grids.exponent)
-            low, high = np.nextafter(value - h, -np.inf), np.nextafter(value + h, np.inf)
-        return value, low, high, Component(f"{name} = {metric}", noise.epsilon, Fraction(0),
+            lo, hi = _sum_interval(noisy, noise.confidence_interval(level), grids.exponent)
+            low, high = np.where(grids.found, lo, np.nan), np.where(grids.found, hi, np.nan)
+        return value, low, high, Component(label, noise.epsilon, Fraction(0),
                                            f"{noise.guarantee} {grids.describe().capitalize()}.")
     # mean: midpoint + noisy sum of offsets / noisy count, half the share each.
     half = epsilon / 2
     mid = (grids.lower_units + grids.upper_units) // 2
     reach = np.maximum(np.maximum(grids.upper_units - mid, mid - grids.lower_units), 1)
     widest = int(reach[grids.found].max()) if grids.found.any() else 1
-    offsets = np.where(grids.found, sums - mid * rows, 0)  # |offsets| ≤ rows·reach: within int64 as the sums are
+    # Σ(u − mid) = Σu − mid·rows, exactly in 128 bits, then clamped like a sum.
+    offsets = np.where(grids.found, (sums - Wide.product(mid, rows)).clamped(SUM_LIMIT), 0)
     sum_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf * widest, max_partitions_contributed=kappa)
     count_noise = DiscreteLaplaceNoise.for_epsilon(half, sensitivity=linf, max_partitions_contributed=kappa)
     noisy_offsets = sum_noise.add(offsets, rng=rng)
     noisy_rows = count_noise.add(rows, rng=rng)
-    step = np.ldexp(1.0, grids.exponent)
-    centre = mid * step
-    spread = np.ldexp(noisy_offsets.astype(np.float64), grids.exponent)
-    mean = np.where(grids.found, np.clip(centre + spread / np.maximum(noisy_rows, 1), grids.lower, grids.upper), np.nan)
+    centre = np.ldexp(mid.astype(np.float64), grids.exponent)
+    divisor = np.maximum(noisy_rows, 1).astype(np.float64)
+    # (offset / count)·2^e, not (offset·2^e) / count: the quotient is at most 2^63 units, so the
+    # scaled value stays finite whatever the grid (MAX_EXPONENT), and no bound pins it.
+    spread = np.ldexp(noisy_offsets.astype(np.float64) / divisor, grids.exponent)
+    mean = np.where(grids.found, np.clip(centre + spread, grids.lower, grids.upper), np.nan)
     low = high = None
     if level is not None:
         each = split_level(level, 2)
-        lo, hi = mean_interval(spread, noisy_rows, float(sum_noise.confidence_interval(each)) * step,
-                               float(count_noise.confidence_interval(each)))
-        low = np.where(grids.found, np.clip(lo + centre, grids.lower, grids.upper), np.nan)
-        high = np.where(grids.found, np.clip(hi + centre, grids.lower, grids.upper), np.nan)
+        lo, hi = mean_interval(noisy_offsets.astype(np.float64), noisy_rows,
+                               float(sum_noise.confidence_interval(each)), float(count_noise.confidence_interval(each)))
+        low = np.where(grids.found, np.clip(np.ldexp(lo, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
+        high = np.where(grids.found, np.clip(np.ldexp(hi, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
     eps = sum_noise.epsilon + count_noise.epsilon
     text = (f"a noisy sum of offsets from the midpoint ({sum_noise.guarantee}) over a noisy row count "
             f"({count_noise.guarantee}); {grids.describe()}.")
-    return mean, low, high, Component(f"{name} = {metric}", eps, Fraction(0), text)
+    return mean, low, high, Component(label, eps, Fraction(0), text)

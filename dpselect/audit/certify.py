@@ -582,7 +582,7 @@ def _synthetic_rows(kappa: int, linf: int, bounds: tuple[float, float]) -> Any:
 
 def _certify_aggregate(target: Target) -> _Result:
     import dpselect
-    from dpselect.aggregation.aggregate import _float_down, _shares, _weights
+    from dpselect.aggregation.plan import budget_shares, float_down, step_weights
     from dpselect.pipeline import build_strategy
 
     linf = int(target.options["linf"])
@@ -623,9 +623,9 @@ def _certify_aggregate(target: Target) -> _Result:
                         f"statement {float(stated):.6g}, recomputed {float(total_eps):.6g}"))
     verified_delta = sel_delta
     if selection:
-        weights = _weights(metrics, [], False, None)
-        eps_sel, delta_sel = _shares(eps, delta, weights)["selection"]
-        strat = build_strategy("pi_opt", _float_down(eps_sel), _float_down(delta_sel), kappa, False, False)
+        weights = step_weights(metrics, [], False, None)
+        eps_sel, delta_sel = budget_shares(eps, delta, weights)["selection"]
+        strat = build_strategy("pi_opt", float_down(eps_sel), float_down(delta_sel), kappa, False, False)
         inner = certificate(strat)
         failed = "; ".join(c.name for c in inner.checks if not c.passed)
         checks.append(Check("selection's keep table", inner.passed,

@@ -147,8 +147,8 @@ def aggregate(
     metrics: Mapping[str, Any],
     epsilon: float,
     delta: float,
-    max_partitions_contributed: int = 1,
-    max_contributions_per_partition: int = 1,
+    max_partitions_contributed: int | None = None,
+    max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
     strategy: str = "pi_opt",
     bounds_scope: str = "dataset",
@@ -190,65 +190,31 @@ def aggregate(
     draw (the bounding then ranks rows and pairs instead of dropping them, which moves more data
     through the per-key shuffle).
     """
-    from dpselect.aggregation.aggregate import (
-        DEFAULT_PRECISION_BITS,
-        SELECTION_STRATEGIES,
-        _budget_amounts,
-        _check_metrics,
-        _float_down,
-        _shares,
-        _weights,
-    )
     from dpselect.aggregation.budget import Budget
     from dpselect.aggregation.grid import Grid
+    from dpselect.aggregation.plan import plan_aggregate
 
     sql = spark()
     types = sql.types
-    names = check_columns(privacy_unit, by, "__dpselect_unused__")
-    if null_privacy_units not in NULL_PRIVACY_UNITS:
-        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
-    for label, value in (("max_partitions_contributed", max_partitions_contributed),
-                         ("max_contributions_per_partition", max_contributions_per_partition)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
-    precision_bits = DEFAULT_PRECISION_BITS if precision_bits is None else precision_bits
-    if isinstance(precision_bits, bool) or not isinstance(precision_bits, int) or not 1 <= precision_bits <= 52:
-        raise ValueError(f"precision_bits must be an int between 1 and 52, got {precision_bits!r}")
-    if confidence_level is not None and (isinstance(confidence_level, bool) or not isinstance(confidence_level, float)
-                                         or not 0 < confidence_level < 1):
-        raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
     if not isinstance(report, bool):
         raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    if bounds_scope not in ("dataset", "partition"):
-        raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
-    checked = _check_metrics(metrics, {privacy_unit, *names})
-    value_columns = sorted({m.column for m in checked.values() if m.column is not None})
-    clash = set(checked) & set(value_columns)
-    if clash:
-        raise ValueError(f"metric name(s) {sorted(clash)} are also value columns; choose other names")
-    given: dict[str, tuple[float, float]] = {}
-    for m in checked.values():
-        if m.column is not None and m.bounds is not None:
-            previous = given.setdefault(m.column, m.bounds)
-            if previous != m.bounds:
-                raise ValueError(f"column {m.column!r} is given two different bounds, {previous} and {m.bounds}: "
-                                 "one column is clamped once")
-    auto_columns = [c for c in value_columns if c not in given]
+    plan = plan_aggregate(privacy_unit=privacy_unit, by=by, metrics=metrics, epsilon=epsilon, delta=delta,
+                          max_partitions_contributed=max_partitions_contributed,
+                          max_contributions_per_partition=max_contributions_per_partition,
+                          public=public_partitions is not None, strategy=strategy, bounds_scope=bounds_scope,
+                          weights=weights, confidence_level=confidence_level,
+                          **({} if precision_bits is None else {"precision_bits": precision_bits}),
+                          null_privacy_units=null_privacy_units)
+    names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
+    auto_columns, shares, strat, sel_args = plan.auto_columns, plan.shares, plan.strategy, plan.strategy_args
+    eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
+    confidence_level = plan.confidence_level
     if auto_columns and bounds_scope == "partition":
         raise NotImplementedError(f"bounds_scope='partition' (bounds found per released key) runs on one machine "
                                   f"only; on Spark use bounds_scope='dataset' (the default), give bounds=(lower, "
                                   f"upper) for {auto_columns}, or run dpselect.aggregate")
-    eps_total, delta_total = _budget_amounts(epsilon, delta)
-    shares = _shares(eps_total, delta_total, _weights(checked, auto_columns, public_partitions is not None, weights))
-    if strategy not in SELECTION_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
-                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
-    strat = sel_args = None
-    if public_partitions is None:
-        eps_sel, delta_sel = shares["selection"]
-        sel_args = (strategy, _float_down(eps_sel), _float_down(delta_sel), max_partitions_contributed, False, False,
-                    ())
-        strat = build_strategy(*sel_args[:6])
+    if sel_args is not None:
+        sel_args = (*sel_args, ())
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
     fields = {f.name: f.dataType for f in df.schema.fields}
     integer = {c: isinstance(fields[c], types.IntegralType) for c in value_columns}
@@ -263,7 +229,7 @@ def aggregate(
         budget.charge(eps_total, delta_total, what=f"spark.aggregate(by={names}, metrics={sorted(checked)})")
     spec = rng_spec(generator)
     generator._announce()
-    kappa, linf = max_partitions_contributed, max_contributions_per_partition
+    kappa, linf = plan.kappa, plan.linf
 
     inputs = [privacy_unit, *names, *[c for c in value_columns if c not in names]]
     data, dropped = drop_null_units(df.select(*inputs), privacy_unit, null_privacy_units)
@@ -318,7 +284,7 @@ def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: boo
 
     found = approx_bounds_from_histogram(counts, epsilon, integer=integer, max_partitions_contributed=kappa,
                                          max_contributions_per_partition=linf, rng=rng)
-    grid = Grid.for_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
+    grid = Grid.for_found_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
     return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
                            str(found.guarantee))
 
@@ -354,10 +320,13 @@ class _Release:
         """One metric's noisy values (and interval) over keys with these statistics."""
         from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
 
+        from dpselect.aggregation.wide import Wide
+
         m = self.metrics[name]
         grid = PartitionGrids.of(self.grids[m.column], users.size) if m.column else None
-        return noisy_metric(name, m, self.epsilons[name], self.kappa, self.linf, users, rows,
-                            sums[m.column] if m.column else None, grid, self.level, rng)
+        label = f"{name} = {m}"
+        return noisy_metric(label, m, self.epsilons[name], self.kappa, self.linf, users, rows,
+                            Wide.from_int64(sums[m.column]) if m.column else None, grid, self.level, rng)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

@@ -1,0 +1,313 @@
+"""One validated plan for a DP GROUP BY, shared by every front end (:func:`dpselect.aggregate`,
+``dpselect aggregate`` through it, and :func:`dpselect.spark.aggregate`).
+
+:func:`plan_aggregate` checks every parameter and derives everything that depends on the
+parameters alone — the output columns, the budget's split, the selection strategy, and that every
+step's noise can be represented — before any data is read or any budget is charged. So whether a
+release can run never depends on the data, and a fix to a check is made once for all front ends.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from numbers import Real
+from typing import Any
+
+from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
+from dpselect.aggregation.metrics import Metric
+from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.wide import MAX_NOISE_SCALE
+from dpselect.exact import as_fraction
+from dpselect.pipeline import build_strategy, check_columns
+from dpselect.rows import NULL_PRIVACY_UNITS
+
+__all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
+
+# The key selections aggregate runs on the bounded user counts (the row mechanisms need each
+# user's set, and "public"/"mixed" are what public_partitions= does).
+SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+_BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
+                 "never from the exact report of the data you release")
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """Everything a GROUP BY does that depends on its parameters alone, checked."""
+
+    privacy_unit: str
+    by: list[str]
+    metrics: dict[str, Metric]
+    value_columns: list[str]
+    given_bounds: dict[str, tuple[float, float]]
+    auto_columns: list[str]  # value columns whose bounds are found privately
+    epsilon: Fraction
+    delta: Fraction
+    shares: dict[str, tuple[Fraction, Fraction]]  # step -> (ε, δ)
+    kappa: int
+    linf: int
+    strategy: Any  # the selection's SelectionStrategy; None with public partitions
+    strategy_args: tuple[Any, ...] | None  # what rebuilds it (Spark's executors)
+    public: bool
+    confidence_level: float | None
+    precision_bits: int
+    bounds_scope: str
+    null_privacy_units: str
+
+    @property
+    def output_columns(self) -> list[str]:
+        """The result's columns, in order: the keys, then each metric (and its interval)."""
+        return [*self.by, *_metric_columns(self.metrics, self.confidence_level)]
+
+    def input_columns(self) -> list[str]:
+        """The columns read from the data: the privacy unit, the keys, the value columns."""
+        return [self.privacy_unit, *self.by, *[c for c in self.value_columns if c not in self.by]]
+
+    def describe(self) -> str:
+        return f"by={self.by}, metrics={sorted(self.metrics)}"
+
+
+def float_down(x: Fraction) -> float:
+    """A float that the mechanisms read (through its shortest repr, as every dpselect parameter)
+    as at most x: a budget share handed to code that takes floats is never rounded up."""
+    f = float(x)
+    while as_fraction(f) > x:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[str]:
+    columns = []
+    for name in metrics:
+        columns.append(name)
+        if level is not None:
+            columns += [f"{name}_ci_low", f"{name}_ci_high"]
+    return columns
+
+
+def _bound_parameter(label: str, symbol: str, value: object) -> int:
+    if value is None:
+        raise TypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and the "
+                        f"guarantee and the noise depend on it. A value too small drops data, too large drowns "
+                        f"every key in noise; {_BOUND_ADVICE}")
+    if isinstance(value, bool):
+        raise TypeError(f"{label} must be an int >= 1, got {value!r}")
+    try:
+        as_int = operator.index(value)  # int and numpy integers; a float is refused, never truncated
+    except TypeError:
+        raise TypeError(f"{label} must be an int >= 1, got {type(value).__name__} {value!r}") from None
+    if as_int < 1:
+        raise ValueError(f"{label} must be an int >= 1, got {as_int}")
+    if as_int >= 2**32:
+        raise ValueError(f"{label} = {as_int} is too large: at most 2**32 - 1 (the number of rows a release reads)")
+    return as_int
+
+
+def _positive_total(name: str, value: object, *, below_one: bool = False, allow_zero: bool = False) -> Fraction:
+    """ε or δ as an exact fraction, from ints, floats, Fractions, numpy scalars; never an
+    OverflowError (10**400 is a clear ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    try:
+        exact = Fraction(value) if isinstance(value, (int, Fraction)) else as_fraction(value)  # type: ignore[arg-type]
+    except (ValueError, OverflowError):
+        raise ValueError(f"{name} must be finite, got {value!r}") from None
+    if exact < 0 or (exact == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if below_one and exact >= 1:
+        raise ValueError(f"{name} must be < 1, got {value!r}")
+    if not below_one and exact > 2**20:
+        raise ValueError(f"{name} = {float(exact):.3g} is far beyond any meaningful privacy guarantee (at most "
+                         f"2**20 here); a release at such an {name} is not differentially private in any useful "
+                         "sense")
+    return exact
+
+
+def _checked_metrics(metrics: object) -> dict[str, Metric]:
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise TypeError("metrics must be a non-empty dict of name -> metric, e.g. "
+                        "{'users': dpselect.count_distinct_units(), 'spend': dpselect.sum('amount', bounds=(0, 500))}")
+    checked: dict[str, Metric] = {}
+    for name, metric in metrics.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"metric names must be non-empty str, got {name!r}")
+        if not isinstance(metric, Metric):
+            raise TypeError(f"metrics[{name!r}] must be made by dpselect.count(), count_distinct_units(), sum() "
+                            f"or mean(), got {type(metric).__name__}")
+        checked[name] = metric
+    return checked
+
+
+def _check_names(privacy_unit: str, by: list[str], metrics: dict[str, Metric], value_columns: list[str],
+                 level: float | None) -> None:
+    """Every output column once, and no input column (the privacy unit, a value column) named
+    like an output column: a result's column must mean one thing, and a value column's type
+    must never be taken for an output's."""
+    outputs = [*by, *_metric_columns(metrics, level)]
+    seen: dict[str, str] = {name: f"the by column {name!r}" for name in by}
+    for name in metrics:
+        for column in [name, *([f"{name}_ci_low", f"{name}_ci_high"] if level is not None else [])]:
+            what = f"metric {name!r}" if column == name else f"the interval column {column!r} of metric {name!r}"
+            if column in seen:
+                raise ValueError(f"{what} is also {seen[column]}: every output column must have its own name; "
+                                 "rename the metric")
+            seen[column] = what
+    if privacy_unit in outputs:
+        raise ValueError(f"{seen[privacy_unit]} is named like the privacy_unit column {privacy_unit!r}: rename the "
+                         "metric")
+    for column in value_columns:
+        if column == privacy_unit:
+            raise ValueError(f"a metric sums or averages the privacy_unit column {privacy_unit!r}: a person's id "
+                             "is not a value to release; choose a value column")
+        if column in outputs and column not in by:
+            raise ValueError(f"value column {column!r} has the name of {seen[column]}: rename the metric (or the "
+                             "column)")
+
+
+def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, tuple[float, float]]:
+    given: dict[str, tuple[float, float]] = {}
+    for m in metrics.values():
+        if m.column is not None and m.bounds is not None:
+            previous = given.setdefault(m.column, m.bounds)
+            if previous != m.bounds:
+                raise ValueError(f"column {m.column!r} is given two different bounds, {previous} and {m.bounds}: "
+                                 "one column is clamped once")
+    for lo, hi in given.values():
+        Grid.for_bounds(lo, hi, precision_bits=precision_bits)  # representable: refused here, not after the work
+    return given
+
+
+def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
+             weights: Mapping[str, object] | None) -> dict[str, Fraction]:
+    """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
+    column whose bounds are found privately ("bounds:<column>"), 1 per metric; ``weights``
+    overrides any of them."""
+    default: dict[str, Fraction] = {}
+    if not public:
+        default["selection"] = Fraction(1)
+    for column in auto_columns:
+        default[f"bounds:{column}"] = Fraction(1)
+    for name in metrics:
+        default[name] = Fraction(1)
+    if weights is None:
+        return default
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights must be a dict of step -> weight, got {type(weights).__name__}")
+    unknown = set(weights) - set(default)
+    if unknown:
+        raise ValueError(f"weights names unknown step(s) {sorted(unknown)}; the steps are {sorted(default)}")
+    for step, w in weights.items():
+        try:
+            exact = _positive_total(f"weights[{step!r}]", w)
+        except ValueError:
+            raise ValueError(f"weights[{step!r}] must be a positive number of at most 2**20, got {w!r}") from None
+        if exact < Fraction(1, 2**20):
+            raise ValueError(f"weights[{step!r}] = {float(exact):.3g} is below 2**-20: give the steps weights of "
+                             "comparable size (only their ratios matter)")
+        default[step] = exact
+    return default
+
+
+def budget_shares(epsilon: Fraction, delta: Fraction, weights: dict[str, Fraction]
+                  ) -> dict[str, tuple[Fraction, Fraction]]:
+    """Each step's (ε, δ): ε in proportion to the weights, exactly (the shares sum to ε); all of
+    δ to the selection, the one step that needs it (the metrics' noise is pure ε-DP)."""
+    total = sum(weights.values(), Fraction(0))
+    return {step: (epsilon * w / total, delta if step == "selection" else Fraction(0)) for step, w in weights.items()}
+
+
+def _check_noise(what: str, epsilon: Fraction, kappa: int, sensitivity: int, advice: str) -> None:
+    """Refuse, from the parameters, a step whose noise scale κ·Δ/ε cannot be represented: its
+    noisy values would leave int64 (a release must never fail or wrap depending on the data)."""
+    scale = Fraction(kappa * sensitivity) / epsilon
+    if scale > MAX_NOISE_SCALE:
+        raise ValueError(f"{what}: the noise scale κ·Δ/ε = {float(scale):.3g} is above 2**56, so noisy values "
+                         f"would not fit in 64-bit integers; {advice}")
+    DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=sensitivity, max_partitions_contributed=kappa)
+
+
+def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int,
+                        bounds: tuple[float, float] | None, precision_bits: int) -> None:
+    advice = "raise epsilon (or this metric's weight), or lower max_partitions_contributed or " \
+             "max_contributions_per_partition"
+    if metric.kind == "count_distinct_units":
+        _check_noise(f"metric {name!r}", epsilon, kappa, 1, advice)
+        return
+    if metric.kind == "count":
+        _check_noise(f"metric {name!r}", epsilon, kappa, linf, advice)
+        return
+    # A value's magnitude in grid units is at most 2^precision_bits (the grid's step is chosen so);
+    # with given bounds the exact figure is known.
+    units = Grid.for_bounds(*bounds, precision_bits=precision_bits).max_abs_units() if bounds else 2**precision_bits
+    units = max(units, 1)
+    advice += ", or lower precision_bits"
+    if metric.kind == "sum":
+        _check_noise(f"metric {name!r}", epsilon, kappa, linf * units, advice)
+    else:  # a mean: half the share on a sum of offsets (at most the full range), half on a row count
+        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf * units * 2, advice)
+        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf, advice)
+
+
+def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon: object, delta: object,
+                   max_partitions_contributed: object, max_contributions_per_partition: object,
+                   public: bool, strategy: object = "pi_opt", bounds_scope: object = "dataset",
+                   weights: Mapping[str, object] | None = None, confidence_level: object = None,
+                   precision_bits: object = DEFAULT_PRECISION_BITS, null_privacy_units: object = "error",
+                   ) -> AggregatePlan:
+    """Check every parameter of a GROUP BY and derive its plan, before any data is read.
+
+    Raises TypeError or ValueError naming the parameter. Nothing here looks at the data."""
+    names = check_columns(privacy_unit, by, "__dpselect_unused__")
+    assert isinstance(privacy_unit, str)
+    if null_privacy_units not in NULL_PRIVACY_UNITS:
+        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+    kappa = _bound_parameter("max_partitions_contributed", "κ", max_partitions_contributed)
+    linf = _bound_parameter("max_contributions_per_partition", "L∞", max_contributions_per_partition)
+    if isinstance(precision_bits, bool) or not isinstance(precision_bits, int) or not 1 <= precision_bits <= 52:
+        raise ValueError(f"precision_bits must be an int between 1 and 52, got {precision_bits!r}")
+    level = None
+    if confidence_level is not None:
+        if isinstance(confidence_level, bool) or not isinstance(confidence_level, Real) \
+                or not 0 < float(confidence_level) < 1:
+            raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+        level = float(confidence_level)
+    if bounds_scope not in ("dataset", "partition"):
+        raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
+    checked = _checked_metrics(metrics)
+    value_columns = sorted({m.column for m in checked.values() if m.column is not None})
+    _check_names(privacy_unit, names, checked, value_columns, level)
+    given = _given_bounds(checked, precision_bits)
+    auto_columns = [c for c in value_columns if c not in given]
+    eps_total = _positive_total("epsilon", epsilon)
+    delta_total = _positive_total("delta", delta, below_one=True, allow_zero=True)
+    shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights))
+    for name, metric in checked.items():
+        _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
+                            precision_bits)
+    for column in auto_columns:
+        _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
+                     linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
+                     "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
+    if not isinstance(strategy, str) or strategy not in SELECTION_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
+    strat = args = None
+    if not public:
+        eps_sel, delta_sel = shares["selection"]
+        if delta_sel == 0:
+            raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines et "
+                             "al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
+                             "delta > 0, or pass public_partitions (keys known in advance) to release under pure DP")
+        args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
+        if args[1] <= 0:
+            raise ValueError(f"the selection's share of epsilon, {float(eps_sel):.3g}, is too small to select keys; "
+                             "raise epsilon or the 'selection' weight")
+        strat = build_strategy(*args)
+    return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,
+                         given_bounds=given, auto_columns=auto_columns, epsilon=eps_total, delta=delta_total,
+                         shares=shares, kappa=kappa, linf=linf, strategy=strat, strategy_args=args, public=public,
+                         confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
+                         null_privacy_units=str(null_privacy_units))
+
