@@ -259,6 +259,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             integer[c], generator, c)
         components.append(component)
     del kept_values
+    clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
     labels = _bounds_text(plan)
     level = plan.confidence_level
@@ -286,7 +287,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         return AggregateReport.build(
             totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
             candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
-            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None)
+            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums)
 
     return AggregateResult(frame=frame, guarantee=guarantee,
                            bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _make_report=make_report)

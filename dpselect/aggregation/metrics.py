@@ -7,14 +7,20 @@ contribution bounds and the metric's share of the budget (docs/privacy/aggregate
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
+from decimal import Decimal
+from numbers import Real
 from typing import Literal
+
+import numpy as np
 
 __all__ = ["Metric", "count", "count_distinct_units", "mean", "sum"]
 
 Kind = Literal["count_distinct_units", "count", "sum", "mean"]
 
 _builtin_sum = sum
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 @dataclass(frozen=True)
@@ -52,15 +58,38 @@ class Metric:
         return f"{self.kind}({self.column!r}, {bounds})"
 
 
+def _bound_number(kind: str, name: str, value: object) -> int | float:
+    """A bound as an int (kept exact: the grid checks that a float holds it) or a float. Any real
+    number is accepted — int, float, numpy scalars, Fraction, Decimal — and must be finite and
+    within the float range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, Decimal)):
+        raise TypeError(f"{kind}(..., bounds=): {name} must be a real number, got {type(value).__name__} {value!r}")
+    if isinstance(value, (int, np.integer)):
+        as_int = int(value)
+        if abs(as_int) > _FLOAT_MAX:
+            raise ValueError(f"{kind}(..., bounds=): {name} = {_short(as_int)} is beyond the float range (about "
+                             "1.8e308); give a bound a float can hold")
+        return as_int
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
+    if not math.isfinite(as_float):
+        raise ValueError(f"{kind}(..., bounds=): {name} must be finite and within the float range, got "
+                         f"{_short(value)}")
+    return as_float
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
 def _checked_bounds(kind: str, bounds: object) -> tuple[float, float]:
     if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
         raise TypeError(f"{kind}(..., bounds=) must be a (lower, upper) pair, got {bounds!r}")
-    lower, upper = bounds
-    for name, value in (("lower", lower), ("upper", upper)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{kind}(..., bounds=): {name} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{kind}(..., bounds=): {name} must be finite, got {value!r}")
+    lower = _bound_number(kind, "lower", bounds[0])
+    upper = _bound_number(kind, "upper", bounds[1])
     if lower > upper:
         raise ValueError(f"{kind}(..., bounds=({lower!r}, {upper!r})): the bounds are inverted (lower > upper)")
     return (lower, upper)

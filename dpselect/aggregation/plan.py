@@ -78,6 +78,14 @@ def float_down(x: Fraction) -> float:
     return f
 
 
+def _show(x: Fraction) -> str:
+    """A short decimal for a possibly huge or tiny exact value (never an OverflowError)."""
+    try:
+        return f"{float(x):.3g}"
+    except OverflowError:
+        return f"about 1e{len(str(abs(x.numerator // x.denominator))) - 1}"
+
+
 def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[str]:
     columns = []
     for name in metrics:
@@ -119,7 +127,7 @@ def _positive_total(name: str, value: object, *, below_one: bool = False, allow_
     if below_one and exact >= 1:
         raise ValueError(f"{name} must be < 1, got {value!r}")
     if not below_one and exact > 2**20:
-        raise ValueError(f"{name} = {float(exact):.3g} is far beyond any meaningful privacy guarantee (at most "
+        raise ValueError(f"{name} = {_show(exact)} is far beyond any meaningful privacy guarantee (at most "
                          f"2**20 here); a release at such an {name} is not differentially private in any useful "
                          "sense")
     return exact
@@ -204,7 +212,7 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
         except ValueError:
             raise ValueError(f"weights[{step!r}] must be a positive number of at most 2**20, got {w!r}") from None
         if exact < Fraction(1, 2**20):
-            raise ValueError(f"weights[{step!r}] = {float(exact):.3g} is below 2**-20: give the steps weights of "
+            raise ValueError(f"weights[{step!r}] = {_show(exact)} is below 2**-20: give the steps weights of "
                              "comparable size (only their ratios matter)")
         default[step] = exact
     return default
@@ -223,7 +231,7 @@ def _check_noise(what: str, epsilon: Fraction, kappa: int, sensitivity: int, adv
     noisy values would leave int64 (a release must never fail or wrap depending on the data)."""
     scale = Fraction(kappa * sensitivity) / epsilon
     if scale > MAX_NOISE_SCALE:
-        raise ValueError(f"{what}: the noise scale κ·Δ/ε = {float(scale):.3g} is above 2**56, so noisy values "
+        raise ValueError(f"{what}: the noise scale κ·Δ/ε = {_show(scale)} is above 2**56, so noisy values "
                          f"would not fit in 64-bit integers; {advice}")
     DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=sensitivity, max_partitions_contributed=kappa)
 
@@ -302,7 +310,7 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
                              "delta > 0, or pass public_partitions (keys known in advance) to release under pure DP")
         args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
         if args[1] <= 0:
-            raise ValueError(f"the selection's share of epsilon, {float(eps_sel):.3g}, is too small to select keys; "
+            raise ValueError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
                              "raise epsilon or the 'selection' weight")
         strat = build_strategy(*args)
     return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,

@@ -78,7 +78,7 @@ class AggregateReport:
     def build(cls, *, totals: dict[str, int], null_unit_rows: int, users_before: npt.NDArray[np.int64],
               users_kept: npt.NDArray[np.int64], candidates: npt.NDArray[np.intp], released_codes: npt.NDArray[Any],
               strategy: Any, clamping: dict[str, ColumnClamping], epsilon: Fraction, kappa: int, linf: int,
-              public: bool) -> AggregateReport:
+              public: bool, clamped_sums: dict[str, int] | None = None) -> AggregateReport:
         keep_probability = getattr(strategy, "keep_probability", None)
         released = np.zeros(users_before.size, dtype=bool)
         released[np.asarray(released_codes, dtype=np.int64)] = True
@@ -109,6 +109,11 @@ class AggregateReport:
             if c.values and (c.below + c.above) > 0.05 * c.values:
                 warnings.append(f"clamping changed {c.below + c.above:,} of {c.values:,} kept values of {column!r} "
                                 f"(bounds {c.bounds}): sums and means are biased toward the bounds")
+        for column, keys in (clamped_sums or {}).items():
+            if keys:
+                warnings.append(f"the exact sum of {column!r} at {keys:,} released key(s) was beyond 2^62 grid units "
+                                "and was clamped there before noise (its sums and means are too small in magnitude); "
+                                "lower precision_bits, whose default of 30 makes this impossible below 2^32 rows")
         return cls(rows=rows + null_unit_rows if null_unit_rows and rows == 0 else rows,
                    null_unit_rows=int(null_unit_rows), rows_kept=rows_kept, pairs=int(totals["pairs"]),
                    pairs_kept=int(totals["pairs_kept"]), users=int(totals["users"]),

@@ -106,6 +106,10 @@ class Wide:
         saturated = np.where(self.hi < 0, np.int64(-limit), np.int64(limit))
         return np.where(fits, self.lo.view(np.int64), saturated)
 
+    def outside(self, limit: int = SUM_LIMIT) -> npt.NDArray[np.bool_]:
+        """Where :meth:`clamped` changes the value."""
+        return self.clamped(limit) != self.lo.view(np.int64) if self.lo.size else np.zeros(self.shape, bool)
+
     def to_ints(self) -> list[int]:
         """The exact values as Python ints (flattened; for reports and tests)."""
         return [int(h) * 2**64 + int(lo) for h, lo in zip(self.hi.ravel().tolist(), self.lo.ravel().tolist())]
