@@ -19,12 +19,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _bound
-from dpselect.aggregation.bounds import approx_bounds, approx_bounds_per_partition
+from dpselect.aggregation.bounds import NotEnoughDataError, approx_bounds, approx_bounds_per_partition
 from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
 from dpselect.aggregation.result import AggregateResult
@@ -205,10 +206,20 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     del values, used, table  # the input's columns are no longer read
     kept_partitions = partitions[kept.view(bool)] if plan.auto_columns else None
     del partitions
+    unbounded: list[str] = []  # columns where no bin of the noisy histogram passed
     for c in plan.auto_columns if plan.bounds_scope == "dataset" else ():
         eps_b, _ = plan.shares[f"bounds:{c}"]
-        found = approx_bounds(kept_values[c], eps_b, max_partitions_contributed=kappa,
-                              max_contributions_per_partition=linf, integer=integer[c], rng=generator)
+        try:
+            found = approx_bounds(kept_values[c], eps_b, max_partitions_contributed=kappa,
+                                  max_contributions_per_partition=linf, integer=integer[c], rng=generator)
+        except NotEnoughDataError:
+            # Not a failure of the release (that would depend on the data): the step ran and spent its
+            # share, and the column's sums and means are released as NaN, as with bounds per key.
+            unbounded.append(c)
+            noise = DiscreteLaplaceNoise.for_epsilon(eps_b, sensitivity=linf, max_partitions_contributed=kappa)
+            components.append(Component(f"bounds of {c!r} (APPROX_BOUNDS; no bounds found)", noise.epsilon,
+                                        Fraction(0), str(noise.guarantee)))
+            continue
         grids[c] = Grid.for_found_bounds(found.lower, found.upper, precision_bits=plan.precision_bits,
                                          integer=integer[c])
         column_sums[c] = grids[c].sum_units(grids[c].to_units(kept_values[c], name=c), kept_partitions, n_parts)
@@ -251,6 +262,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     n_out = out_index.size
     out_grids = {c: PartitionGrids.of(g, n_out) for c, g in grids.items()}
     out_sums = {c: stat_wide(column_sums[c]) for c in grids}
+    for c in unbounded:
+        out_grids[c], out_sums[c] = PartitionGrids.none(n_out), Wide.zeros(n_out)
     for c in plan.auto_columns if plan.bounds_scope == "partition" else ():
         assert kept_partitions is not None
         eps_b, _ = plan.shares[f"bounds:{c}"]
@@ -290,7 +303,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums)
 
     return AggregateResult(frame=frame, guarantee=guarantee,
-                           bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _make_report=make_report)
+                           bounds={**{c: (g.lower, g.upper) for c, g in grids.items()},
+                                   **{c: (math.nan, math.nan) for c in unbounded}}, _make_report=make_report)
 
 
 def intervals_caveat(kappa: int, linf: int) -> str:

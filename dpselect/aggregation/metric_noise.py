@@ -45,6 +45,12 @@ class PartitionGrids:
                    np.ones(n, dtype=bool))
 
     @classmethod
+    def none(cls, n: int) -> PartitionGrids:
+        """n partitions without bounds (their sums and means are released as NaN)."""
+        return cls(np.full(n, math.nan), np.full(n, math.nan), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                   np.zeros(n, np.int64), np.zeros(n, dtype=bool))
+
+    @classmethod
     def from_bounds(cls, lower: npt.NDArray[Any], upper: npt.NDArray[Any], found: npt.NDArray[np.bool_],
                     precision_bits: int, integer: bool) -> PartitionGrids:
         """Each found partition's grid as :meth:`Grid.for_found_bounds` makes it."""
