@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from dpselect.display import clip, readable_numbers
 from dpselect.exact import as_fraction
 
-__all__ = ["PrivacyGuarantee", "PAPER", "format_delta", "delta_upper_float"]
+__all__ = ["PrivacyGuarantee", "PAPER", "format_delta", "format_upper", "delta_upper_float"]
 
 # The paper every partition-selection guarantee rests on.
 PAPER = ("Desfontaines, Voss, Gipson, Mandayam, \"Differentially private partition selection\", "
@@ -37,11 +38,9 @@ def delta_upper_float(value: Fraction | float) -> float:
     return approx
 
 
-def format_delta(value: Fraction | float, digits: int = 4) -> str:
-    """δ with ``digits`` significant digits, rounded up (never below the exact value)."""
-    exact = Fraction(value)
-    if exact <= 0:
-        return "0"
+def _round_up(exact: Fraction, digits: int) -> tuple[int, int]:
+    """(m, e) with m a ``digits``-digit integer and m·10^(e − digits + 1) the smallest such
+    number >= ``exact`` (> 0), computed exactly."""
     # Decimal exponent of the leading digit, then ceil of the scaled mantissa (exactly).
     exponent = math.floor(math.log10(delta_upper_float(exact)))
     scale = Fraction(10) ** (digits - 1 - exponent)
@@ -55,10 +54,37 @@ def format_delta(value: Fraction | float, digits: int = 4) -> str:
     if mantissa == 10**digits:
         mantissa //= 10
         exponent += 1
+    return mantissa, exponent
+
+
+def format_delta(value: Fraction | float, digits: int = 4) -> str:
+    """δ with ``digits`` significant digits, rounded up (never below the exact value)."""
+    exact = Fraction(value)
+    if exact <= 0:
+        return "0"
+    mantissa, exponent = _round_up(exact, digits)
     text = str(mantissa)
     lead, rest = text[0], text[1:].rstrip("0")
     body = f"{lead}.{rest}" if rest else lead
     return body if exponent == 0 else f"{body}e{exponent:+03d}"
+
+
+def format_upper(value: Fraction | float, digits: int = 4) -> str:
+    """A non-negative ε or δ for reading: ``digits`` significant digits, rounded up (never below
+    the exact value), in plain decimals from 1e-4 to 1e6 ("0.2", "1", "1234") and as
+    :func:`format_delta` writes it outside. A float stands for its shortest repr, as a
+    parameter does (:func:`dpselect.exact.as_fraction`): 0.1 reads "0.1", not "0.1001"."""
+    exact = as_fraction(value)
+    if exact <= 0:
+        return "0"
+    mantissa, exponent = _round_up(exact, digits)
+    if not -4 <= exponent < 6:
+        return format_delta(exact, digits)
+    shown = Fraction(mantissa) * Fraction(10) ** (exponent - digits + 1)
+    places = max(digits - 1 - exponent, 0)
+    whole, part = divmod(shown.numerator * 10**places // shown.denominator, 10**places)
+    decimals = str(part).rjust(places, "0").rstrip("0") if places else ""
+    return f"{whole}.{decimals}" if decimals else str(whole)
 
 
 @dataclass(frozen=True)
@@ -151,14 +177,20 @@ class PrivacyGuarantee:
         )
         return f"{text} {self.notes}".strip()
 
-    def __repr__(self) -> str:
+    def summary(self, limit: int = 150) -> str:
+        """The statement in one line of at most ``limit`` characters (the mechanism's name is
+        clipped to fit), its numbers rounded up for reading: the exact δ is ``delta_exact``,
+        the full statement ``str()``."""
         tags = []
         if not self.privacy_guaranteed:
             tags.append(_NOT_DP)
         if not self.certified:
             tags.append("not certified" if self.uncertified_reason else "user-supplied, not certified")
         tag = f" [{'; '.join(tags)}]" if tags else ""
-        return (f"PrivacyGuarantee({self.mechanism!r}, epsilon={self.epsilon:g}, "
-                f"delta={format_delta(self.delta_exact)}, "
-                f"max_partitions_contributed={self.max_partitions_contributed}, "
-                f"bound={self.contribution_bound}){tag}")
+        head = f"(ε = {format_upper(self.epsilon)}, δ = {format_delta(self.delta_exact)})-DP "
+        tail = f", κ = {self.max_partitions_contributed} ({self.contribution_bound}){tag}"
+        mechanism = readable_numbers(" ".join(self.mechanism.split()))
+        return f"{head}{clip(mechanism, max(limit - len(head) - len(tail), 20))}{tail}"
+
+    def __repr__(self) -> str:
+        return f"PrivacyGuarantee: {self.summary()} — str() for the statement"

@@ -4,7 +4,9 @@ differentially private, for the data holder only (the "trusted analyst" of Desfo
 ETH Zürich 2022, §4.2.5); never publish it (docs/aggregate.md, "Reading the report")."""
 from __future__ import annotations
 
+import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -13,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation.grid import Grid
+from dpselect.display import html_table
 
 __all__ = ["AggregateReport", "BucketLoss", "ColumnClamping", "SelectionReport"]
 
@@ -52,9 +55,19 @@ class BucketLoss:
     released: int
     expected_released: float | None  # Σ P(keep) at the bounded counts, when the rule has one
 
+    @property
+    def label(self) -> str:
+        """``"1"``, ``"2-4"``, ``"1000+"``."""
+        if math.isinf(self.high):
+            return f"{self.low}+"
+        return f"{self.low}" if self.low == self.high else f"{self.low}-{int(self.high)}"
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class AggregateReport:
+    """The data holder's report on a grouped release (exact, NOT DP). ``str()`` and ``repr()``
+    are its text, a notebook shows it as tables; :meth:`as_dict` for a JSON file."""
+
     rows: int
     null_unit_rows: int
     rows_kept: int
@@ -176,6 +189,33 @@ class AggregateReport:
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        """The report's sections as small tables, the NOT-DP header and the warnings first."""
+        bounding = html_table(["", "kept", "of", "share"], [
+            ["rows", f"{self.rows_kept:,}", f"{self.rows:,}", _percent(self.rows_kept, self.rows)],
+            ["(user, key) pairs", f"{self.pairs_kept:,}", f"{self.pairs:,}", _percent(self.pairs_kept, self.pairs)],
+            ["users", f"{self.users:,}", "", ""]]
+            + ([["rows dropped for a null privacy unit", f"{self.null_unit_rows:,}", "", ""]]
+               if self.null_unit_rows else []))
+        parts = [_html_head(self.warnings),
+                 _section(f"Bounding (κ = {self.kappa} partitions per user, {self.linf} rows per user and "
+                          "partition)", bounding)]
+        if self.clamping:
+            parts.append(_section("Clamping", html_table(
+                ["column", "bounds", "below", "above", "kept values", "total change"],
+                [[name, _bounds_text(c.bounds), f"{c.below:,}", f"{c.above:,}", f"{c.values:,}",
+                  f"{c.total_change:.6g}"] for name, c in self.clamping.items()])))
+        partitions = (f"Partitions: {self.partitions:,} in the data, {self.candidates:,} with a user after bounding, "
+                      f"{self.released:,} released" + _expected(self.expected_released))
+        parts.append(_section(partitions, _buckets_html(self.buckets, "users before bounding")))
+        parts += _selection_notes(self.smallest_count_half, self.smallest_count_95, self.expected_if_double_epsilon,
+                                  "Doubling the selection's epsilon",
+                                  ": coarser keys (fewer, larger partitions) or a larger epsilon lower these")
+        return f'<div class="dpselect-report">{"".join(parts)}</div>'
+
 
 def _smallest_counts(keep_probability: Any, limit: int = 1 << 20) -> tuple[int | None, int | None]:
     """The smallest counts whose keep probability reaches 0.5 and 0.95 (None beyond ``limit``)."""
@@ -202,7 +242,7 @@ def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) ->
     return float(np.sum(other.keep_probability(counts)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SelectionReport:
     """The data holder's report on a key selection from raw rows (``select_partitions(...,
     report=True)``): what bounding and the selection lost. Exact, NOT differentially private."""
@@ -281,3 +321,65 @@ class SelectionReport:
                          "expectation.")
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        """The report's sections as small tables, the NOT-DP header and the warnings first."""
+        bounding = html_table(["", "kept", "of", "share"], [
+            ["(user, key) pairs", f"{self.pairs_kept:,}", f"{self.pairs:,}", _percent(self.pairs_kept, self.pairs)],
+            ["users", f"{self.users:,}", "", ""], ["rows", f"{self.rows:,}", "", ""]])
+        partitions = (f"Partitions: {self.candidates:,} with a user after bounding, {self.released:,} released"
+                      + _expected(self.expected_released))
+        parts = [_html_head(self.warnings), _section(f"Bounding (κ = {self.kappa})", bounding),
+                 _section(partitions, _buckets_html(self.buckets, "users after bounding"))]
+        parts += _selection_notes(self.smallest_count_half, self.smallest_count_95, self.expected_if_double_epsilon,
+                                  "Doubling epsilon")
+        return f'<div class="dpselect-report">{"".join(parts)}</div>'
+
+
+# The HTML view (Jupyter): the header and warnings stand out; every text is escaped.
+_HEADER_STYLE = "border:2px solid #b00020;background:#fdecea;color:#b00020;padding:6px 10px;font-weight:bold"
+_WARNING_STYLE = "border-left:4px solid #e65100;background:#fff3e0;padding:4px 8px;margin:4px 0"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else ""
+
+
+def _bounds_text(bounds: tuple[float, float]) -> str:
+    lower, upper = bounds
+    return "per partition" if math.isnan(lower) else f"[{lower:.6g}, {upper:.6g}]"  # NaN: bounds_scope="partition"
+
+
+def _expected(value: float | None) -> str:
+    return f" (expected {value:,.1f})" if value is not None else ""
+
+
+def _html_head(warnings: Sequence[str]) -> str:
+    head = f'<div style="{_HEADER_STYLE}"><strong>{html.escape(HEADER)}</strong></div>'
+    return head + "".join(f'<div style="{_WARNING_STYLE}"><strong>WARNING</strong>: {html.escape(w)}</div>'
+                          for w in warnings)
+
+
+def _section(title: str, body: str) -> str:
+    return f"<p><strong>{html.escape(title)}</strong></p>{body}"
+
+
+def _buckets_html(buckets: Sequence[BucketLoss], by: str) -> str:
+    return html_table([by, "partitions", "released", "expected"], [
+        [b.label, f"{b.partitions:,}", f"{b.released:,}",
+         "" if b.expected_released is None else f"{b.expected_released:,.1f}"] for b in buckets])
+
+
+def _selection_notes(half: int | None, ninety_five: int | None, double: float | None, doubling: str,
+                     advice: str = "") -> list[str]:
+    notes = []
+    if half is not None:
+        notes.append(f"A partition needs {half:,} users after bounding to be released with probability 0.5"
+                     + (f", {ninety_five:,} for 0.95" if ninety_five is not None else "") + f"{advice}.")
+    if double is not None:
+        notes.append(f"{doubling} would release {double:,.1f} partitions in expectation.")
+    return [f"<p>{html.escape(n)}</p>" for n in notes]

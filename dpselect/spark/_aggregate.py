@@ -111,7 +111,7 @@ def _aggregate_per_key(data: Any, privacy_unit: str, names: list[str], value_col
     return _per_key(pairs, names, len(value_columns), kappa)
 
 
-@dataclass
+@dataclass(repr=False)
 class SparkAggregateResult:
     """What :func:`aggregate` returns: ``frame``, a Spark DataFrame with one row per released key
     (sorted by key; its ``by`` columns then one column per metric, plus ``<metric>_ci_low`` /
@@ -138,6 +138,16 @@ class SparkAggregateResult:
     def __iter__(self) -> Any:
         return iter((self.frame, self.guarantee))
 
+    # A short summary, as for the local result; the frame's rows are not counted (a Spark job).
+    _report_hint = ".report(): the data holder's report, if made with report=True (exact, NOT DP)"
+
+    def __repr__(self) -> str:
+        from dpselect.aggregation.result import result_repr
+        return result_repr(type(self).__name__, self.frame, self.guarantee, self.bounds, self._report_hint)
+
+    def _repr_html_(self) -> str:
+        from dpselect.aggregation.result import result_html
+        return result_html(type(self).__name__, self.frame, self.guarantee, self.bounds, self._report_hint)
 
 def aggregate(
     df: Any,
