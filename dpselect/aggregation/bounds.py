@@ -26,6 +26,9 @@ the discrete Laplace tail P[X ≥ K] = q^K/(1 + q), q = e^(−1/b), as the small
 (1 − q^K/(1 + q))^(2B) ≥ p, certified in rational arithmetic. Google's continuous formula
 K = −b·ln(2 − 2p^(1/(2B))) is :func:`google_threshold`; at ε = 1, p = 1 − 10⁻⁹, B = 64 it gives
 24.88215 (a noisy count must reach 25), the discrete rule gives 26.
+
+Per partition, the noisy histograms are drawn sparsely (:mod:`dpselect.aggregation._bounds_sparse`):
+one noise draw per non-empty cell, the same joint law of everything the scan reads.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation._bounds_rules import RULES, cell_to_line, extend, first_core, sparse_cores
+from dpselect.aggregation._bounds_sparse import passing_cells
 from dpselect.aggregation._bounds_thresholds import (
     MAX_SCALE,
     MAX_THRESHOLD,
@@ -245,7 +249,7 @@ class PartitionBounds:
     ``found[j]`` is False where no bin passed the threshold (then ``lower[j]`` and ``upper[j]``
     are NaN). ``lower`` and ``upper`` are float64 for both kinds of values: every edge is 0 or
     ±2^k, exact in a double (the top integer edge 2^63 does not fit int64). ``attempts[j]`` is
-    how many thresholds were tried."""
+    how many thresholds were tried. The noisy histograms are drawn sparsely and not kept."""
 
     lower: np.ndarray
     upper: np.ndarray
@@ -437,6 +441,11 @@ def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_p
     partitions together: one user's values change the histograms by at most L0·L∞ in L1 in
     total.
 
+    The n·2B noisy counts are drawn sparsely: one noise draw per non-empty cell, and for the
+    empty cells an exact sample of which ones reach the threshold (the same joint law of
+    everything the scan reads; docs/privacy/approx-bounds.md). Time and memory grow with the
+    number of values, not with n·2B.
+
     Run it only on a partition set that is public or already released by a DP selection: the
     list of partitions is not protected here. Partitions where no bin passes get ``found`` False
     (no error)."""
@@ -459,11 +468,9 @@ def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_p
     if n * width >= 2**62:
         raise ValueError(f"n_partitions × 2 × num_bins = {n} × {width} cells is too many to index")
     negative, bins = _signed_magnitudes(arr, scheme)
-    counts = np.bincount(c.astype(np.int64) * width + bins + negative * scheme.num_bins, minlength=n * width)
+    occupied, counts = np.unique(c.astype(np.int64) * width + bins + negative * scheme.num_bins, return_counts=True)
     generator = resolve_rng(rng)
-    noisy_all = noise.add(counts.astype(np.int64), rng=generator)
-    cells = np.flatnonzero(noisy_all >= min(thresholds))  # the scan reads no other cell
-    noisy = noisy_all[cells]
+    cells, noisy = passing_cells(occupied, counts.astype(np.int64), n * width, noise, min(thresholds), generator)
     found, attempts, low, high = sparse_cores(cells // width, cell_to_line(cells % width, scheme.num_bins), noisy,
                                               n, thresholds)
     left = np.array([scheme.line_edges(j)[0] for j in range(width)], dtype=np.float64)
