@@ -8,13 +8,14 @@ its noisy count is ≥ K.
 * ``"google"`` (Google's ``ApproxBounds``, Desfontaines' thesis §4.2.5): the bounds are the
   outer edges of the outermost cells with data, at the first threshold of the retry order at
   which some cell has data.
-* ``"tails"``: the same cells (the *core*), then each bound moves outward one cell at a time
-  while some window of w ∈ {1, 2, 4, …, 32} adjacent cells just beyond it holds, in noisy
-  count, clearly more than a fraction α of the core's mass: at least
-  ⌈α·N̂⌉ + T_w, where T_w is exceeded by the sum of w noise draws with probability at most
-  10⁻³/6. A long tail whose cells are each far below K but which together hold many values is
-  then kept inside the bounds, while pure noise beyond the data extends a bound by one cell with
-  probability at most 10⁻³ per step.
+* ``"tails"``: the same cells (the *core*), then each bound moves outward while some window of
+  w ∈ {1, 2, 4, …, 32} adjacent cells beyond it holds, in noisy count, clearly more than a
+  fraction α of the core's mass: at least ⌈α·N̂⌉ + T(w, ⌊log2 d⌋) for a window starting d cells
+  beyond the bound, where the sum of w noise draws exceeds T(w, k) with probability at most
+  10⁻³·2^-(2k+1)/6. Each step moves the bound to the start of the furthest passing window. A
+  long tail whose cells are each far below K but which together hold many values is then kept
+  inside the bounds, and so is one across the ~2,000 empty float cells around 0, while noise
+  alone moves a bound with probability at most 10⁻³ per step.
 """
 from __future__ import annotations
 
