@@ -468,7 +468,13 @@ def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_p
     if n * width >= 2**62:
         raise ValueError(f"n_partitions × 2 × num_bins = {n} × {width} cells is too many to index")
     negative, bins = _signed_magnitudes(arr, scheme)
-    occupied, counts = np.unique(c.astype(np.int64) * width + bins + negative * scheme.num_bins, return_counts=True)
+    flat = c.astype(np.int64) * width + bins + negative * scheme.num_bins
+    if n * width <= 4 * flat.size + 2**20:  # dense data: counting beats sorting
+        counts = np.bincount(flat, minlength=n * width)
+        occupied = np.flatnonzero(counts)
+        counts = counts[occupied]
+    else:
+        occupied, counts = np.unique(flat, return_counts=True)
     generator = resolve_rng(rng)
     cells, noisy = passing_cells(occupied, counts.astype(np.int64), n * width, noise, min(thresholds), generator)
     found, attempts, low, high = sparse_cores(cells // width, cell_to_line(cells % width, scheme.num_bins), noisy,
