@@ -20,11 +20,13 @@ from dpselect.aggregation.bounds import (
     approx_bounds_from_histogram,
     approx_bounds_per_partition,
     bin_cells,
+    check_parameters,
     discrete_threshold,
     find_bounds,
     google_threshold,
     success_probabilities,
 )
+from dpselect.aggregation.grid import Grid
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -71,6 +73,70 @@ def test_the_documented_threshold_at_epsilon_one() -> None:
     assert math.ceil(google_threshold(1, 1 - 1e-9, 64)) == 25
 
 
+@pytest.mark.parametrize("scale", [Fraction(1), Fraction(7, 3), Fraction(10), Fraction(1, 3), Fraction(50)])
+@pytest.mark.parametrize("p", [DEFAULT_SUCCESS_PROBABILITY, Fraction(95, 100), 1 - Fraction(1, 10**7)])
+@pytest.mark.parametrize("bins", [4, 64])
+def test_discrete_threshold_matches_a_brute_force_search(scale, p, bins) -> None:
+    """The bracketing search returns what walking up from 0 returns: the smallest K whose
+    condition holds (checked in 60-digit arithmetic)."""
+    target = mpmath.mpf(p.numerator) / p.denominator
+    k = 0
+    while _empty_success(scale, k, bins) < target:
+        k += 1
+    assert discrete_threshold(scale, p, bins) == k
+
+
+def test_thresholds_at_huge_noise_scales_take_few_certified_evaluations(monkeypatch) -> None:
+    """κ = L∞ = 2^20 at ε = 10⁻³ (scale about 1.1·10^15): each threshold is found with a
+    handful of certified evaluations. The old search walked one integer at a time from a guess
+    about b·10⁻⁸ too high (from float(p)), thousands of evaluations at scale 10^12 and minutes
+    in all here."""
+    from dpselect.aggregation import _bounds_thresholds
+
+    calls = []
+    real = _bounds_thresholds.certified
+    monkeypatch.setattr(_bounds_thresholds, "certified", lambda *a: calls.append(a[1]) or real(*a))
+    discrete_threshold.cache_clear()
+    with pytest.raises(NotEnoughDataError):  # K ≈ 3·10^16: no bin of 10^4 values passes
+        approx_bounds(np.arange(10_000), Fraction(1, 1000), max_partitions_contributed=2**20,
+                      max_contributions_per_partition=2**20, rng=_rng(20))
+    assert 3 <= len(calls) <= 3 * 12  # three thresholds (the retry order), a few evaluations each
+    scale = Fraction(2**40 * 1000)
+    calls.clear()
+    thresholds = [discrete_threshold(scale, p, bins) for bins in (64, 2047)
+                  for p in success_probabilities(DEFAULT_SUCCESS_PROBABILITY)]
+    assert len(calls) <= 6 * 12
+    # each is the smallest certified K: K − 1 fails the certificate, K passes
+    bits = _bounds_thresholds._certificate_bits
+    for (bins, p), k in zip([(b, p) for b in (64, 2047) for p in success_probabilities(DEFAULT_SUCCESS_PROBABILITY)],
+                            thresholds):
+        assert real(scale, k, p, bins, bits(scale, p, bins)) and not real(scale, k - 1, p, bins, bits(scale, p, bins))
+        assert k == pytest.approx(float(scale) * -math.log((1 + math.exp(-1 / float(scale)))
+                                                           * -math.expm1(math.log1p(-float(1 - p)) / (2 * bins))),
+                                  rel=1e-12)
+
+
+def test_scales_that_cannot_be_handled_are_refused_before_any_draw() -> None:
+    rng = _rng(21)
+    with pytest.raises(ValueError, match="max_partitions_contributed × max_contributions_per_partition / epsilon"):
+        approx_bounds(np.arange(100), 1e-12, max_partitions_contributed=2**20, max_contributions_per_partition=2**20,
+                      rng=rng)
+    with pytest.raises(ValueError, match="success_probability"):
+        approx_bounds(np.arange(100), 1e-3, max_partitions_contributed=2**20, max_contributions_per_partition=2**20,
+                      success_probability=1 - Fraction(1, 10**1000), rng=rng)
+    with pytest.raises(ValueError, match="max_partitions_contributed"):
+        approx_bounds_per_partition(np.arange(100), np.zeros(100, np.int64), 1, 1e-12,
+                                    max_partitions_contributed=2**20, max_contributions_per_partition=2**20, rng=rng)
+    with pytest.raises(ValueError, match="threshold"):
+        approx_bounds(np.arange(100), 1.0, threshold=2**62, rng=rng)
+    assert rng._uses == 0  # refused from the parameters alone: nothing was drawn
+    with pytest.raises(ValueError, match="max_contributions_per_partition / epsilon"):  # what callers check first
+        check_parameters(1e-12, integer=True, max_partitions_contributed=2**20, max_contributions_per_partition=2**20)
+    check_parameters(1e-3, integer=False, max_partitions_contributed=2**20, max_contributions_per_partition=2**20)
+    with pytest.raises(ValueError, match="2\\*\\*54"):
+        discrete_threshold(Fraction(2**60), DEFAULT_SUCCESS_PROBABILITY, 64)
+
+
 def test_retry_rule_relaxes_p_tenfold_within_limits() -> None:
     assert success_probabilities(DEFAULT_SUCCESS_PROBABILITY) == [1 - Fraction(1, 10**9), 1 - Fraction(1, 10**8),
                                                                  1 - Fraction(1, 10**7)]
@@ -85,7 +151,7 @@ def test_integer_bins_and_edges() -> None:
     scheme = BinScheme.default(integer=True)
     magnitudes = np.array([0, 1, 2, 3, 4, 5, 1024, 1025, 2**62, 2**62 + 1, 2**63, 2**64 - 1], dtype=np.uint64)
     assert scheme.index(magnitudes).tolist() == [0, 0, 1, 2, 2, 3, 10, 11, 62, 63, 63, 63]
-    assert [scheme.upper_edge(i) for i in (0, 1, 10, 62, 63)] == [1, 2, 1024, 2**62, INT64_MAX]
+    assert [scheme.upper_edge(i) for i in (0, 1, 10, 62, 63)] == [1, 2, 1024, 2**62, 2**63]
     assert [scheme.lower_edge(i) for i in (0, 1, 11)] == [0, 1, 1024]
 
 
@@ -148,9 +214,29 @@ def test_recovers_the_power_of_two_range_of_large_data() -> None:
 def test_extreme_integers() -> None:
     values = np.array([np.iinfo(np.int64).min] * 200 + [INT64_MAX] * 200, dtype=np.int64)
     found = approx_bounds(values, 1.0, rng=_rng(6))
-    assert (found.lower, found.upper) == (-(2**63), INT64_MAX)
+    assert (found.lower, found.upper) == (-(2**63), 2**63)  # the top bin holds every int64
     zeros = approx_bounds(np.zeros(500, dtype=np.int64), 1.0, rng=_rng(7))
     assert (zeros.lower, zeros.upper) == (0, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bounds_near_the_int64_ends_always_make_a_grid(seed: int) -> None:
+    """Values above 2^62 (or below −2^62) fall in the top integer bin; its edge is 2^63 (a
+    double exactly), not INT64_MAX, which the grid refused ("use a rounder bound") after the
+    budget was charged."""
+    top = INT64_MAX - np.arange(300, dtype=np.int64) * 7919
+    bottom = -top - 1
+    for values in (top, bottom, np.concatenate([top, bottom]), np.concatenate([top, np.arange(300)])):
+        found = approx_bounds(values, 1.0, rng=_rng(30 + seed))
+        grid = Grid.for_bounds(found.lower, found.upper, integer=True)
+        assert grid.upper >= values.max() or values.max() < 2**62  # the top bin is kept whole
+        assert grid.lower <= values.min() or values.min() > -(2**62)
+        per = approx_bounds_per_partition(values, np.arange(values.size) % 2, 2, 1.0, rng=_rng(40 + seed))
+        assert per.found.all()
+        for lo, hi in zip(per.lower, per.upper):
+            Grid.for_bounds(lo, hi, integer=True)
+    assert approx_bounds(top, 1.0, rng=_rng(50 + seed)).upper == 2**63
+    assert approx_bounds(bottom, 1.0, rng=_rng(60 + seed)).lower == -(2**63)
 
 
 def test_a_histogram_counted_elsewhere_gives_the_same_release() -> None:
@@ -223,12 +309,11 @@ def test_per_partition_bounds() -> None:
     assert found.found.tolist() == [True, True, True, True, False]
     assert found.lower[:4].tolist() == [2.0, 32.0, -1024.0, 2.0**-5]  # (16, 32] holds too few of 30 … 9000
     assert found.upper[:4].tolist() == [1024.0, 16384.0, -2.0, 16.0]
-    assert math.isnan(found.lower[4]) and found.attempts[4] == 3
-    assert found.noisy_positive.shape == (5, 2047)
+    assert math.isnan(found.lower[4]) and math.isnan(found.upper[4]) and found.attempts[4] == 3
     ints = approx_bounds_per_partition(np.array([7] * 50 + [100] * 50), np.array([0] * 50 + [2] * 50), 3, 1.0,
                                        rng=_rng(12))
-    assert ints.lower.tolist() == [4, 0, 64] and ints.upper.tolist() == [8, 0, 128]
-    assert ints.found.tolist() == [True, False, True]
+    assert ints.lower[[0, 2]].tolist() == [4, 64] and ints.upper[[0, 2]].tolist() == [8, 128]
+    assert ints.found.tolist() == [True, False, True] and np.isnan(ints.lower[1])
 
 
 def test_per_partition_checks_codes() -> None:

@@ -23,7 +23,7 @@ import functools
 import math
 from fractions import Fraction
 
-__all__ = ["exp_neg_bounds"]
+__all__ = ["exp_neg_bounds", "exp_neg_interval", "fixed_power"]
 
 # Above this y, e^(−y) is bounded by (0, the upper bound at Y_SATURATE).
 Y_SATURATE = Fraction(2**16)
@@ -93,3 +93,42 @@ def _saturated_upper(bits: int) -> Fraction:
     """The upper bound at Y_SATURATE, computed once per precision (a search over h or k asks for
     it at every step once the argument is past the saturation)."""
     return exp_neg_bounds(Y_SATURATE, bits)[1]
+
+
+def fixed_power(base: Fraction, exponent: int, bits: int, upper: bool) -> Fraction:
+    """base^exponent for 0 ≤ base ≤ 1 by binary powering in fixed point with ``bits`` fractional
+    bits, every product rounded down (or up): all factors are non-negative, so the result is a
+    lower (or upper) bound, within 2·log2(exponent)·2^-bits + exponent·2^-bits of the truth."""
+    one = 1 << bits
+    b = -((-base.numerator * one) // base.denominator) if upper else base.numerator * one // base.denominator
+    result = one
+    while exponent:
+        if exponent & 1:
+            result = -((-result * b) >> bits) if upper else (result * b) >> bits
+        exponent >>= 1
+        if exponent:
+            b = -((-b * b) >> bits) if upper else (b * b) >> bits
+    return Fraction(result, one)
+
+
+def exp_neg_interval(y: Fraction, bits: int) -> tuple[Fraction, Fraction]:
+    """Rationals lo ≤ e^(−y) ≤ hi with hi − lo ≤ 2^-bits (an *absolute* precision) for every
+    y ≥ 0, however large: unlike :func:`exp_neg_bounds`, the gap keeps shrinking as ``bits``
+    grows beyond the saturation, which an exact comparison with a lazily drawn uniform needs
+    (it asks for more bits until it can decide).
+
+    For y ≥ 0.6932·bits > bits·ln 2 the interval is (0, 2^-bits). Up to Y_SATURATE it comes
+    from :func:`exp_neg_bounds`. In between (only at more than 94,000 bits, which a comparison
+    reaches with probability about 2^-94000) e^(−y) = (e^(−y/m))^m with y/m ≤ Y_SATURATE/2,
+    each side powered in fixed point."""
+    y = Fraction(y)
+    if y < 0:
+        raise ValueError("exp_neg_interval needs y >= 0")
+    if 10_000 * y >= 6_932 * bits:
+        return Fraction(0), Fraction(1, 1 << bits)
+    if y <= Y_SATURATE:
+        return exp_neg_bounds(y, bits + 2)  # hi − lo ≤ hi·2^-(bits+1) ≤ 2^-bits
+    m = math.ceil(y / (Y_SATURATE / 2))
+    work = bits + 2 * m.bit_length() + 8
+    lo, hi = exp_neg_bounds(y / m, work)
+    return fixed_power(lo, m, work, upper=False), fixed_power(hi, m, work, upper=True)

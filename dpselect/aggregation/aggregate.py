@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from dpselect import _bound
 from dpselect.aggregation.bounds import NotEnoughDataError, approx_bounds, approx_bounds_per_partition
+from dpselect.aggregation.bounds import check_parameters as check_bounds_parameters
 from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
@@ -156,6 +157,9 @@ def aggregate(
     # budget is charged: they depend on the parameters and the schema, never on the values.
     table, kind = to_arrow(data, plan.privacy_unit, plan.by, values=[c for c in plan.value_columns if c not in plan.by])
     integer = check_value_types(table.schema, plan.value_columns)
+    for c in plan.auto_columns:  # APPROX_BOUNDS' own checks, from the parameters and the column's type
+        check_bounds_parameters(plan.shares[f"bounds:{c}"][0], integer=integer[c], max_partitions_contributed=plan.kappa,
+                                max_contributions_per_partition=plan.linf)
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=plan.precision_bits, integer=integer[c])
              for c, (lo, hi) in plan.given_bounds.items()}
     listed = None

@@ -12,20 +12,26 @@ thesis (ETH Zürich, §4.2.5), with exact discrete Laplace noise on the bin coun
    sensitivity L0·L∞ and the noisy histogram is ε-DP. Everything after is post-processing.
 3. A bin "has data" when its noisy count is ≥ K, where K makes all 2B bins of an *empty* dataset
    stay below K with probability ≥ p (the success probability, 1 − 10⁻⁹ by default).
-4. Upper bound: the upper edge of the highest positive bin with data; if none, the negative
-   side's smaller-magnitude edge of the lowest negative bin with data. Lower bound: mirrored.
-5. If either bound is missing, p ← 1 − 10(1 − p) and step 4 runs again on the same noisy
-   histogram, while p > 1 − 10⁻⁶ and fewer than 30 attempts were made; then "not enough data".
+4. The *core*: from the lowest to the highest bin (on the real line) with data. Google's rule
+   (``rule="google"``) returns its outer edges.
+5. If no bin has data, p ← 1 − 10(1 − p) and step 4 runs again on the same noisy histogram,
+   while p > 1 − 10⁻⁶ and fewer than 30 attempts were made; then "not enough data".
+6. The tails rule (``rule="tails"``, the default) then moves each bound outward while the
+   noisy counts just beyond it clearly hold more than a small fraction of the data
+   (:mod:`dpselect.aggregation._bounds_rules`): a long tail spread thinly over many bins, each
+   far below K, stays inside the bounds instead of being clamped.
 
 The one deliberate difference from Google: the noisy counts are integers, so K is derived from
 the discrete Laplace tail P[X ≥ K] = q^K/(1 + q), q = e^(−1/b), as the smallest integer with
 (1 − q^K/(1 + q))^(2B) ≥ p, certified in rational arithmetic. Google's continuous formula
 K = −b·ln(2 − 2p^(1/(2B))) is :func:`google_threshold`; at ε = 1, p = 1 − 10⁻⁹, B = 64 it gives
 24.88215 (a noisy count must reach 25), the discrete rule gives 26.
+
+Per partition, the noisy histograms are drawn sparsely (:mod:`dpselect.aggregation._bounds_sparse`):
+one noise draw per non-empty cell, the same joint law of everything the scan reads.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,10 +40,18 @@ from numbers import Integral, Real
 import numpy as np
 import numpy.typing as npt
 
+from dpselect.aggregation._bounds_rules import RULES, cell_to_line, extend, first_core, sparse_cores
+from dpselect.aggregation._bounds_sparse import passing_cells
+from dpselect.aggregation._bounds_thresholds import (
+    MAX_SCALE,
+    MAX_THRESHOLD,
+    discrete_threshold,
+    google_threshold,
+    success_probabilities,
+    threshold_estimate,
+)
 from dpselect.aggregation.noise import DiscreteLaplaceNoise, NoiseGuarantee
-from dpselect.aggregation._expbounds import exp_neg_bounds
 from dpselect.exact import as_fraction
-from dpselect.params import power_lower
 from dpselect.rng import resolve_rng
 
 __all__ = [
@@ -48,82 +62,26 @@ __all__ = [
     "approx_bounds_from_histogram",
     "approx_bounds_per_partition",
     "bin_cells",
+    "check_parameters",
     "discrete_threshold",
     "find_bounds",
     "google_threshold",
     "success_probabilities",
     "NotEnoughDataError",
     "DEFAULT_SUCCESS_PROBABILITY",
+    "RULES",
 ]
 
 DEFAULT_SUCCESS_PROBABILITY = 1 - Fraction(1, 10**9)
-# Google's retry rule: relax p tenfold while it stays above this, at most _MAX_ATTEMPTS times.
-MIN_SUCCESS_PROBABILITY = 1 - Fraction(1, 10**6)
-_MAX_ATTEMPTS = 30
-_INT64_MAX = 2**63 - 1
+# The largest edge of the integer bins: 2^63, one above INT64_MAX, so that the top bin
+# (2^62, 2^63] holds every int64 and its edge is a double exactly (INT64_MAX is not: the grid
+# refused it, after the budget was charged).
+_INT_TOP = 2**63
 _DBL_MAX = np.finfo(np.float64).max
 
 
 class NotEnoughDataError(ValueError):
     """No bin passed the threshold, even after relaxing the success probability."""
-
-
-# ------------------------------------------------------------------ thresholds
-
-def google_threshold(epsilon: float, success_probability: float = 1 - 1e-9, num_bins: int = 64,
-                     max_partitions_contributed: int = 1, max_contributions_per_partition: int = 1) -> float:
-    """Google's current K for *continuous* Laplace noise of scale b = L0·L∞/ε: the quantile at
-    p^(1/(2B)), K = −b·ln(2 − 2p^(1/(2B))). For reference and comparison only: dpselect's
-    noise is discrete (see :func:`discrete_threshold`)."""
-    b = max_partitions_contributed * max_contributions_per_partition / float(epsilon)
-    root = math.exp(math.log(float(success_probability)) / (2 * num_bins))
-    return -b * math.log(2 - 2 * root)
-
-
-def _tail_upper(scale: Fraction, k: int, bits: int) -> Fraction:
-    """≥ P[X ≥ k] = q^k/(1 + q) for discrete Laplace X of scale b, q = e^(−1/b), k ≥ 0."""
-    return exp_neg_bounds(k / scale, bits)[1] / (1 + exp_neg_bounds(1 / scale, bits)[0])
-
-
-def _certified(scale: Fraction, k: int, p: Fraction, bins: int, bits: int) -> bool:
-    """(1 − P[X ≥ k])^(2B) ≥ p, proven with an upper bound on the tail and a lower bound on the
-    power (dpselect.params.power_lower rounds every product down)."""
-    tail = _tail_upper(scale, k, bits)
-    if tail >= 1:
-        return False
-    return power_lower(1 - tail, 2 * bins, bits) >= p
-
-
-@functools.lru_cache(maxsize=256)
-def discrete_threshold(scale: Fraction, success_probability: Fraction, num_bins: int) -> int:
-    """The smallest integer K ≥ 0 for which an empty dataset's 2B noisy counts (discrete Laplace
-    of scale b) all stay below K with probability ≥ p, certified in rationals:
-    (1 − q^K/(1 + q))^(2B) ≥ p with q = e^(−1/b)."""
-    scale = Fraction(scale)
-    p = Fraction(success_probability)
-    bits = 64 + max(0, (1 - p).denominator.bit_length() - (1 - p).numerator.bit_length()) + (2 * num_bins).bit_length()
-    q = math.exp(-1 / float(scale))
-    root_gap = -math.expm1(math.log(float(p)) / (2 * num_bins))  # 1 − p^(1/(2B))
-    guess = max(0, math.ceil(-float(scale) * math.log((1 + q) * root_gap)) - 1)
-    k = guess
-    while not _certified(scale, k, p, num_bins, bits):
-        k += 1
-    while k > 0 and _certified(scale, k - 1, p, num_bins, bits):
-        k -= 1
-    return k
-
-
-def success_probabilities(success_probability: Fraction) -> list[Fraction]:
-    """The p of every attempt of the retry rule, in order: p, then 1 − 10(1 − p) while it stays
-    above 1 − 10⁻⁶, at most 30 attempts (exact arithmetic: from 1 − 10⁻⁹ the attempts are at
-    1 − 10⁻⁹, 1 − 10⁻⁸ and 1 − 10⁻⁷)."""
-    ps = [Fraction(success_probability)]
-    while len(ps) < _MAX_ATTEMPTS:
-        nxt = 1 - 10 * (1 - ps[-1])
-        if not nxt > MIN_SUCCESS_PROBABILITY:
-            break
-        ps.append(nxt)
-    return ps
 
 
 # ------------------------------------------------------------------ bins
@@ -133,7 +91,7 @@ class BinScheme:
     """B bins per sign on a base-2 log scale starting at 2^``scale_exponent``.
 
     Defaults follow Google's: integers start at 1 with 64 bins, floats at the smallest normal
-    double 2^-1022 with 2047 bins (up to the largest double)."""
+    double 2^-1022 with 2047 bins (up to the largest double). Every edge is exactly a double."""
 
     integer: bool
     scale_exponent: int
@@ -144,15 +102,25 @@ class BinScheme:
         return cls(True, 0, 64) if integer else cls(False, -1022, 2047)
 
     def upper_edge(self, i: int) -> int | float:
-        """The larger-magnitude edge of bin i, 2^(s+i), saturated at the type's largest value."""
+        """The larger-magnitude edge of bin i, 2^(s+i), saturated at 2^63 for integers (the top
+        bin holds every int64 up to 2^63 − 1) and at the largest double for floats."""
         e = self.scale_exponent + i
         if self.integer:
-            return _INT64_MAX if e >= 63 else 1 << e
+            return _INT_TOP if e >= 63 else 1 << e
         return float(_DBL_MAX) if e >= 1024 else math.ldexp(1.0, e)
 
     def lower_edge(self, i: int) -> int | float:
         """The smaller-magnitude edge of bin i: 0 for bin 0, else the upper edge of bin i − 1."""
         return (0 if self.integer else 0.0) if i == 0 else self.upper_edge(i - 1)
+
+    def line_edges(self, j: int) -> tuple[int | float, int | float]:
+        """(left, right) edges on the real line of line cell j: j < B is the negative bin
+        B − 1 − j, j ≥ B the positive bin j − B."""
+        b = self.num_bins
+        if j >= b:
+            return self.lower_edge(j - b), self.upper_edge(j - b)
+        i = b - 1 - j
+        return -self.upper_edge(i), 0 - self.lower_edge(i)  # 0 − 0.0 is 0.0, never −0.0
 
     def index(self, magnitudes: np.ndarray) -> np.ndarray:
         """Bin of each magnitude: ⌈log2 x⌉ − s, clamped to [0, B − 1] (exact, no float log)."""
@@ -199,6 +167,12 @@ def _probability(value: object) -> Fraction:
     if not 0 < exact < 1:
         raise ValueError(f"success_probability must be strictly between 0 and 1, got {value!r}")
     return exact
+
+
+def _rule(value: object) -> str:
+    if value not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))}, got {value!r}")
+    return str(value)
 
 
 def _values(values: npt.ArrayLike, integer: bool | None) -> tuple[np.ndarray, bool]:
@@ -252,7 +226,8 @@ class ApproxBounds:
 
     ``noisy_positive[i]`` and ``noisy_negative[i]`` are the noisy bin counts (the ε-DP release;
     the bounds are post-processing of them, and so is the fraction of values they suggest lie
-    outside the bounds)."""
+    outside the bounds). ``core`` holds the bounds of Google's rule on the same counts (equal to
+    ``(lower, upper)`` with ``rule="google"``)."""
 
     lower: int | float
     upper: int | float
@@ -264,21 +239,23 @@ class ApproxBounds:
     scheme: BinScheme
     noise: DiscreteLaplaceNoise
     guarantee: NoiseGuarantee
+    rule: str = "tails"
+    core: tuple[int | float, int | float] | None = None
 
 
 @dataclass(frozen=True)
 class PartitionBounds:
-    """Bounds for partitions 0 … n − 1 from their own noisy histograms. ``found[j]`` is False
-    where no bin passed the threshold (then ``lower[j]`` and ``upper[j]`` are NaN for floats, 0
-    for integers). ``attempts[j]`` is how many thresholds were tried."""
+    """Bounds for partitions 0 … n − 1 from their own noisy histograms (Google's rule).
+    ``found[j]`` is False where no bin passed the threshold (then ``lower[j]`` and ``upper[j]``
+    are NaN). ``lower`` and ``upper`` are float64 for both kinds of values: every edge is 0 or
+    ±2^k, exact in a double (the top integer edge 2^63 does not fit int64). ``attempts[j]`` is
+    how many thresholds were tried. The noisy histograms are drawn sparsely and not kept."""
 
     lower: np.ndarray
     upper: np.ndarray
     found: np.ndarray
     attempts: np.ndarray
     thresholds: tuple[int, ...]
-    noisy_positive: np.ndarray
-    noisy_negative: np.ndarray
     scheme: BinScheme
     noise: DiscreteLaplaceNoise
     guarantee: NoiseGuarantee
@@ -298,69 +275,59 @@ def _guarantee(noise: DiscreteLaplaceNoise, l0: int, linf: int, private: bool, w
     return g if private else g.under_test_rng()
 
 
-def _scan(noisy_pos: np.ndarray, noisy_neg: np.ndarray, k: int, scheme: BinScheme
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Google's scans over every row of (n, B) noisy histograms at threshold k (a bin has data
-    iff its noisy count is ≥ k). Returns, per row: whether some bin has data; the lower bound's
-    bin and whether it is on the negative side (the negative bin of largest magnitude with
-    data, else the positive bin of smallest magnitude); the upper bound's bin and whether it is
-    on the positive side (the positive bin of largest magnitude, else the negative bin of
-    smallest magnitude). One bin with data gives both bounds."""
-    pos = noisy_pos >= k
-    neg = noisy_neg >= k
-    b = scheme.num_bins
-    has_pos, has_neg = pos.any(axis=1), neg.any(axis=1)
-    top_pos = b - 1 - np.argmax(pos[:, ::-1], axis=1)
-    first_pos = np.argmax(pos, axis=1)
-    top_neg = b - 1 - np.argmax(neg[:, ::-1], axis=1)
-    first_neg = np.argmax(neg, axis=1)
-    lower_bin = np.where(has_neg, top_neg, first_pos)
-    upper_bin = np.where(has_pos, top_pos, first_neg)
-    return has_pos | has_neg, lower_bin, has_neg, upper_bin, has_pos
+def _line(noisy_positive: npt.ArrayLike, noisy_negative: npt.ArrayLike) -> np.ndarray:
+    """The 2B noisy counts in real-line order (negative bins from the largest magnitude)."""
+    return np.concatenate([np.asarray(noisy_negative, dtype=np.int64).ravel()[::-1],
+                           np.asarray(noisy_positive, dtype=np.int64).ravel()])
 
 
 def find_bounds(noisy_positive: npt.ArrayLike, noisy_negative: npt.ArrayLike, thresholds: list[int],
-                scheme: BinScheme) -> tuple[int | float, int | float, int] | None:
-    """Steps 3–5 on one noisy histogram: (lower, upper, attempt) with the first threshold (in
+                scheme: BinScheme, *, rule: str = "google", scale: Fraction | None = None
+                ) -> tuple[int | float, int | float, int] | None:
+    """Steps 4–6 on one noisy histogram: (lower, upper, attempt) with the first threshold (in
     the retry order) at which some bin has data, or None ("not enough data"). Pure
-    post-processing: no randomness."""
-    pos = np.asarray(noisy_positive).reshape(1, -1)
-    neg = np.asarray(noisy_negative).reshape(1, -1)
-    for attempt, k in enumerate(thresholds, start=1):
-        found, lower_bin, lower_neg, upper_bin, upper_pos = _scan(pos, neg, k, scheme)
-        if found[0]:
-            lower, upper = _bound_values(int(lower_bin[0]), bool(lower_neg[0]), int(upper_bin[0]),
-                                         bool(upper_pos[0]), scheme)
-            return lower, upper, attempt
-    return None
-
-
-def _bound_values(lower_bin: int, lower_negative: bool, upper_bin: int, upper_positive: bool,
-                  scheme: BinScheme) -> tuple[int | float, int | float]:
-    if lower_negative:
-        edge = scheme.upper_edge(lower_bin)
-        lower = -edge - 1 if scheme.integer and edge == _INT64_MAX else -edge  # INT64_MIN: "lowest"
-    else:
-        lower = scheme.lower_edge(lower_bin)
-    if upper_positive:
-        upper = scheme.upper_edge(upper_bin)
-    else:
-        upper = 0 - scheme.lower_edge(upper_bin)  # 0 − 0.0 is 0.0, never −0.0
-    return lower, upper
+    post-processing: no randomness. ``rule="tails"`` needs the noise ``scale``."""
+    line = _line(noisy_positive, noisy_negative)
+    if line.size != 2 * scheme.num_bins:
+        raise ValueError(f"noisy_positive and noisy_negative must have {scheme.num_bins} counts each")
+    found = first_core(line, list(thresholds))
+    if found is None:
+        return None
+    low, high, attempt = found
+    if _rule(rule) == "tails":
+        if scale is None:
+            raise ValueError("rule='tails' needs the noise scale (scale=)")
+        low, high = extend(line, low, high, Fraction(scale))
+    return scheme.line_edges(low)[0], scheme.line_edges(high)[1], attempt
 
 
 def _setup(epsilon: object, max_partitions_contributed: object, max_contributions_per_partition: object,
            success_probability: object, threshold: object, scheme: BinScheme
            ) -> tuple[DiscreteLaplaceNoise, list[int], list[Fraction | None], int, int]:
+    """The noise and the thresholds, every parameter checked before any work or draw."""
     eps = _epsilon(epsilon)
     l0 = _positive_int("max_partitions_contributed", max_partitions_contributed)
     linf = _positive_int("max_contributions_per_partition", max_contributions_per_partition)
+    too_large = ValueError(
+        f"max_partitions_contributed × max_contributions_per_partition / epsilon = {l0} × {linf} / {float(eps):.6g} "
+        f"is above 2**54: the noisy counts would not fit in int64 and no bin could ever pass the threshold. "
+        "Lower max_partitions_contributed or max_contributions_per_partition, spend more epsilon, or give "
+        "explicit bounds")
+    if Fraction(l0 * linf) / eps > MAX_SCALE:
+        raise too_large
     noise = DiscreteLaplaceNoise.for_epsilon(eps, sensitivity=linf, max_partitions_contributed=l0)
+    if noise.scale > MAX_SCALE:  # rounded up to a rational the kernel takes
+        raise too_large
     if threshold is not None:
-        if isinstance(threshold, bool) or not isinstance(threshold, Integral) or int(threshold) < 0:
-            raise ValueError(f"threshold must be a non-negative int, got {threshold!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, Integral) or not 0 <= int(threshold) <= MAX_THRESHOLD:
+            raise ValueError(f"threshold must be an int between 0 and 2**61, got {threshold!r}")
         return noise, [int(threshold)], [None], l0, linf  # a user-set K: no retry
     ps = success_probabilities(_probability(success_probability))
+    if threshold_estimate(noise.scale, ps[0], scheme.num_bins) > MAX_THRESHOLD / 2:
+        raise ValueError(
+            f"success_probability = {float(ps[0])!r} (1 - {float(1 - ps[0]):.3g}) needs a threshold above 2**60 at the "
+            f"noise scale {float(noise.scale):.6g} (max_partitions_contributed × max_contributions_per_partition / "
+            "epsilon): the noisy counts would not fit in int64. Use a success_probability further from 1")
     return noise, [discrete_threshold(noise.scale, p, scheme.num_bins) for p in ps], ps, l0, linf
 
 
@@ -382,37 +349,61 @@ def _scheme(integer: bool, num_bins: object, scale_exponent: object) -> BinSchem
 
 # ------------------------------------------------------------------ entry points
 
+def check_parameters(epsilon: object, *, integer: bool, max_partitions_contributed: int = 1,
+                     max_contributions_per_partition: int = 1,
+                     success_probability: object = DEFAULT_SUCCESS_PROBABILITY, threshold: int | None = None,
+                     num_bins: int | None = None, scale_exponent: int | None = None, rule: str = "tails") -> None:
+    """Raise the ValueError or TypeError that :func:`approx_bounds`,
+    :func:`approx_bounds_from_histogram` or :func:`approx_bounds_per_partition` would raise for
+    these parameters, from the parameters alone: no data, no randomness. Callers that charge a
+    budget call it first, so that a release never fails after the charge (a noise scale
+    L0·L∞/ε above 2^54, or a success probability so close to 1 that its threshold leaves int64,
+    is refused here)."""
+    scheme = _scheme(bool(integer), num_bins, scale_exponent)
+    _rule(rule)
+    _setup(epsilon, max_partitions_contributed, max_contributions_per_partition, success_probability, threshold,
+           scheme)
+
+
 def approx_bounds(values: npt.ArrayLike, epsilon: object, *, max_partitions_contributed: int = 1,
                   max_contributions_per_partition: int = 1,
                   success_probability: object = DEFAULT_SUCCESS_PROBABILITY, threshold: int | None = None,
                   integer: bool | None = None, num_bins: int | None = None, scale_exponent: int | None = None,
-                  rng: object | None = None) -> ApproxBounds:
+                  rule: str = "tails", rng: object | None = None) -> ApproxBounds:
     """APPROX_BOUNDS over the whole dataset: ``values`` are every contribution after
     contribution bounding (each user at most L0 partitions, L∞ values in each). ε-DP.
 
     Integer arrays use the integer bins (64 from 1), float arrays the float bins (2047 from
     2^-1022), unless ``integer`` says otherwise. ``threshold`` sets K directly (no retry).
+    ``rule`` turns the noisy histogram into bounds: ``"tails"`` (default) keeps thin long tails
+    inside the bounds, ``"google"`` is Google's outermost-bins rule (docs/privacy/approx-bounds.md).
     Raises :class:`NotEnoughDataError` ("not enough data…") when no bin passes."""
     arr, is_int = _values(values, integer)
+    check_parameters(epsilon, integer=is_int, max_partitions_contributed=max_partitions_contributed,
+                     max_contributions_per_partition=max_contributions_per_partition,
+                     success_probability=success_probability, threshold=threshold, num_bins=num_bins,
+                     scale_exponent=scale_exponent, rule=rule)
     scheme = _scheme(is_int, num_bins, scale_exponent)
     counts = np.bincount(bin_cells(arr, scheme), minlength=2 * scheme.num_bins).astype(np.int64)
     return approx_bounds_from_histogram(counts, epsilon, integer=is_int,
                                         max_partitions_contributed=max_partitions_contributed,
                                         max_contributions_per_partition=max_contributions_per_partition,
                                         success_probability=success_probability, threshold=threshold,
-                                        num_bins=num_bins, scale_exponent=scale_exponent, rng=rng)
+                                        num_bins=num_bins, scale_exponent=scale_exponent, rule=rule, rng=rng)
 
 
 def approx_bounds_from_histogram(counts: npt.ArrayLike, epsilon: object, *, integer: bool,
                                  max_partitions_contributed: int = 1, max_contributions_per_partition: int = 1,
                                  success_probability: object = DEFAULT_SUCCESS_PROBABILITY,
                                  threshold: int | None = None, num_bins: int | None = None,
-                                 scale_exponent: int | None = None, rng: object | None = None) -> ApproxBounds:
+                                 scale_exponent: int | None = None, rule: str = "tails",
+                                 rng: object | None = None) -> ApproxBounds:
     """:func:`approx_bounds` from a histogram counted elsewhere (dpselect.spark counts it in
     Spark): ``counts`` are the 2B cells of :func:`bin_cells` over every contribution after
     contribution bounding (L0 partitions, L∞ values in each), on the scheme of ``integer``,
-    ``num_bins`` and ``scale_exponent``. Steps 2–5: noise, thresholds, bounds. ε-DP."""
+    ``num_bins`` and ``scale_exponent``. Steps 2–6: noise, thresholds, bounds. ε-DP."""
     scheme = _scheme(bool(integer), num_bins, scale_exponent)
+    rule = _rule(rule)
     noise, thresholds, ps, l0, linf = _setup(epsilon, max_partitions_contributed, max_contributions_per_partition,
                                              success_probability, threshold, scheme)
     counts = np.asarray(counts)
@@ -424,15 +415,19 @@ def approx_bounds_from_histogram(counts: npt.ArrayLike, epsilon: object, *, inte
     noisy = noise.add(counts, rng=generator)
     noisy_pos, noisy_neg = noisy[:scheme.num_bins], noisy[scheme.num_bins:]
     guarantee = _guarantee(noise, l0, linf, generator.privacy_guaranteed, "whole dataset")
-    result = find_bounds(noisy_pos, noisy_neg, thresholds, scheme)
-    if result is not None:
-        lower, upper, attempt = result
-        return ApproxBounds(lower, upper, thresholds[attempt - 1], ps[attempt - 1], attempt, noisy_pos, noisy_neg,
-                            scheme, noise, guarantee)
-    raise NotEnoughDataError(
-        f"not enough data to find bounds: no noisy bin count reached the threshold (last tried {thresholds[-1]}, "
-        f"after {len(thresholds)} attempt(s)). Run over a larger dataset, spend more epsilon, lower "
-        "success_probability, or give explicit bounds")
+    line = _line(noisy_pos, noisy_neg)
+    found = first_core(line, thresholds)
+    if found is None:
+        raise NotEnoughDataError(
+            f"not enough data to find bounds: no noisy bin count reached the threshold (last tried {thresholds[-1]}, "
+            f"after {len(thresholds)} attempt(s)). Run over a larger dataset, spend more epsilon, lower "
+            "success_probability, or give explicit bounds")
+    low, high, attempt = found
+    core = (scheme.line_edges(low)[0], scheme.line_edges(high)[1])
+    if rule == "tails":
+        low, high = extend(line, low, high, noise.scale)
+    return ApproxBounds(scheme.line_edges(low)[0], scheme.line_edges(high)[1], thresholds[attempt - 1],
+                        ps[attempt - 1], attempt, noisy_pos, noisy_neg, scheme, noise, guarantee, rule, core)
 
 
 def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_partitions: int, epsilon: object, *,
@@ -442,8 +437,14 @@ def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_p
                                 num_bins: int | None = None, scale_exponent: int | None = None,
                                 rng: object | None = None) -> PartitionBounds:
     """APPROX_BOUNDS for each partition 0 … n − 1 (``codes[i]`` is the partition of
-    ``values[i]``), each from its own noisy histogram. ε-DP for all partitions together: one
-    user's values change the histograms by at most L0·L∞ in L1 in total.
+    ``values[i]``), each from its own noisy histogram, with Google's rule. ε-DP for all
+    partitions together: one user's values change the histograms by at most L0·L∞ in L1 in
+    total.
+
+    The n·2B noisy counts are drawn sparsely: one noise draw per non-empty cell, and for the
+    empty cells an exact sample of which ones reach the threshold (the same joint law of
+    everything the scan reads; docs/privacy/approx-bounds.md). Time and memory grow with the
+    number of values, not with n·2B.
 
     Run it only on a partition set that is public or already released by a DP selection: the
     list of partitions is not protected here. Partitions where no bin passes get ``found`` False
@@ -463,34 +464,24 @@ def approx_bounds_per_partition(values: npt.ArrayLike, codes: npt.ArrayLike, n_p
     scheme = _scheme(is_int, num_bins, scale_exponent)
     noise, thresholds, ps, l0, linf = _setup(epsilon, max_partitions_contributed, max_contributions_per_partition,
                                              success_probability, threshold, scheme)
-    negative, bins = _signed_magnitudes(arr, scheme)
     width = 2 * scheme.num_bins
-    cells = c.astype(np.int64) * width + bins + negative * scheme.num_bins
-    counts = np.bincount(cells, minlength=n * width).astype(np.int64)
+    if n * width >= 2**62:
+        raise ValueError(f"n_partitions × 2 × num_bins = {n} × {width} cells is too many to index")
+    negative, bins = _signed_magnitudes(arr, scheme)
+    flat = c.astype(np.int64) * width + bins + negative * scheme.num_bins
+    if n * width <= 4 * flat.size + 2**20:  # dense data: counting beats sorting
+        counts = np.bincount(flat, minlength=n * width)
+        occupied = np.flatnonzero(counts)
+        counts = counts[occupied]
+    else:
+        occupied, counts = np.unique(flat, return_counts=True)
     generator = resolve_rng(rng)
-    noisy = noise.add(counts, rng=generator).reshape(n, width)
-    noisy_pos, noisy_neg = noisy[:, :scheme.num_bins], noisy[:, scheme.num_bins:]
-    found = np.zeros(n, dtype=bool)
-    attempts = np.zeros(n, dtype=np.int64)
-    lower_bin = np.zeros(n, dtype=np.intp)
-    upper_bin = np.zeros(n, dtype=np.intp)
-    lower_neg = np.zeros(n, dtype=bool)
-    upper_pos = np.zeros(n, dtype=bool)
-    for attempt, k in enumerate(thresholds, start=1):
-        todo = ~found
-        if not todo.any():
-            break
-        attempts[todo] = attempt
-        f, lb, ln, ub, up = _scan(noisy_pos[todo], noisy_neg[todo], k, scheme)
-        rows = np.flatnonzero(todo)[f]
-        found[rows] = True
-        lower_bin[rows], lower_neg[rows], upper_bin[rows], upper_pos[rows] = lb[f], ln[f], ub[f], up[f]
-    dtype = np.int64 if scheme.integer else np.float64
-    lower = np.zeros(n, dtype=dtype) if scheme.integer else np.full(n, np.nan)
-    upper = np.zeros(n, dtype=dtype) if scheme.integer else np.full(n, np.nan)
-    for j in np.flatnonzero(found):
-        lower[j], upper[j] = _bound_values(int(lower_bin[j]), bool(lower_neg[j]), int(upper_bin[j]),
-                                           bool(upper_pos[j]), scheme)
+    cells, noisy = passing_cells(occupied, counts.astype(np.int64), n * width, noise, min(thresholds), generator)
+    found, attempts, low, high = sparse_cores(cells // width, cell_to_line(cells % width, scheme.num_bins), noisy,
+                                              n, thresholds)
+    left = np.array([scheme.line_edges(j)[0] for j in range(width)], dtype=np.float64)
+    right = np.array([scheme.line_edges(j)[1] for j in range(width)], dtype=np.float64)
+    lower = np.where(found, left[low], np.nan)
+    upper = np.where(found, right[high], np.nan)
     guarantee = _guarantee(noise, l0, linf, generator.privacy_guaranteed, "per partition")
-    return PartitionBounds(lower, upper, found, attempts, tuple(thresholds), noisy_pos, noisy_neg, scheme,
-                           noise, guarantee)
+    return PartitionBounds(lower, upper, found, attempts, tuple(thresholds), scheme, noise, guarantee)
