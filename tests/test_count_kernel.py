@@ -99,12 +99,11 @@ def test_choice_is_uniform_over_subsets():
     stats = pytest.importorskip("scipy.stats")
     d, kappa, n_users = 5, 2, 20_000
     chosen = owned_partitions(n_users, d, kappa)
-    subsets = list(itertools.combinations(range(d), kappa))
-    index = {s: i for i, s in enumerate(subsets)}
-    observed = np.zeros(len(subsets))
-    for row in chosen:
-        observed[index[tuple(np.flatnonzero(row))]] += 1
-    assert observed.sum() == n_users
+    # Each user's kept partitions as a bit mask, against the masks of the κ-subsets.
+    masks = chosen.astype(np.int64) @ (np.int64(1) << np.arange(d, dtype=np.int64))
+    subsets = np.array([sum(1 << i for i in s) for s in itertools.combinations(range(d), kappa)])
+    observed = (masks[:, None] == subsets[None, :]).sum(axis=0)
+    assert observed.sum() == n_users  # every user kept exactly one κ-subset
     p = stats.chisquare(observed).pvalue
     assert p > 1e-6, (observed, p)
 
@@ -286,10 +285,16 @@ def test_grouping_by_user_matches_a_sort_at_every_bucket_width(n_users):
     parts = gen.integers(0, 97, users.size).astype(np.uint32)
     counter = PairCounter()
     counter.feed(users, parts)
-    expected = [[] for _ in range(n_users)]
-    for u, p in sorted(set(zip(users.tolist(), parts.tolist()))):
-        expected[u].append(p)
-    assert grouped_sets(counter, 97) == expected
+    ends, got = counter.group(97)
+    ends = np.asarray(ends, dtype=np.int64)
+    # Expected: the distinct (user, partition) pairs in sorted order, so user u's partitions are
+    # expected_parts[expected_ends[u - 1]:expected_ends[u]], ascending.
+    pairs = np.unique(users.astype(np.int64) * 97 + parts)
+    expected_users, expected_parts = pairs // 97, pairs % 97
+    np.testing.assert_array_equal(ends, np.searchsorted(expected_users, np.arange(n_users), side="right"))
+    owner = np.repeat(np.arange(n_users), np.diff(ends, prepend=0))  # the kernel's order within a user is free
+    got = np.asarray(got, dtype=np.int64)
+    np.testing.assert_array_equal(got[np.lexsort((got, owner))], expected_parts)
 
 
 def test_shards_split_the_users_and_keep_their_codes_dense():

@@ -91,7 +91,9 @@ def test_string_widths_may_change_between_batches():
     assert codes == [[0, 1], [1, 2]] and distinct == ["a", "b", "c"]
 
 
-@settings(max_examples=150, deadline=None)
+# Random batches; the corners (extreme integers, empty and NUL-bearing strings, nulls first, widths
+# changing between batches) are the deterministic CASES and tests above, run every time.
+@settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=40), min_size=1, max_size=5),
     st.sampled_from([pa.string(), pa.large_string()]),
@@ -102,7 +104,7 @@ def test_strings_across_batches_match_a_dictionary(batches, typ):
     assert codes == expected and distinct == expected_distinct
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=40),
                 min_size=1, max_size=5))
 def test_integers_across_batches_match_a_dictionary(batches):

@@ -101,11 +101,14 @@ def test_join_privacy_accounting_is_exact() -> None:
 
 
 def test_join_estimate_is_within_the_derived_bound() -> None:
-    """Derived bound: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i]."""
+    """Derived bound: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
+
+    Each run solves one LP per candidate τ_i (20 here): 2000 records of two owners keep that to
+    seconds while the bound stays below the sum (about 0.88 of it) and each estimate below it."""
     gen = np.random.Generator(np.random.PCG64(5))
-    n_users, n_records = 2000, 4000
+    n_users, n_records = 1000, 2000
     rows = np.repeat(np.arange(n_records), 2)
-    cols = np.stack([gen.integers(0, 1000, n_records), gen.integers(1000, 2000, n_records)], axis=1).ravel()
+    cols = np.stack([gen.integers(0, 500, n_records), gen.integers(500, 1000, n_records)], axis=1).ravel()
     values = gen.integers(0, 101, n_records)
     phi = np.clip(gen.normal(1.0, 0.3, n_users), 0.01, None)
     truth = int(values.sum())

@@ -51,17 +51,15 @@ def model(users: np.ndarray, parts: np.ndarray) -> tuple[list[int], list[list[in
     bits = bucket_bits(len(users))
     width = users.dtype.itemsize
     first: dict[int, int] = {}
-    runs: dict[int, list[int]] = {}
+    runs: dict[int, dict[int, None]] = {}  # an insertion-ordered set per user: first appearance
     for row, (u, p) in enumerate(zip(users.tolist(), parts.tolist())):
         word = u & ((1 << (8 * width)) - 1)  # zero-extended, as the kernel reads it
         first.setdefault(word, row)
-        run = runs.setdefault(word, [])
-        if p not in run:
-            run.append(p)
+        runs.setdefault(word, {}).setdefault(p, None)
     def bucket(word: int) -> int:
         return fmix64(word) >> (64 - bits) if bits else 0
     order = sorted(first, key=lambda w: (bucket(w), first[w]))
-    return order, [runs[w] for w in order]
+    return order, [list(runs[w]) for w in order]
 
 
 def grouped(users: np.ndarray, parts: np.ndarray, *, seed: int = 7, splits: int = 1, shards: int = 2) -> RadixPairs:
@@ -222,10 +220,11 @@ def subset_pvalue(chosen: np.ndarray, kappa: int) -> float:
     """Chi-square p-value of "every κ-subset of the d partitions equally likely"."""
     stats = pytest.importorskip("scipy.stats")
     d = chosen.shape[1]
-    subsets = {s: i for i, s in enumerate(itertools.combinations(range(d), kappa))}
-    observed = np.zeros(len(subsets))
-    for row in chosen:
-        observed[subsets[tuple(np.flatnonzero(row))]] += 1
+    # Each row as a bit mask of the partitions it kept, against the masks of the κ-subsets.
+    masks = chosen.astype(np.int64) @ (np.int64(1) << np.arange(d, dtype=np.int64))
+    subsets = np.array([sum(1 << i for i in s) for s in itertools.combinations(range(d), kappa)])
+    assert np.all(np.isin(masks, subsets)), "a user kept a set that is not a kappa-subset of its partitions"
+    observed = (masks[:, None] == subsets[None, :]).sum(axis=0)
     return float(stats.chisquare(observed).pvalue)
 
 

@@ -64,15 +64,19 @@ deltas = st.one_of(
 probability = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 5e-324, 1e-300, 1e-17, 0.5]))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(p=probability, epsilon=epsilons, delta=deltas, n=st.integers(1, 40))
 def test_binary_line_is_dp_for_every_epsilon_and_delta(p: float, epsilon: float, delta: float, n: int) -> None:
+    check_binary_line(p, epsilon, delta, n)
+
+
+def check_binary_line(p: float, epsilon: float, delta: float, n: int) -> None:
     table = binary_line(p, epsilon, n, delta)
     assert_dp_table(table, epsilon, delta)
     assert np.all(np.diff(table[:, 0]) >= -1e-15)  # the preferred answer never loses mass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     weights=st.lists(probability, min_size=3, max_size=3).filter(lambda w: sum(w) > 0.0),
     tiny=st.booleans(),
@@ -83,15 +87,38 @@ def test_binary_line_is_dp_for_every_epsilon_and_delta(p: float, epsilon: float,
 def test_ternary_line_is_dp_for_every_epsilon_and_delta(
     weights: list[float], tiny: bool, epsilon: float, delta: float, n: int
 ) -> None:
+    p = ternary_boundary(weights, tiny)
+    assume(abs(p.sum() - 1.0) < 1e-12)
+    check_ternary_line(p, epsilon, delta, n)
+
+
+def ternary_boundary(weights: list[float], tiny: bool) -> np.ndarray:
     p = np.array(weights) / sum(weights)
     if tiny:  # the hard case: the first two answers nearly absent, the last one nearly certain
         p = np.array([p[0] * 1e-200, p[1] * 1e-20, 0.0])
         p[2] = 1.0 - p[:2].sum()
-    assume(abs(p.sum() - 1.0) < 1e-12)
+    return p
+
+
+def check_ternary_line(p: np.ndarray, epsilon: float, delta: float, n: int) -> None:
     table = line_probabilities(p, epsilon, n, delta)
     assert_dp_table(table, epsilon, delta)
     prefix = np.cumsum(table, axis=1)
     assert np.all(prefix[1:, :2] >= prefix[:-1, :2] - 1e-15)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 1e-300, 1e-6, 0.5, 36.0, 709.79, 1e308])
+@pytest.mark.parametrize("delta", [5e-324, 1e-12, 0.3, 1.0 - 2.0**-53])
+def test_binary_and_ternary_lines_at_the_corners(epsilon: float, delta: float) -> None:
+    """The corners of the strategies of the two property tests above, every run (hypothesis adds
+    random points in between; test_large_epsilon_grid covers epsilon >= 20 more densely)."""
+    for p in (0.0, 5e-324, 1e-17, 0.5, 1.0):
+        check_binary_line(p, epsilon, delta, 40)
+    for weights, tiny in (([1.0, 1.0, 1.0], False), ([1.0, 1.0, 1.0], True), ([1e-300, 0.0, 1.0], False),
+                          ([0.5, 5e-324, 0.5], True)):
+        boundary = ternary_boundary(weights, tiny)
+        assert abs(boundary.sum() - 1.0) < 1e-12
+        check_ternary_line(boundary, epsilon, delta, 40)
 
 
 def iterate_one_step_map(boundary: np.ndarray, epsilon: float, delta: float, n: int) -> np.ndarray:
