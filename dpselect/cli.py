@@ -22,12 +22,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from dpselect.interrupts import Terminated, exit_code, ignore_signals, reserve_standard_fds, signals_as_interrupts
+from dpselect.outputs import WriteLog
+from dpselect.verify import CertificationError
 
 __all__ = [
     "EXIT_DATA",
@@ -64,14 +68,17 @@ example:
 
 _EXIT_CODES = """\
 exit codes:
-  0    success
+  0    success: the release was written. Also when standard error could not be written to
+       (the messages are lost, the release stands) or when a signal came once every output
+       was in place (the message says so)
   1    internal error or missing dependency (pip install 'dpselect[arrow]')
-  2    bad option or parameter value
+  2    bad option or parameter value (found before any input is read)
   3    input file missing, unreadable, or not in the expected format
   4    a needed column is missing, ambiguous, of an unusable type, or has null privacy units
   5    output cannot be written (or would overwrite the input, or is read-only)
   6    the operating system's random number generator failed: nothing was released
-  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): nothing was written
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM); 129 (SIGHUP): the message says which
+       outputs, if any, were written (files are replaced all together or not at all)
 """
 
 _EPILOG = _EXAMPLE + "\n" + _EXIT_CODES + """
@@ -80,7 +87,9 @@ differ), with their declared types from Parquet. A null key (empty CSV cell, JSO
 missing field, Parquet null) is a key like any other value. A null privacy unit is not a
 person: such rows are an error unless --drop-null-privacy-units. Output rows are sorted by key.
 Counts (--counts) are noisy: only partitions whose noisy count passed the release threshold
-are shown, so those near it lean high. See docs/rows.md and docs/privacy/.
+are shown, so those near it lean high. JSON lines output is strict JSON: a float NaN or
+infinite key is written as the string "NaN", "Infinity" or "-Infinity" (a null key as null).
+See docs/rows.md and docs/privacy/.
 """
 
 
@@ -94,7 +103,15 @@ example:
 """
 
 _AGGREGATE_EPILOG = _AGGREGATE_EXAMPLE + "\n" + _EXIT_CODES.replace(
-    "or has null privacy units", "has null privacy units,\n       or a value column holds something other than numbers") + """
+    "or has null privacy units", "has null privacy units,\n       or a value column holds something other than numbers, or a noisy statistic of\n"
+    "       this data does not fit in int64 at these --max-* bounds and --metric bounds") + """
+--max-partitions-contributed K and --max-contributions-per-partition L are required: each user
+keeps at most K keys and L rows in each (chosen at random), the rest is dropped, and the noise
+grows with both. Choose them from what is known without this data (the limits of the system
+that produced it, its public description, a held-out sample), never from exact statistics of
+the data released, such as its --report: a choice made from those is not covered by the
+guarantee.
+
 metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the default shown):
   users, count_distinct_units   privacy units (users) kept in the key after bounding   [users]
   count, rows                   rows kept in the key after bounding                    [count]
@@ -103,7 +120,10 @@ metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the def
 Each value of COL is clamped to [LO, HI]. A column is clamped once: its metrics must give the
 same LO:HI, or some give it and the others none. A column no metric gives bounds to gets them
 privately (APPROX_BOUNDS, with its own share of epsilon); the bounds used are in the sidecar.
-Column names containing ':' cannot be used in a SPEC.
+Column names containing ':' cannot be used in a SPEC. A statistic without a value (a sum or
+mean of a key whose own bounds were not found, --bounds-scope partition) is written empty: an
+empty CSV cell, a JSON null, a Parquet null. JSON lines output is strict JSON: a float NaN or
+infinite key is written as the string "NaN", "Infinity" or "-Infinity".
 
 Value columns are read from CSV and JSON lines as float64 (a JSON string holding a number is
 read as that number), from Parquet with their declared integer or float type; --value-type
@@ -132,22 +152,35 @@ class _Fail(Exception):
         self.code = code
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised like Ctrl-C so every cleanup (the output's temporary file)
-    runs on the way out."""
+# Every count dpselect handles is an int64.
+_INT64_MAX = 2**63 - 1
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+
+def _shown(text: str) -> str:
+    """A value as typed, shortened if it is very long."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 
 
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}")
+    if value > _INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most 2**63 - 1, got {_shown(text)}")
+    return value
+
+
+def _threshold(text: str) -> int:
+    """--public-threshold: an integer up to 2**62, the largest the release kernel compares to."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)}") from None
+    if value > 2**62:
+        raise argparse.ArgumentTypeError(f"expected an integer of at most 2**62, got {_shown(text)}")
     return value
 
 
@@ -167,10 +200,26 @@ def _byte_size(text: str) -> int:
 
 
 def _number(text: str) -> float:
+    """A float64 that is the number typed, or as close as float64 allows: a nonzero number whose
+    magnitude is below the smallest normal float64 (about 2.2e-308; it would become 0 or a
+    subnormal with fewer significant digits than asked) or above the largest (it would become
+    infinity) is refused here, naming the flag, rather than failing deep in a computation."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+    try:
+        exact = Decimal(text.strip().replace("_", ""))
+    except InvalidOperation:  # pragma: no cover - float() accepted it, so Decimal does too
+        return value
+    if exact.is_finite() and exact != 0:
+        if math.isinf(value):
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is too large for a float64 (at most "
+                                             f"{sys.float_info.max:.17g})")
+        if abs(value) < sys.float_info.min:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is too close to 0 for a float64 to hold (a nonzero "
+                                             f"value must be at least {sys.float_info.min:.17g} in magnitude)")
+    return value
 
 
 def _strategy_names() -> list[str]:
@@ -187,11 +236,14 @@ def _add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool, selecti
                      help="privacy parameter 0 < delta < 1" if selection_options else
                      "privacy parameter 0 < delta < 1, all of it for the key selection (0 is allowed with "
                      "--public-partitions)")
+    if not selection_options:  # dpselect aggregate: κ has no default (see _require_contribution_bounds)
+        cmd.add_argument("--max-partitions-contributed", type=_positive_int, default=None, metavar="K",
+                         help="required: keep at most K partitions (keys) of each user, chosen uniformly at "
+                         "random; the noise of every statistic grows with K")
+        return
     cmd.add_argument("--max-partitions-contributed", type=_positive_int, default=1, metavar="N",
                      help="bound each user to at most N partitions, chosen uniformly at random "
                      "(default 1); the budget is split over them")
-    if not selection_options:
-        return
     cmd.add_argument("--neighbours", choices=("add_remove", "replace"), default="add_remove",
                      help="neighbouring datasets: add or remove one user (default), or replace one user's "
                      "rows (bounded DP: the budget is split over twice as many partitions)")
@@ -244,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the "
                      "--by columns: released with noisy counts whether or not they occur (--strategy "
                      "public, the default with this flag) or beside the data's own keys (--strategy mixed)")
-    sel.add_argument("--public-threshold", type=int, default=None, metavar="T",
+    sel.add_argument("--public-threshold", type=_threshold, default=None, metavar="T",
                      help="with --strategy mixed: release a public key when its noisy count exceeds T "
                      "(default: the release threshold k, so no absent public key is released; T at most "
                      "minus k releases every public key present in the data)")
@@ -307,9 +359,9 @@ def _add_aggregate_parser(commands: Any) -> None:
                      help="a partition column; repeat it for a key over several columns "
                      "(--by a --by b is GROUP BY a, b)")
     _add_privacy_arguments(agg, required=True, selection_options=False)
-    agg.add_argument("--max-contributions-per-partition", type=_positive_int, default=1, metavar="L",
-                     help="keep at most L rows of each user in each of its partitions, chosen uniformly at "
-                     "random (default 1); row counts, sums and means get L times the noise")
+    agg.add_argument("--max-contributions-per-partition", type=_positive_int, default=None, metavar="L",
+                     help="required: keep at most L rows of each user in each of its partitions, chosen "
+                     "uniformly at random; row counts, sums and means get L times the noise")
     agg.add_argument("--metric", "-m", required=True, action="append", metavar="[NAME=]SPEC",
                      help="a statistic per released key, repeatable: users, count, sum:COL[:LO:HI] or "
                      "mean:COL[:LO:HI] (see below); NAME= names its output column")
@@ -329,7 +381,7 @@ def _add_aggregate_parser(commands: Any) -> None:
     agg.add_argument("--bounds-scope", choices=("dataset", "partition"), default="dataset",
                      help="for a sum or mean given no bounds: find them once over all kept values (dataset, "
                      "the default) or per released key from its own values (partition; a key where none is "
-                     "found gets an empty value)")
+                     "found gets an empty value: an empty CSV cell, null in JSON lines and Parquet)")
     agg.add_argument("--drop-null-privacy-units", action="store_true",
                      help="leave out rows whose privacy unit is null (default: refuse them); their number "
                      "is reported on stderr, for you only (it is exact, not private)")
@@ -352,39 +404,44 @@ def _add_aggregate_parser(commands: Any) -> None:
                      help="print nothing on stderr but errors and a --report - (no guarantee, summary or warnings)")
 
 
-@contextmanager
-def _signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP behave like Ctrl-C while the command runs, so a killed run removes
-    its temporary output like an interrupted one (the default action would leave it behind)."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Terminated(signum)
-
-    previous = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        if signum is None:
-            continue
-        try:
-            previous[signum] = signal.signal(signum, handler)
-        except ValueError:  # not the main thread: leave signals alone
-            pass
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Entry point of the ``dpselect`` command; returns the exit code. Every error and every
+    interrupt (Ctrl-C, SIGTERM, SIGHUP), from argument parsing to the last message, ends in one
+    line on stderr and its exit code, never a traceback. ``exiting``: the process ends after this
+    call (the command itself), so the signal handlers are left in place and, once the outcome is
+    decided, later signals are ignored."""
+    global _interrupted
+    prog = "dpselect"
+    log: WriteLog | None = None
     try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+        with signals_as_interrupts(restore=not exiting):
+            argv = list(sys.argv[1:] if argv is None else argv)
+            if argv and argv[0] == "audit":
+                # The audits have their own parser (dpselect.audit.runner): exit 0 all pass, 1 a
+                # failure. What they write is theirs to report: an interrupt claims nothing.
+                from dpselect.audit.runner import main as audit_main
+
+                prog = "dpselect audit"
+                code = audit_main(argv[1:])
+            else:
+                parser = build_parser()
+                if argv and argv[0] == "aggregate":
+                    # Its errors carry its name, as argparse's own errors for it do.
+                    prog = "dpselect aggregate"
+                log = WriteLog()
+                code = _command(parser, argv, prog, log)
+            if exiting:
+                ignore_signals()
+            return code
+    except KeyboardInterrupt as exc:
+        _interrupted = True
+        if exiting:
+            ignore_signals()  # the cleanup has run: a second Ctrl-C must not cut the message short
+        return _interruption(exc, log, prog)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpselect`` command; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "audit":
-        # The audits have their own parser (dpselect.audit.runner): exit 0 all pass, 1 a failure.
-        from dpselect.audit.runner import main as audit_main
-
-        return audit_main(argv[1:])
-    parser = build_parser()
+def _command(parser: argparse.ArgumentParser, argv: list[str], prog: str, log: WriteLog) -> int:
+    """Parse ``argv`` and run its command; its errors as (message on stderr, exit code)."""
     if not argv:
         parser.print_help()
         return EXIT_OK
@@ -392,24 +449,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    args.write_log = log  # what the command has written, should a signal stop it
     commands = {"explain": _explain, "select": _select, "aggregate": _aggregate}
-    # The aggregate command's errors carry its name, as argparse's own errors for it do.
-    prog = "dpselect aggregate" if args.command == "aggregate" else "dpselect"
-    with _signals_as_interrupts():
-        try:
-            return commands[args.command](args)
-        except _Fail as fail:
-            _error(str(fail), prog=prog)
-            return fail.code
-        except ImportError as exc:
-            _error(str(exc), prog=prog)
-            return EXIT_INTERNAL
-        except KeyboardInterrupt as exc:
-            global _interrupted
-            _interrupted = True
-            _error("interrupted; no output was written" if not isinstance(exc, _Terminated)
-                   else f"terminated by signal {exc.signum}; no output was written", newline=True, prog=prog)
-            return 128 + exc.signum if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+    try:
+        return commands[args.command](args)
+    except _Fail as fail:
+        _error(str(fail), prog=prog)
+        return fail.code
+    except ImportError as exc:
+        _error(str(exc), prog=prog)
+        return EXIT_INTERNAL
+    except CertificationError as exc:  # a table failed its exact privacy check: a bug, never sampled
+        _error(f"internal error: {exc}; nothing was released. Please report this with the command line",
+               prog=prog)
+        return EXIT_INTERNAL
+
+
+def _interruption(exc: KeyboardInterrupt, log: WriteLog | None, prog: str) -> int:
+    """The message and exit code of a run stopped by a signal, saying exactly what it wrote.
+    Once every output is in place the release stands: exit 0, so that no caller runs it again
+    (a second release of the same data would spend the budget twice)."""
+    what = "interrupted" if not isinstance(exc, Terminated) else f"terminated by signal {exc.signum}"
+    if prog == "dpselect audit":
+        _error(what, newline=True, prog=prog)
+        return exit_code(exc)
+    if log is not None and log.complete:
+        _write_err(f"\ndpselect: {what} after every output was written in full ({', '.join(log.written)}): "
+                   "the release stands")
+        return EXIT_OK
+    if log is None or not (log.written or log.partial):
+        _error(f"{what}; no output was written", newline=True, prog=prog)
+        return exit_code(exc)
+    untouched = [o for o in log.outputs if o not in log.written and o not in log.partial]
+    parts = [f"written in full: {', '.join(log.written)}" if log.written else "",
+             f"written in part: {', '.join(log.partial)}" if log.partial else "",
+             f"not written (left as they were): {', '.join(untouched)}" if untouched else ""]
+    _error(f"{what} while writing the outputs; " + "; ".join(p for p in parts if p), newline=True, prog=prog)
+    return exit_code(exc)
 
 
 # Set by main() when a run ended on Ctrl-C or a signal, after its cleanup ran.
@@ -423,28 +499,41 @@ def console_main() -> None:
     letting the interpreter finalize then can destroy a running C++ thread and abort the process
     (exit -6 instead of 128 + the signal). Its temporary output is already removed by then, so
     such a run flushes what it printed and leaves at once, without finalization."""
-    code = main()
+    reserve_standard_fds()
+    code = main(exiting=True)
+    for stream in (sys.stdout, sys.stderr):
+        # A stream that cannot take what is left (a full disk, a vanished reader) must not make
+        # the interpreter's own final flush fail and change the exit code to 120.
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            _quiet(stream)
     if _interrupted:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)
     sys.exit(code)
 
 
 def _error(message: str, newline: bool = False, prog: str = "dpselect") -> None:
-    try:
-        print(f"{chr(10) if newline else ''}{prog}: error: {message}", file=sys.stderr)
-    except (OSError, AttributeError):  # stderr closed too: the exit code is all there is
-        pass
+    _write_err(f"{chr(10) if newline else ''}{prog}: error: {message}")
 
 
 def _note(args: argparse.Namespace, message: str) -> None:
-    if not args.quiet and sys.stderr is not None:
-        print(f"dpselect: {message}", file=sys.stderr)
+    if not args.quiet:
+        _write_err(f"dpselect: {message}")
+
+
+def _write_err(text: str) -> None:
+    """Print ``text`` on stderr. If stderr is closed, full or a pipe whose reader went away, the
+    text is lost and stderr is pointed at /dev/null, so that neither a later message nor the
+    interpreter's final flush fails again: what was released stays released, with exit 0."""
+    stream = sys.stderr
+    if stream is None:  # started with stderr closed (print(file=None) would write to stdout)
+        return
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        _quiet(stream)
 
 
 def _check_parameters(args: argparse.Namespace) -> Any:
@@ -501,6 +590,9 @@ def _check_parameters(args: argparse.Namespace) -> Any:
                                args.counts, **options)
     except (ValueError, TypeError) as exc:
         raise _Fail(EXIT_USAGE, _flags(str(exc))) from exc
+    except OverflowError as exc:  # a number too large for a computation of the strategy
+        raise _Fail(EXIT_USAGE, f"the parameters are out of range for --strategy {args.strategy} ({exc}): lower "
+                                "--max-partitions-contributed or the --option values") from exc
     if args.counts and not strat.releases_counts:
         raise _Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release, "
                                 f"public or mixed); --strategy {args.strategy} selects keys only")
@@ -510,9 +602,12 @@ def _check_parameters(args: argparse.Namespace) -> Any:
 def _flags(message: str) -> str:
     """A message from the Python API, with parameter names turned into the CLI's flags."""
     message = message.replace("takes the options", "takes only --option").replace("strategy '", "--strategy '")
+    message = re.sub(r"\bstrategy='(\w+)'", r"--strategy \1", message)
     for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "epsilon", "delta"):
-        message = message.replace(f"{name}=", f"--{name.replace('_', '-')} ").replace(
-            f" {name} ", f" --{name.replace('_', '-')} ")
+        flag = f"--{name.replace('_', '-')}"
+        message = message.replace(f"{name}=", f"{flag} ").replace(f" {name} ", f" {flag} ")
+        if "_" in name:  # unmistakable for a word: replaced wherever it stands
+            message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
     return message
 
 
@@ -525,16 +620,32 @@ def _explain(args: argparse.Namespace) -> int:
     if not math.isfinite(args.delta) or not 0 < args.delta < 1:
         raise _Fail(EXIT_USAGE, f"--delta must be in (0, 1), got {args.delta:g}")
     try:
-        print(explain_text(args.epsilon, args.delta, args.max_partitions_contributed,
-                           pre_threshold=args.pre_threshold, neighbours=args.neighbours))
+        text = explain_text(args.epsilon, args.delta, args.max_partitions_contributed,
+                            pre_threshold=args.pre_threshold, neighbours=args.neighbours)
         if args.plot:
             plot_mechanisms(args.epsilon, args.delta, args.max_partitions_contributed, args.plot,
                             pre_threshold=args.pre_threshold, neighbours=args.neighbours)
-            print(f"dpselect: figures written to {args.plot}", file=sys.stderr)
     except ImportError as exc:
         raise _Fail(EXIT_USAGE, f"{exc} (for --plot: pip install 'dpselect[plot]')") from exc
     except (ValueError, TypeError) as exc:
         raise _Fail(EXIT_USAGE, _flags(str(exc))) from exc
+    except OverflowError as exc:
+        raise _Fail(EXIT_USAGE, f"the parameters are out of range ({exc}): lower --max-partitions-contributed "
+                                "or --pre-threshold") from exc
+    except OSError as exc:  # the figure's file
+        raise _Fail(EXIT_OUTPUT, f"cannot write --plot {args.plot!r}: {exc.strerror or exc}") from exc
+    if sys.stdout is None:
+        raise _Fail(EXIT_OUTPUT, "standard output is closed: nothing to print the comparison to")
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error
+        _quiet(sys.stdout)
+        return EXIT_OK
+    except OSError as exc:
+        _quiet(sys.stdout)
+        raise _Fail(EXIT_OUTPUT, f"cannot write to standard output: {exc.strerror or exc}") from exc
+    if args.plot:
+        _write_err(f"dpselect: figures written to {args.plot}")
     return EXIT_OK
 
 
@@ -634,6 +745,11 @@ def _select(args: argparse.Namespace) -> int:
         raise _Fail(EXIT_OUTPUT, str(exc)) from exc
     _probe_rng()
 
+    try:
+        budget = in_memory_budget()  # a parameter (an environment variable): checked before the input is read
+    except ValueError as exc:
+        raise _Fail(EXIT_USAGE, str(exc)) from exc
+
     columns = [args.privacy_unit, *by]
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
     try:
@@ -658,10 +774,6 @@ def _select(args: argparse.Namespace) -> int:
 
     # The next batch is read while this one is counted. Encoding a batch costs O(its rows)
     # whatever was seen before (csrc/keymap.h), so batches stay at --batch-size rows.
-    try:
-        budget = in_memory_budget()
-    except ValueError as exc:
-        raise _Fail(EXIT_USAGE, str(exc)) from exc
     batches = read_ahead(source.batches)
     try:
         whole = _count_batches(counter, coalesce(batches, lambda: args.batch_size), source, budget, progress)
@@ -818,14 +930,14 @@ def _finish_output(args: argparse.Namespace, counter: Any, released: Any, to_std
                     f"(column {args.privacy_unit!r}). This count is exact and NOT differentially "
                     "private: it is for you, the data holder; do not publish it.")
     try:
-        write_table(released, None if to_stdout else args.output, out_fmt, protected=[args.input])
+        write_table(released, None if to_stdout else args.output, out_fmt, protected=[args.input], log=args.write_log)
     except OutputError as exc:
         if to_stdout:
-            _quiet_stdout()
+            _quiet(sys.stdout)
         raise _Fail(EXIT_OUTPUT, str(exc)) from exc
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): not an error for a shell pipeline.
-        _quiet_stdout()
+        _quiet(sys.stdout)
         return EXIT_OK
     where = "standard output" if to_stdout else repr(args.output)
     _note(args, f"released {released.num_rows} partitions to {where}.")
@@ -870,6 +982,7 @@ def _bound_number(text: str) -> int | float:
 def _parse_metric(item: str) -> tuple[str, Any]:
     """(output column name, Metric) from a --metric value; _Fail naming --metric otherwise."""
     import dpselect
+    from dpselect.aggregation.grid import Grid
 
     def bad(why: str) -> _Fail:
         return _Fail(EXIT_USAGE, f"--metric {item!r}: {why}; the accepted forms are {_METRIC_FORMS}")
@@ -899,20 +1012,44 @@ def _parse_metric(item: str) -> tuple[str, Any]:
         try:
             lo, hi = _bound_number(parts[1]), _bound_number(parts[2])
         except ValueError:
-            raise bad(f"the bounds {parts[1]!r} and {parts[2]!r} must be numbers") from None
-        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise bad(f"the bounds {_shown(parts[1])} and {_shown(parts[2])} must be numbers") from None
+        try:
+            finite = math.isfinite(lo) and math.isfinite(hi)
+        except OverflowError:  # an integer beyond every float
+            raise bad(f"the bounds must be at most {sys.float_info.max:.17g} in magnitude") from None
+        if not finite:
             raise bad("the bounds must be finite numbers")
         if lo > hi:
-            raise bad(f"the bounds are inverted: LO = {parts[1]} is above HI = {parts[2]}")
+            raise bad(f"the bounds are inverted: LO = {_shown(parts[1])} is above HI = {_shown(parts[2])}")
+        try:  # what the clamping grid accepts (an integer bound must be a float exactly, ...)
+            Grid.for_bounds(lo, hi)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise bad(str(exc)) from None
         bounds = (lo, hi)
     make = dpselect.sum if kind == "sum" else dpselect.mean
     return name or f"{kind}_{column}", make(column, bounds=bounds)
+
+
+def _require_contribution_bounds(args: argparse.Namespace) -> None:
+    """κ and L∞ have no default: a default of 1 silently keeps one row of each user, which on
+    most real data is a small part of it."""
+    missing = [flag for flag, value in (("--max-partitions-contributed K", args.max_partitions_contributed),
+                                        ("--max-contributions-per-partition L", args.max_contributions_per_partition))
+               if value is None]
+    if missing:
+        raise _Fail(EXIT_USAGE, (
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required: each user keeps at most K "
+            "partitions (keys) and L rows in each, the rest is dropped, and the noise of the statistics grows with "
+            "K and L. Choose them from what is known without this data (the limits of the system that produced "
+            "it, public knowledge, a held-out sample), never from exact statistics of the data released (such "
+            "as --report): a choice made from them is not covered by the guarantee"))
 
 
 def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """The metrics by output name and the value columns' read types (None: as declared),
     after checking every value typed, with errors naming the flags."""
     by = list(args.by)
+    _require_contribution_bounds(args)
     if not math.isfinite(args.epsilon) or args.epsilon <= 0:
         raise _Fail(EXIT_USAGE, f"--epsilon must be a finite number > 0, got {args.epsilon:g}")
     if not math.isfinite(args.delta) or args.delta < 0 or args.delta >= 1:
@@ -1065,8 +1202,10 @@ def _aggregate(args: argparse.Namespace) -> int:
     )
 
     pa = import_pyarrow()
-    # Everything the user typed is checked before the input is touched.
+    # Everything the user typed is checked before the input is touched: by the CLI, then by
+    # the library on the same parameters.
     metrics, read_types = _aggregate_plan(args)
+    _check_with_library(args, metrics)
     by = list(args.by)
     try:
         in_fmt = detect_format(args.input, args.input_format, "input")
@@ -1115,13 +1254,7 @@ def _aggregate(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             # Dropped null privacy units are reported below, in the CLI's own words.
             warnings.simplefilter("ignore", NullPrivacyUnitsDropped)
-            result = dpselect.aggregate(
-                table, privacy_unit=args.privacy_unit, by=by, metrics=metrics, epsilon=args.epsilon,
-                delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
-                max_contributions_per_partition=args.max_contributions_per_partition, public_partitions=public,
-                strategy=args.strategy or "pi_opt", bounds_scope=args.bounds_scope,
-                confidence_level=args.confidence_level,
-                null_privacy_units="drop" if args.drop_null_privacy_units else "error")
+            result = dpselect.aggregate(table, **_aggregate_parameters(args, metrics), public_partitions=public)
     except NullPrivacyUnitError as exc:
         raise _Fail(EXIT_DATA, (
             f"{exc.rows} row(s) of {args.input!r} have a null privacy unit (column {exc.column!r}); a null "
@@ -1133,10 +1266,18 @@ def _aggregate(args: argparse.Namespace) -> int:
             raise _Fail(EXIT_RNG, _rng_message(exc)) from exc
         raise
     except (ValueError, TypeError) as exc:
+        # Every parameter passed _check_with_library: what fails now fails on this data.
         raise _Fail(EXIT_DATA, f"{args.input!r}: {_aggregate_flags(str(exc))}") from exc
+    except OverflowError as exc:  # a noisy statistic beyond int64: this data's sums at these scales
+        raise _Fail(EXIT_DATA, f"{args.input!r}: {_aggregate_flags(str(exc).split(';')[0])}; nothing was released. "
+                               "The noise and the sums grow with --max-partitions-contributed, "
+                               "--max-contributions-per-partition and the --metric bounds, the noise shrinks "
+                               "with --epsilon: lower the first or raise the last") from exc
     del table
 
-    released = result.frame
+    # A statistic with no value (a sum or mean whose bounds were not found for its key) is an
+    # empty value in every output format, never a NaN (which JSON cannot hold).
+    released = _nan_as_null(result.frame, [name for name in result.frame.column_names if name not in by])
     guarantee = {**result.guarantee.as_dict(),
                  "bounds": {c: [lo, hi] for c, (lo, hi) in sorted(result.bounds.items())},
                  "metrics": {name: str(m) for name, m in metrics.items()},
@@ -1159,13 +1300,14 @@ def _aggregate(args: argparse.Namespace) -> int:
                     "This count is exact and NOT differentially private: it is for you, the data holder; do "
                     "not publish it.")
     try:
-        write_outputs(items, protected=protected, private=[report_to] if report_to not in (None, "-") else [])
+        write_outputs(items, protected=protected, private=[report_to] if report_to not in (None, "-") else [],
+                      log=args.write_log)
     except OutputError as exc:
         if to_stdout:
-            _quiet_stdout()
+            _quiet(sys.stdout)
         raise _Fail(EXIT_OUTPUT, str(exc)) from exc
     except BrokenPipeError:
-        _quiet_stdout()  # the reader of stdout went away (e.g. `| head`): not an error
+        _quiet(sys.stdout)  # the reader of stdout went away (e.g. `| head`): not an error
         return EXIT_OK
     where = "standard output" if to_stdout else repr(args.output)
     _note(args, f"released {released.num_rows} partitions with {len(metrics)} metric(s) to {where}.")
@@ -1173,11 +1315,80 @@ def _aggregate(args: argparse.Namespace) -> int:
     if sidecar is not None:
         _note(args, f"the guarantee and the bounds used are in {sidecar!r}.")
     if report is not None and report_to == "-":
-        _print_err(_aggregate_flags(str(report)))
+        _write_err(_aggregate_flags(str(report)))
     elif report_to is not None:
         _note(args, f"the data holder's report is in {report_to!r}: exact and NOT differentially private; "
                     "never publish it.")
     return EXIT_OK
+
+
+def _aggregate_parameters(args: argparse.Namespace, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of dpselect.aggregate that come from the command line (all but the data
+    and the public partitions)."""
+    return dict(privacy_unit=args.privacy_unit, by=list(args.by), metrics=metrics, epsilon=args.epsilon,
+                delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
+                max_contributions_per_partition=args.max_contributions_per_partition,
+                strategy=args.strategy or "pi_opt", bounds_scope=args.bounds_scope,
+                confidence_level=args.confidence_level,
+                null_privacy_units="drop" if args.drop_null_privacy_units else "error")
+
+
+class _InputNotRead(Exception):
+    """Raised when dpselect.aggregate, called on _Unread, asks for its data."""
+
+
+class _Unread:
+    """Stands for the input in a call of dpselect.aggregate made before the input is read. The
+    library checks every parameter before it touches its data (here an Arrow stream, which it
+    opens first of all), so an error raised before _InputNotRead depends on the command line
+    alone."""
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        raise _InputNotRead
+
+
+def _check_with_library(args: argparse.Namespace, metrics: dict[str, Any]) -> None:
+    """Have dpselect.aggregate check the parameters, before any input is read: an impossible
+    budget split, a noise scale beyond the kernel, ... are usage errors naming the flags, never
+    failures found after reading (which would look like errors in the data). Nothing is drawn
+    or released: the call stops where it would read the data."""
+    import dpselect
+    from dpselect.rows import import_pyarrow
+
+    pa = import_pyarrow()
+    # Only whether there are public partitions matters before the data is read.
+    public = pa.table({c: pa.array([], pa.string()) for c in args.by}) if args.public_partitions else None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the real call gives any warning again
+            dpselect.aggregate(_Unread(), **_aggregate_parameters(args, metrics), public_partitions=public)
+    except _InputNotRead:
+        return
+    except (ValueError, TypeError) as exc:
+        raise _Fail(EXIT_USAGE, _aggregate_flags(str(exc))) from exc
+    except OverflowError as exc:
+        raise _Fail(EXIT_USAGE, f"the parameters are out of range ({exc}): lower --max-partitions-contributed, "
+                                "--max-contributions-per-partition or the --metric bounds, or raise --epsilon") from exc
+    except RuntimeError as exc:
+        if _is_rng_failure(exc):
+            raise _Fail(EXIT_RNG, _rng_message(exc)) from exc
+        raise
+
+
+def _nan_as_null(table: Any, columns: Sequence[str]) -> Any:
+    """``table`` with the NaNs of its float ``columns`` turned into nulls (schema metadata kept)."""
+    import pyarrow.compute as pc
+
+    from dpselect.rows import import_pyarrow
+
+    pa = import_pyarrow()
+    for name in columns:
+        i = table.schema.get_field_index(name)
+        column = table.column(i)
+        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+            table = table.set_column(i, table.schema.field(i),
+                                     pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column))
+    return table
 
 
 def _read_public_partitions(args: argparse.Namespace) -> Any:
@@ -1196,13 +1407,6 @@ def _read_public_partitions(args: argparse.Namespace) -> Any:
         raise _Fail(EXIT_DATA, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
 
 
-def _print_err(text: str) -> None:
-    try:
-        print(text, file=sys.stderr)
-    except (OSError, AttributeError):
-        pass
-
-
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream is not None and stream.isatty())
@@ -1210,14 +1414,15 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
-def _quiet_stdout() -> None:
-    """After a failed write to standard output, point it at /dev/null so the interpreter's final
-    flush cannot fail again (which would print a traceback and change the exit code)."""
+def _quiet(stream: Any) -> None:
+    """After a failed write to standard output or error, point it at /dev/null so that the
+    interpreter's final flush cannot fail again (which would print a traceback and change the
+    exit code)."""
     try:
-        if sys.stdout is None:
+        if stream is None:
             return
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
