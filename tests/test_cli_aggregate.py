@@ -20,7 +20,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 import dpselect
-from dpselect import cli
+from dpselect import cli, cli_aggregate, cli_common
 from file_formats import read_rows, write_table
 
 # Three keys of 400, 300 and 200 users; every user has 1 to 3 rows in one key, with amounts in
@@ -298,11 +298,11 @@ def test_shipped_example_data(tmp_path, capsys):
     ("sum:a=b", "sum_a=b", dpselect.sum("a=b")),  # '=' after ':' is part of the column name
 ])
 def test_metric_specs(spec, name, metric):
-    assert cli._parse_metric(spec) == (name, metric)
+    assert cli_aggregate._parse_metric(spec) == (name, metric)
 
 
 def test_integer_bounds_stay_integers():
-    _, metric = cli._parse_metric("sum:amount:0:500")
+    _, metric = cli_aggregate._parse_metric("sum:amount:0:500")
     assert metric.bounds == (0, 500) and all(type(b) is int for b in metric.bounds)
 
 
@@ -321,8 +321,8 @@ def test_integer_bounds_stay_integers():
     ("=users", "NAME before '=' is empty"),
 ])
 def test_bad_metric_specs(spec, why):
-    with pytest.raises(cli._Fail) as exc:
-        cli._parse_metric(spec)
+    with pytest.raises(cli_common.Fail) as exc:
+        cli_aggregate._parse_metric(spec)
     assert exc.value.code == cli.EXIT_USAGE
     message = str(exc.value)
     assert message.startswith(f"--metric {spec!r}") and why in message and ACCEPTED in message
