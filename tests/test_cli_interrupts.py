@@ -31,6 +31,18 @@ STOPS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, 
 
 
 @pytest.fixture
+def stop_signals_as_at_a_terminal():
+    """The handlers a command started from a terminal has (Python's for SIGINT, the default
+    action for SIGTERM and SIGHUP), whatever the test runner was started with (a background
+    job ignores SIGINT, nohup SIGHUP); the runner's own come back after."""
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in wanted.items()}
+    yield
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture
 def src(tmp_path) -> Path:
     path = tmp_path / "in.csv"
     path.write_text("user,key\n" + "".join(f"u{i},popular\n" for i in range(300)))
@@ -65,6 +77,7 @@ def _old_outputs(tmp_path: Path) -> dict[Path, str]:
     return files
 
 
+@pytest.mark.usefixtures("stop_signals_as_at_a_terminal")
 @pytest.mark.parametrize("signum", STOPS)
 def test_a_signal_during_the_renames_is_held_until_every_output_is_in_place(tmp_path, src, capsys, monkeypatch,
                                                                              signum: int) -> None:
@@ -94,6 +107,7 @@ def test_a_signal_during_the_renames_is_held_until_every_output_is_in_place(tmp_
     assert "no output was written" not in err and "Traceback" not in err
     assert leftovers(tmp_path) == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_an_interrupt_that_could_not_be_held_is_reported_exactly(tmp_path, src, capsys, monkeypatch) -> None:
@@ -181,6 +195,8 @@ def _entry_point() -> tuple[str, str]:
 # process when the named module starts to be imported.
 _WRAPPER = """
 import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, whatever the test runner ignores
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 module, signame, entry, function = sys.argv[1:5]
 class SignalOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
