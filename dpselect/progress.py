@@ -36,10 +36,20 @@ class Progress:
 
     def _draw(self, text: str, now: float) -> None:
         line = f"dpselect: {text}, {now - self.start:.0f}s"
-        self.stream.write("\r" + line.ljust(self._width))
-        self.stream.flush()
-        self._width = len(line)
-        self._drawn = True
+        if self._put("\r" + line.ljust(self._width)):
+            self._width = len(line)
+            self._drawn = True
+
+    def _put(self, text: str) -> bool:
+        """Write to the stream; if it cannot take it (closed, full, a vanished reader), the bar
+        goes away for the rest of the run: a progress line must never fail a run."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.enabled = self._drawn = False
+            return False
+        return True
 
     def update(self, rows: int, fraction: float | None) -> None:
         """While reading: rows read so far and the fraction of the input consumed, if known."""
@@ -71,6 +81,5 @@ class Progress:
 
     def close(self) -> None:
         if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+            self._put("\n")
             self._drawn = False

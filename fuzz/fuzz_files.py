@@ -34,7 +34,8 @@ WORK = tempfile.mkdtemp(prefix="dpselect-fuzz-files-")
 FLAGS = ["--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5", "-q"]
 SELECT_OPTIONS = [[], ["--strategy", "pi_opt"], ["--counts"], ["--by", "k2"], ["--drop-null-privacy-units"],
                   ["--batch-size", "3"], ["--block-size", "1K"], ["--strategy", "weighted_laplace"]]
-AGGREGATE_FLAGS = ["--metric", "users", "--metric", "sum:v:0:10", "--metric", "mean:v"]
+AGGREGATE_FLAGS = ["--max-partitions-contributed", "1", "--max-contributions-per-partition", "2",
+                   "--metric", "users", "--metric", "sum:v:0:10", "--metric", "mean:v"]
 
 
 def _parquet_seed() -> bytes:

@@ -20,7 +20,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 import dpselect
-from dpselect import cli
+from dpselect import cli, cli_aggregate, cli_common
 from file_formats import read_rows, write_table
 
 # Three keys of 400, 300 and 200 users; every user has 1 to 3 rows in one key, with amounts in
@@ -67,7 +67,10 @@ def one_error(err: str) -> str:
     return err
 
 
-BASE = ["--privacy-unit", "user", "--by", "key", "--epsilon", "40", "--delta", "1e-5"]
+PRIVACY = ["--privacy-unit", "user", "--by", "key", "--epsilon", "40", "--delta", "1e-5"]
+# κ and L∞ have no default on the command line: one key and one row per user, as these tests' data have.
+BOUNDS = ["--max-partitions-contributed", "1", "--max-contributions-per-partition", "1"]
+BASE = [*PRIVACY, *BOUNDS]
 
 
 # ------------------------------------------------------------------------ a run and its files
@@ -79,7 +82,8 @@ def test_run_writes_release_sidecar_and_report(tmp_path, capsys, in_fmt, out_fmt
     src = write(tmp_path / f"in.{in_fmt}", table, in_fmt)
     out = str(tmp_path / f"out.{out_fmt}")
     report = str(tmp_path / "holder-report.json")
-    code = run(src, *BASE, "--max-contributions-per-partition", "3", "--metric", "users", "--metric", "rows",
+    code = run(src, *PRIVACY, "--max-partitions-contributed", "1", "--max-contributions-per-partition", "3",
+               "--metric", "users", "--metric", "rows",
                "--metric", "spend=sum:amount:0:100", "--metric", "mean:amount:0:100", "--report", report, "-o", out)
     err = capsys.readouterr().err
     assert code == 0, err
@@ -206,7 +210,7 @@ def test_public_partitions_release_exactly_the_list(tmp_path, capsys):
     public = tmp_path / "public.csv"
     public.write_text("key\na\nc\n")
     out = str(tmp_path / "out.csv")
-    assert run(src, "-u", "user", "-b", "key", "-e", "40", "-d", "0", "--metric", "users",
+    assert run(src, "-u", "user", "-b", "key", "-e", "40", "-d", "0", *BOUNDS, "--metric", "users",
                "--public-partitions", str(public), "-o", out) == 0
     rows = read(out, "csv")
     assert [r["key"] for r in rows] == ["a", "c"]
@@ -257,7 +261,8 @@ def test_shipped_example_data(tmp_path, capsys):
     path = str(resources.files("dpselect") / "data" / "device_survey.csv.gz")
     out = str(tmp_path / "by_country.csv")
     code = run(path, "--privacy-unit", "user_id", "--by", "country", "--epsilon", "1", "--delta", "1e-5",
-               "--max-contributions-per-partition", "3", "--metric", "users", "--metric", "count",
+               "--max-partitions-contributed", "1", "--max-contributions-per-partition", "3",
+               "--metric", "users", "--metric", "count",
                "--confidence-level", "0.95", "--report", str(tmp_path / "report.json"), "-o", out)
     err = capsys.readouterr().err
     assert code == 0, err
@@ -293,11 +298,11 @@ def test_shipped_example_data(tmp_path, capsys):
     ("sum:a=b", "sum_a=b", dpselect.sum("a=b")),  # '=' after ':' is part of the column name
 ])
 def test_metric_specs(spec, name, metric):
-    assert cli._parse_metric(spec) == (name, metric)
+    assert cli_aggregate._parse_metric(spec) == (name, metric)
 
 
 def test_integer_bounds_stay_integers():
-    _, metric = cli._parse_metric("sum:amount:0:500")
+    _, metric = cli_aggregate._parse_metric("sum:amount:0:500")
     assert metric.bounds == (0, 500) and all(type(b) is int for b in metric.bounds)
 
 
@@ -316,8 +321,8 @@ def test_integer_bounds_stay_integers():
     ("=users", "NAME before '=' is empty"),
 ])
 def test_bad_metric_specs(spec, why):
-    with pytest.raises(cli._Fail) as exc:
-        cli._parse_metric(spec)
+    with pytest.raises(cli_common.Fail) as exc:
+        cli_aggregate._parse_metric(spec)
     assert exc.value.code == cli.EXIT_USAGE
     message = str(exc.value)
     assert message.startswith(f"--metric {spec!r}") and why in message and ACCEPTED in message
@@ -365,6 +370,138 @@ def test_errors_name_flags_and_write_nothing(tmp_path, capsys, extra, code, mess
     err = one_error(capsys.readouterr().err)
     assert message in err
     assert not out.exists() and not (tmp_path / "out.csv.guarantee.json").exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("given,missing", [
+    ([], ["--max-partitions-contributed", "--max-contributions-per-partition"]),
+    (["--max-partitions-contributed", "2"], ["--max-contributions-per-partition"]),
+    (["--max-contributions-per-partition", "5"], ["--max-partitions-contributed"]),
+])
+def test_both_contribution_bounds_are_required(tmp_path, capsys, given, missing):
+    """κ and L∞ defaulted to 1, which on real data silently keeps one row of each user. They
+    must be given, and the message says how to choose them (never from the private data's own
+    exact report). A usage error, before the input (missing here) is read."""
+    out = tmp_path / "out.csv"
+    assert run(str(tmp_path / "missing.csv"), *PRIVACY, *given, "--metric", "users", "-o", str(out)) == cli.EXIT_USAGE
+    err = one_error(capsys.readouterr().err)
+    for flag in missing:
+        assert f"{flag} " in err
+    assert "required" in err and "held-out sample" in err and "--report" in err
+    assert not out.exists()
+
+
+def _raises_overflow(message: str, exception: type = ValueError, read_first: bool = False):
+    """A stand-in for dpselect.aggregate that raises ``exception(message)``, before or after
+    it asks for its data (as the library checks its parameters before it reads the data)."""
+    from dpselect.frames import to_arrow
+
+    def aggregate(data, **kwargs):
+        if read_first:
+            to_arrow(data, kwargs["privacy_unit"], kwargs["by"])
+        raise exception(message)
+
+    return aggregate
+
+
+@pytest.mark.parametrize("extra,message", [
+    # The library's own check of the budget split, now made before the input is read.
+    (["--max-partitions-contributed", "2147483648", "--max-contributions-per-partition", "2147483648"],
+     "is too small for delta per partition"),
+    (["--epsilon", "1e-320"], "argument --epsilon/-e: '1e-320' is too close to 0 for a float64"),
+    (["--epsilon", "1" + "0" * 400], "argument --epsilon/-e: '1000"),
+    (["--metric", "sum:amount:0:1" + "0" * 400], "the bounds must be at most 1.797"),
+    (["--metric", f"mean:amount:-{10**30}:{10**30}"], "is not exactly representable as a float"),
+    (["--max-contributions-per-partition", "1" + "0" * 400], "argument --max-contributions-per-partition: expected a "
+                                                           "positive integer of at most 2**63 - 1"),
+])
+def test_parameter_errors_exit_2_before_the_input_is_read(tmp_path, capsys, extra, message):
+    """Found after reading (exit 4, as if the data were wrong) or as a raw OverflowError: every
+    error that depends on the command line alone is a usage error, before the input (missing
+    here) is read."""
+    out = tmp_path / "out.csv"
+    try:
+        code = run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", *extra, "-o", str(out))
+    except SystemExit as exc:  # argparse's own errors: the usage, then the error line
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    last = err.strip("\n").split("\n")[-1]
+    assert last.startswith("dpselect aggregate: error: ") and message in last and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_library_errors_before_the_data_are_usage_errors_after_it_data_errors(tmp_path, capsys, monkeypatch):
+    """The library refusing a noise scale up front (a ValueError before it touches the data) is
+    a usage error naming the CLI's flags, found before the input is read; what it raises once it
+    has the data is a data error (exit 4); an OverflowError is a clean line too, not a traceback."""
+    up_front = "max_contributions_per_partition=2147483648 makes the noise scale exceed 2**62"
+    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow(up_front))
+    assert run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_USAGE
+    err = one_error(capsys.readouterr().err)
+    assert "--max-contributions-per-partition 2147483648 makes the noise scale" in err and "_" not in err.split(": ", 2)[2]
+    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow("int too large to convert to float", OverflowError))
+    assert run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_USAGE
+    assert "the parameters are out of range" in one_error(capsys.readouterr().err)
+
+    src = write(tmp_path / "in.csv", make_table(), "csv")
+    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow("value column 'amount' has 2 NaN values", read_first=True))
+    assert run(src, *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_DATA
+    assert "'amount' has 2 NaN values" in one_error(capsys.readouterr().err)
+    kernel = ("values[2] + noise does not fit in int64; nothing was released (out was zeroed). Keep |values| and the "
+              "noise scale well below 2**62 (use a coarser grid)")
+    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow(kernel, OverflowError, read_first=True))
+    assert run(src, *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_DATA
+    err = one_error(capsys.readouterr().err)
+    assert "values[2] + noise does not fit in int64; nothing was released" in err and "out was zeroed" not in err
+    assert "--max-contributions-per-partition" in err
+    assert not (tmp_path / "o.csv").exists() and leftovers(tmp_path) == []
+
+
+def test_a_huge_row_bound_never_ends_in_a_traceback(tmp_path, capsys):
+    """The campaign's case: L∞ = 2**31 made a noisy sum overflow int64 in the kernel, raised as
+    a raw OverflowError. Whatever the draw, the run succeeds or fails in one line naming the flag."""
+    src = write(tmp_path / "in.csv", make_table(), "csv")
+    code = run(src, *PRIVACY, "--max-partitions-contributed", "1", "--max-contributions-per-partition", "2147483648",
+               "--metric", "sum:amount:0:10", "-o", str(tmp_path / "o.csv"))
+    err = capsys.readouterr().err
+    assert code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_DATA), err
+    if code != cli.EXIT_OK:
+        assert "--max-contributions-per-partition" in one_error(err)
+
+
+def _with_missing_values(real):
+    """dpselect.aggregate whose first released key has no value (NaN) for every statistic and
+    interval end, as a sum or mean whose bounds were not found for the key gets."""
+    import dataclasses
+
+    def aggregate(data, **kwargs):
+        result = real(data, **kwargs)
+        frame = result.frame
+        for i, name in enumerate(frame.column_names):
+            if name != "key":
+                values = [float("nan")] + [float(v) for v in frame.column(i).to_pylist()[1:]]
+                frame = frame.set_column(i, name, pa.array(values, pa.float64()))
+        return dataclasses.replace(result, frame=frame)
+
+    return aggregate
+
+
+def test_a_statistic_without_a_value_is_empty_in_every_format(tmp_path, capsys, monkeypatch):
+    """JSON lines had a bare NaN token (not JSON) where --help promises an empty value: every
+    line now parses as strict JSON, with null; CSV has an empty cell, Parquet a null."""
+    monkeypatch.setattr(dpselect, "aggregate", _with_missing_values(dpselect.aggregate))
+    src = write(tmp_path / "in.csv", make_table(), "csv")
+    for fmt in ("jsonl", "csv", "parquet"):
+        out = str(tmp_path / f"out.{fmt}")
+        assert run(src, *BASE, "--metric", "users", "--metric", "mean:amount:0:100", "--confidence-level", "0.9",
+                   "-o", out) == 0, capsys.readouterr().err
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    rows = [json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) for line in lines]
+    assert rows[0] == {"key": rows[0]["key"], **{c: None for c in list(rows[0])[1:]}} and len(rows[0]) == 7
+    assert all(isinstance(v, float) for r in rows[1:] for k, v in r.items() if k != "key")
+    assert (tmp_path / "out.csv").read_text().splitlines()[1].endswith(",,,,,,")
+    assert list(pq.read_table(str(tmp_path / "out.parquet")).to_pylist()[0].values())[1:] == [None] * 6
+    capsys.readouterr()
 
 
 def test_non_numeric_value_columns(tmp_path, capsys):

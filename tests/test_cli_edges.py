@@ -118,6 +118,49 @@ def test_nan_text_keys_from_text_formats(tmp_path, suffix, capsys):
     assert released == ["1", "NaN"]
 
 
+def _strict(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_json_lines_output_is_strict_json_for_float_keys(tmp_path, capsys):
+    """A NaN or infinite float key was written as a bare NaN / Infinity token, which is not
+    JSON: every line must parse strictly; such a key is a string, a null key stays null."""
+    keys = [float("nan"), float("inf"), float("-inf"), None, 1.5]
+    table = pa.table({"user": pa.array(range(300 * len(keys)), pa.int64()),
+                      "key": pa.array([k for k in keys for _ in range(300)], pa.float64())})
+    src = tmp_path / "in.parquet"
+    pq.write_table(table, src)
+    out = tmp_path / "out.jsonl"
+    assert run("select", str(src), *PI_OPT, "-q", "-o", str(out)) == 0, capsys.readouterr().err
+    rows = [json.loads(line, parse_constant=_strict) for line in out.read_text().splitlines()]
+    assert sorted(rows, key=repr) == sorted([{"key": "NaN"}, {"key": "Infinity"}, {"key": "-Infinity"}, {"key": None},
+                                             {"key": 1.5}], key=repr)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--max-partitions-contributed", "1" + "0" * 400], "argument --max-partitions-contributed: expected a positive "
+                                                       "integer of at most 2**63 - 1"),
+    (["--epsilon", "1e-320"], "argument --epsilon/-e: '1e-320' is too close to 0 for a float64"),
+    (["--delta", "0." + "0" * 400 + "1"], "argument --delta/-d: "),
+    (["--strategy", "policy_gaussian", "--option", "alpha=1" + "0" * 400], "lower --max-partitions-contributed or the --option values"),
+    (["--strategy", "mixed", "--public-partitions", "public.csv", "--public-threshold", str(2**62 + 1)],
+     "argument --public-threshold: expected an integer of at most 2**62"),
+])
+def test_parameters_out_of_range_exit_2_before_reading(tmp_path, capsys, extra, message):
+    """These ended in an OverflowError or ValueError traceback, some only after the input was
+    read; the input here does not even exist."""
+    out = tmp_path / "o.csv"
+    try:
+        code = run("select", str(tmp_path / "missing.csv"), *BASE, *extra, "-o", str(out))
+    except SystemExit as exc:  # argparse's own errors: the usage, then the error line
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    last = err.strip("\n").split("\n")[-1]
+    assert last.startswith("dpselect") and message in last and "Traceback" not in err, err
+    assert not out.exists()
+
+
 # ----------------------------------------------------------------- fixed types in JSON lines
 
 def test_json_lines_keys_keep_their_text_whatever_other_rows_hold(tmp_path, capsys):

@@ -410,7 +410,8 @@ def test_the_command_skips_finalization_only_after_an_interrupt(monkeypatch, int
 
     code = 143 if interrupted else 0
 
-    def fake_main(argv=None) -> int:
+    def fake_main(argv=None, *, exiting: bool = False) -> int:
+        assert exiting  # the command's own run: it leaves the signal handlers in place
         cli._interrupted = interrupted
         return code
 

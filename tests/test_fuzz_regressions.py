@@ -296,7 +296,8 @@ def test_csv_bytes_that_are_not_utf8_are_a_one_line_input_error(tmp_path, capsys
     before = src.read_bytes()
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    extra = ["--metric", "sum:v:0:2"] if command == "aggregate" else []
+    extra = ["--max-partitions-contributed", "1", "--max-contributions-per-partition", "1", "--metric", "sum:v:0:2"] \
+        if command == "aggregate" else []
     code = cli.main([command, str(src), "--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5",
                      "--block-size", "1K", *extra, "-o", str(out_dir / "o.parquet")])
     err = capsys.readouterr().err
@@ -311,6 +312,7 @@ def test_a_value_column_that_is_not_a_number_is_still_a_value_error(tmp_path, ca
     src = tmp_path / "in.csv"
     src.write_text("u,k,v\n" + "".join(f"u{i},k,1\n" for i in range(50)) + "x,k,abc\n")
     code = cli.main(["aggregate", str(src), "--privacy-unit", "u", "--by", "k", "--epsilon", "1", "--delta", "1e-5",
+                     "--max-partitions-contributed", "1", "--max-contributions-per-partition", "1",
                      "--metric", "sum:v:0:2", "-o", str(tmp_path / "o.parquet")])
     err = capsys.readouterr().err
     assert code == cli.EXIT_DATA and "value column 'v'" in err, err
