@@ -529,42 +529,18 @@ def _aggregate_parameters(args: argparse.Namespace, metrics: dict[str, Any]) -> 
                 null_privacy_units="drop" if args.drop_null_privacy_units else "error")
 
 
-class _InputNotRead(Exception):
-    """Raised when dpselect.aggregate, called on _Unread, asks for its data."""
-
-
-class _Unread:
-    """Stands for the input in a call of dpselect.aggregate made before the input is read. The
-    library checks every parameter before it touches its data (here an Arrow stream, which it
-    opens first of all), so an error raised before _InputNotRead depends on the command line
-    alone."""
-
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
-        raise _InputNotRead
-
-
 def _check_with_library(args: argparse.Namespace, metrics: dict[str, Any]) -> None:
-    """Have dpselect.aggregate check the parameters, before any input is read: an impossible
-    budget split, a noise scale beyond the kernel, ... are usage errors naming the flags, never
-    failures found after reading (which would look like errors in the data). Nothing is drawn
-    or released: the call stops where it would read the data."""
-    import dpselect
-    from dpselect.rows import import_pyarrow
+    """Check the parameters with the library's own plan (the one every front end runs), before any
+    input is read: an impossible budget split, a noise scale that cannot fit, ... are usage errors
+    naming the flags, never failures found after reading (which would look like errors in the
+    data)."""
+    from dpselect.aggregation.plan import plan_aggregate
 
-    pa = import_pyarrow()
-    # Only whether there are public partitions matters before the data is read.
-    public = pa.table({c: pa.array([], pa.string()) for c in args.by}) if args.public_partitions else None
+    parameters = _aggregate_parameters(args, metrics)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the real call gives any warning again
-            dpselect.aggregate(_Unread(), **_aggregate_parameters(args, metrics), public_partitions=public)
-    except _InputNotRead:
-        return
+        plan_aggregate(**parameters, public=bool(args.public_partitions))
     except (ValueError, TypeError) as exc:
         raise Fail(EXIT_USAGE, _aggregate_flags(str(exc))) from exc
-    except OverflowError as exc:
-        raise Fail(EXIT_USAGE, f"the parameters are out of range ({exc}): lower --max-partitions-contributed, "
-                               "--max-contributions-per-partition or the --metric bounds, or raise --epsilon") from exc
     except RuntimeError as exc:
         if is_rng_failure(exc):
             raise Fail(EXIT_RNG, rng_message(exc)) from exc

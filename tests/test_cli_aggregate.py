@@ -434,14 +434,24 @@ def test_library_errors_before_the_data_are_usage_errors_after_it_data_errors(tm
     """The library refusing a noise scale up front (a ValueError before it touches the data) is
     a usage error naming the CLI's flags, found before the input is read; what it raises once it
     has the data is a data error (exit 4); an OverflowError is a clean line too, not a traceback."""
+    from dpselect.aggregation import plan
+
     up_front = "max_contributions_per_partition=2147483648 makes the noise scale exceed 2**62"
-    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow(up_front))
-    assert run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_USAGE
+
+    def refuse(**kwargs):
+        raise ValueError(up_front)
+
+    with monkeypatch.context() as patch:  # the library's one plan refuses: a usage error, input unread
+        patch.setattr(plan, "plan_aggregate", refuse)
+        assert run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) \
+            == cli.EXIT_USAGE
     err = one_error(capsys.readouterr().err)
     assert "--max-contributions-per-partition 2147483648 makes the noise scale" in err and "_" not in err.split(": ", 2)[2]
-    monkeypatch.setattr(dpselect, "aggregate", _raises_overflow("int too large to convert to float", OverflowError))
-    assert run(str(tmp_path / "missing.csv"), *BASE, "--metric", "users", "-o", str(tmp_path / "o.csv")) == cli.EXIT_USAGE
-    assert "the parameters are out of range" in one_error(capsys.readouterr().err)
+    # The real plan refuses such a scale itself, before the (missing) input is opened.
+    assert run(str(tmp_path / "missing.csv"), *PRIVACY, "--max-partitions-contributed", "1",
+               "--max-contributions-per-partition", "2147483648", "--metric", "s=sum:amount:0:1",
+               "-o", str(tmp_path / "o.csv")) == cli.EXIT_USAGE
+    assert "noise scale" in one_error(capsys.readouterr().err)
 
     src = write(tmp_path / "in.csv", make_table(), "csv")
     monkeypatch.setattr(dpselect, "aggregate", _raises_overflow("value column 'amount' has 2 NaN values", read_first=True))
