@@ -45,6 +45,7 @@ __all__ = [
     "TSGDTable",
     "keep_table",
     "tsgd_table",
+    "tsgd_weights",
     "verify_keep_table",
     "release_delta",
     "release_delta_bruteforce",
@@ -260,7 +261,7 @@ class TSGDTable:
 _TSGD_BITS = 128
 
 
-def _tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
+def tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
     """W(0) = w0, W(m) = ceil(B W(m−1)) with B >= e^{−ε'}, w0 as large as keeps
     S = W(0) + 2 Σ W(m) <= 2^64 − 1."""
     a_num = _builder_exp_lower(eps, _TSGD_BITS)
@@ -309,7 +310,7 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
     # k from floating point may be one short of what the quantized table needs: grow it until
     # the exact δ is within budget (a larger k only lowers the δ of the release).
     for _ in range(64):
-        weights, total = _tsgd_weights(eps, k)
+        weights, total = tsgd_weights(eps, k)
         certified = release_delta(weights, total, k, eps)
         if certified <= delta:
             break

@@ -104,6 +104,16 @@ def tsgd_threshold(epsilon: float, delta: float) -> int:
 _Poly = dict[int, Fraction]  # exponent -> coefficient
 
 
+def _poly(*terms: tuple[int, Fraction]) -> _Poly:
+    """The polynomial Σ c y^e of (e, c) terms, adding the coefficients of equal exponents: the
+    exponents m + 1, m, n1, 1 and 0 of the crossover tests coincide for small m (a dict literal
+    would keep only the last of them)."""
+    poly: _Poly = {}
+    for exponent, coefficient in terms:
+        poly[exponent] = poly.get(exponent, Fraction(0)) + coefficient
+    return poly
+
+
 def _power_bounds(lo: Fraction, hi: Fraction, exponent: int, bits: int) -> tuple[int, int]:
     """floor/ceil of lo^e · 2^bits and hi^e · 2^bits for 1 <= lo <= hi (binary powering, every
     product rounded outward)."""
@@ -203,7 +213,7 @@ def exact_crossovers(epsilon: Fraction, delta: Fraction, limit: int = 1 << 40) -
         raise ValueError("crossovers need epsilon > 0 and 0 < delta < 1")
 
     def q_positive(m: int) -> bool:  # y^m > X
-        return _sign_at_exp({m + 1: delta, m: delta, 1: Fraction(-1), 0: 1 - 2 * delta}, eps) > 0
+        return _sign_at_exp(_poly((m + 1, delta), (m, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)), eps) > 0
 
     first = _first_true(q_positive, _float_n1_guess(eps, delta), limit)
     if first is None:
@@ -211,10 +221,7 @@ def exact_crossovers(epsilon: Fraction, delta: Fraction, limit: int = 1 << 40) -
     n1 = first  # = 1 + max{m : Q_m <= 0}, as Q_0 < 0 always
 
     def p_nonnegative(m: int) -> bool:  # pi(n1 + m) >= 1 − δ
-        poly: _Poly = {}
-        for e, c in ((m + 1, delta), (n1, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)):
-            poly[e] = poly.get(e, Fraction(0)) + c
-        return _sign_at_exp(poly, eps) >= 0
+        return _sign_at_exp(_poly((m + 1, delta), (n1, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)), eps) >= 0
 
     count = _first_true(p_nonnegative, n1, limit)
     if count is None:
