@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpselect.params import validate_params
+
 __all__ = ["Candidate", "Recommendation", "recommend", "keep_curve_points"]
 
 # (label, strategy name, options)
@@ -110,6 +112,9 @@ def recommend(
     higher threshold of its last round."""
     from dpselect.mechanisms.registry import make_strategy
 
+    # A parameter no mechanism accepts (10**400, a negative δ...) is reported as itself, not as
+    # "no mechanism can run".
+    validate_params(epsilon, delta, max_partitions_contributed, delta_split, neighbours)
     if rows and not counts and neighbours == "add_remove":
         base = recommend(epsilon, delta, max_partitions_contributed, delta_split=delta_split)
         try:
