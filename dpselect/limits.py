@@ -6,7 +6,7 @@ needs one exact normal-CDF bound per count up to T + 15σ, and the weighted mech
 must fit their fixed-point grid. Each builder asks here *before* it builds anything, so that a
 parameter set it cannot serve is refused in milliseconds, never after minutes of work, with a
 ValueError that names the parameter, says what a key would need to be released, and gives the
-range that works (docs/privacy/budget.md, "Parameters that cannot be served"). The limits
+range that works (docs/privacy/limits.md). The limits
 keep every build under about half a minute on one core of a small machine (Gaussian
 thresholding's under a minute).
 """

@@ -1,6 +1,6 @@
 """Parameters a mechanism cannot serve are refused from the parameters alone, before any table,
 noise or threshold is built, with a ValueError that names epsilon, says what a key would need and
-which epsilon works (dpselect.limits; docs/privacy/budget.md); huge ε is a clear ValueError or
+which epsilon works (dpselect.limits; docs/privacy/limits.md); huge ε is a clear ValueError or
 the documented cap; min_users_to_release says what a key needs at the parameters that do run."""
 from __future__ import annotations
 
