@@ -108,6 +108,24 @@ def _bits_for(delta: Fraction) -> int:
     return _POWER_BITS + max(0, magnitude)
 
 
+# What a huge parameter would have meant, where it has a meaning.
+_TOO_LARGE_ADVICE = {
+    "epsilon": ": pass a float such as 1e300 instead; every count-based mechanism builds the same table for "
+               "any epsilon / max_partitions_contributed >= 200 (docs/privacy/pi-opt.md), and the Gaussian and "
+               "weighted mechanisms take epsilon <= 50",
+}
+
+
+def _magnitude(value: object) -> str:
+    """A short form of a number too large for a float: an int of hundreds of digits is not
+    printed whole."""
+    if isinstance(value, Integral):
+        digits = len(str(abs(int(value))))
+        return f"{'-' if int(value) < 0 else ''}{str(abs(int(value)))[0]}e{digits - 1} (an int of {digits} digits)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _as_exact(name: str, value: object) -> tuple[float, Fraction]:
     """(float, exact rational) of a real parameter; TypeError/ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, Real):
@@ -115,7 +133,10 @@ def _as_exact(name: str, value: object) -> tuple[float, Fraction]:
     try:
         as_float = float(value)
     except OverflowError:
-        raise ValueError(f"{name} = {value!r} is too large to represent as a float") from None
+        if value < 0:  # type: ignore[operator]
+            raise ValueError(f"{name} must be >= 0, got {_magnitude(value)}") from None
+        raise ValueError(f"{name} = {_magnitude(value)} is too large to represent as a float (at most about "
+                         f"1.8e308){_TOO_LARGE_ADVICE.get(name, '')}") from None
     if not math.isfinite(as_float):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return as_float, as_fraction(value)  # type: ignore[arg-type]

@@ -29,8 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.exact import ceil_div, exp_lower
+from dpselect.limits import MAX_KEEP_TABLE_ENTRIES, MAX_RELEASE_THRESHOLD, epsilon_too_small
 from dpselect.params import PrivacyParams
-from dpselect.theory import exact_crossovers
+from dpselect.theory import exact_crossovers, exact_n1
 from dpselect.verify import (
     CertificationError,
     keep_numerators,
@@ -45,6 +46,7 @@ __all__ = [
     "TSGDTable",
     "keep_table",
     "tsgd_table",
+    "tsgd_weights",
     "verify_keep_table",
     "release_delta",
     "release_delta_bruteforce",
@@ -55,7 +57,7 @@ __all__ = [
 
 # Longest table we build: ~(2/ε') ln(1/δ') entries. Past this, exact certification takes too
 # long and the table stops fitting in cache.
-MAX_TABLE_ENTRIES = 1 << 21
+MAX_TABLE_ENTRIES = MAX_KEEP_TABLE_ENTRIES
 # Smallest per-partition δ' a keep table represents to 2^-48 relative (three 64-bit limbs).
 MIN_PARTITION_DELTA = Fraction(1, 2**144)
 _MAX_LIMBS = 3
@@ -211,28 +213,44 @@ def _keep_table_cached(eps: Fraction, delta: Fraction) -> KeepTable:
     return KeepTable(words=_read_only(words), partition_epsilon=eps, partition_delta=delta)
 
 
-def check_table_length(eps: Fraction, delta: Fraction) -> None:
-    """Refuse, in microseconds and before any building, parameters whose keep table would be
-    longer than MAX_TABLE_ENTRIES (its length is n2 + 1, decided exactly; n2 + 2 at most)."""
+def keep_table_length(eps: Fraction, delta: Fraction) -> int | None:
+    """The length n2 + 1 of the keep table at (ε', δ'), decided exactly in milliseconds (the
+    builder's rounding may add one entry); None when it exceeds MAX_TABLE_ENTRIES."""
     if eps == 0:
         length = math.ceil(1 / delta)  # pi(n) = min(1, n δ') (Theorem 2)
     else:
         try:
-            length = exact_crossovers(eps, delta, limit=MAX_TABLE_ENTRIES)[1] + 1
+            length = exact_crossovers(min(eps, EPSILON_CAP), delta, limit=MAX_TABLE_ENTRIES)[1] + 1
         except ValueError:
-            length = MAX_TABLE_ENTRIES + 1
-    if length > MAX_TABLE_ENTRIES:
+            return None
+    return length if length <= MAX_TABLE_ENTRIES else None
+
+
+def check_table_length(eps: Fraction, delta: Fraction) -> None:
+    """Refuse, in milliseconds and before any building, parameters whose keep table would be
+    longer than MAX_TABLE_ENTRIES (its length is n2 + 1, decided exactly; n2 + 2 at most)."""
+    if keep_table_length(eps, delta) is None:
         raise ValueError(table_too_long_message(eps, delta))
 
 
 def keep_table(params: PrivacyParams) -> KeepTable:
-    """The certified pi_opt keep table for these parameters (built, verified, cached)."""
+    """The certified pi_opt keep table for these parameters (built, verified, cached). Parameters
+    whose table would be too long to build in reasonable time are refused first, from the
+    parameters alone (:mod:`dpselect.limits`)."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: pi_opt keeps nothing (Theorem 2)")
     eps = min(params.partition_epsilon, EPSILON_CAP)
-    limbs_for(params.partition_delta)  # a clear error for a δ' too small to represent
-    check_table_length(eps, params.partition_delta)
-    return _keep_table_cached(eps, params.partition_delta)
+    delta = params.partition_delta
+    limbs_for(delta)  # a clear error for a δ' too small to represent
+    if keep_table_length(eps, delta) is None:
+        affected = params.affected_partitions
+        raise epsilon_too_small(
+            params, "pi_opt",
+            f"a key would be released surely only from more than {MAX_TABLE_ENTRIES:,} users on, and the certified "
+            "keep table would have as many entries, too many to build and check in reasonable time",
+            fits=lambda e: keep_table_length(e / affected, delta) is not None,
+            advice="a larger delta also shortens the table")
+    return _keep_table_cached(eps, delta)
 
 
 # --------------------------------------------------------------------------- TSGD table
@@ -260,7 +278,7 @@ class TSGDTable:
 _TSGD_BITS = 128
 
 
-def _tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
+def tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
     """W(0) = w0, W(m) = ceil(B W(m−1)) with B >= e^{−ε'}, w0 as large as keeps
     S = W(0) + 2 Σ W(m) <= 2^64 − 1."""
     a_num = _builder_exp_lower(eps, _TSGD_BITS)
@@ -309,7 +327,7 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
     # k from floating point may be one short of what the quantized table needs: grow it until
     # the exact δ is within budget (a larger k only lowers the δ of the release).
     for _ in range(64):
-        weights, total = _tsgd_weights(eps, k)
+        weights, total = tsgd_weights(eps, k)
         certified = release_delta(weights, total, k, eps)
         if certified <= delta:
             break
@@ -325,11 +343,26 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
     return TSGDTable(k, tuple(weights), total, _read_only(cumulative), eps, certified)
 
 
-def tsgd_table(params: PrivacyParams) -> TSGDTable:
-    """The certified TSGD table for the per-partition budget (built, certified, cached)."""
+def tsgd_table(params: PrivacyParams, strategy: str = "release") -> TSGDTable:
+    """The certified TSGD table for the per-partition budget (built, certified, cached). A k of
+    Definition 7 above MAX_RELEASE_THRESHOLD is refused first, from the parameters alone
+    (:mod:`dpselect.limits`): the noise's 2k + 1 weights would take minutes to certify."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: the thresholded release publishes nothing (Theorem 2)")
-    return _tsgd_cached(min(params.partition_epsilon, EPSILON_CAP), params.partition_delta)
+    eps, delta = min(params.partition_epsilon, EPSILON_CAP), params.partition_delta
+    if eps > 0 and delta * (2**64 - 1) >= 2 and exact_n1(eps, delta, MAX_RELEASE_THRESHOLD) is None:
+        affected = params.affected_partitions
+
+        def fits(e: Fraction) -> bool:
+            return e > 0 and exact_n1(min(e / affected, EPSILON_CAP), delta, MAX_RELEASE_THRESHOLD) is not None
+
+        raise epsilon_too_small(
+            params, strategy,
+            f"its release threshold k (Definition 7) would exceed {MAX_RELEASE_THRESHOLD:,}, so a key would need "
+            f"more than {MAX_RELEASE_THRESHOLD:,} users to be released with probability 1/2, and the noise's "
+            f"2k + 1 exact weights would take minutes to certify",
+            fits=fits, advice="or use strategy='pi_opt' (keys only)")
+    return _tsgd_cached(eps, delta)
 
 
 def pre_thresholded(table: KeepTable, pre_threshold: int) -> KeepTable:

@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Crossovers", "pi_opt_crossovers", "pi_opt_closed_form", "tsgd_threshold", "exact_crossovers"]
+__all__ = ["Crossovers", "pi_opt_crossovers", "pi_opt_closed_form", "tsgd_threshold", "exact_crossovers", "exact_n1"]
 
 
 class Crossovers(NamedTuple):
@@ -102,6 +102,16 @@ def tsgd_threshold(epsilon: float, delta: float) -> int:
 # ceil(ln X / ε) = n1, because ln X / ε is never an integer.
 
 _Poly = dict[int, Fraction]  # exponent -> coefficient
+
+
+def _poly(*terms: tuple[int, Fraction]) -> _Poly:
+    """The polynomial Σ c y^e of (e, c) terms, adding the coefficients of equal exponents: the
+    exponents m + 1, m, n1, 1 and 0 of the crossover tests coincide for small m (a dict literal
+    would keep only the last of them)."""
+    poly: _Poly = {}
+    for exponent, coefficient in terms:
+        poly[exponent] = poly.get(exponent, Fraction(0)) + coefficient
+    return poly
 
 
 def _power_bounds(lo: Fraction, hi: Fraction, exponent: int, bits: int) -> tuple[int, int]:
@@ -194,27 +204,31 @@ def _float_n1_guess(eps: Fraction, delta: Fraction) -> int:
         return int(min((1 - d) / (2 * d), 2.0**62))
 
 
-def exact_crossovers(epsilon: Fraction, delta: Fraction, limit: int = 1 << 40) -> tuple[int, int]:
-    """(n1, n2) of Theorem 1 for rational ε > 0 and 0 < δ < 1, exactly: pi_opt grows
-    geometrically up to n1, and n2 is the last count with pi_opt(n) < 1 (n2 + 1 is the first
-    count released surely). Raises ValueError when n2 would exceed ``limit``."""
+def exact_n1(epsilon: Fraction, delta: Fraction, limit: int = 1 << 40) -> int | None:
+    """n1 = 1 + ⌊t⌋ of Theorem 1 for rational ε > 0 and 0 < δ < 1, exactly; it is also k = ⌈t⌉
+    of Definition 7 (t is never an integer). None when n1 would exceed ``limit``."""
     eps, delta = Fraction(epsilon), Fraction(delta)
     if not (eps > 0 and 0 < delta < 1):
         raise ValueError("crossovers need epsilon > 0 and 0 < delta < 1")
 
     def q_positive(m: int) -> bool:  # y^m > X
-        return _sign_at_exp({m + 1: delta, m: delta, 1: Fraction(-1), 0: 1 - 2 * delta}, eps) > 0
+        return _sign_at_exp(_poly((m + 1, delta), (m, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)), eps) > 0
 
-    first = _first_true(q_positive, _float_n1_guess(eps, delta), limit)
+    return _first_true(q_positive, _float_n1_guess(eps, delta), limit)  # = 1 + max{m : Q_m <= 0}: Q_0 < 0
+
+
+def exact_crossovers(epsilon: Fraction, delta: Fraction, limit: int = 1 << 40) -> tuple[int, int]:
+    """(n1, n2) of Theorem 1 for rational ε > 0 and 0 < δ < 1, exactly: pi_opt grows
+    geometrically up to n1, and n2 is the last count with pi_opt(n) < 1 (n2 + 1 is the first
+    count released surely). Raises ValueError when n2 would exceed ``limit``."""
+    eps, delta = Fraction(epsilon), Fraction(delta)
+    first = exact_n1(eps, delta, limit)
     if first is None:
         raise ValueError(f"pi_opt's crossover n1 exceeds {limit}")
-    n1 = first  # = 1 + max{m : Q_m <= 0}, as Q_0 < 0 always
+    n1 = first
 
     def p_nonnegative(m: int) -> bool:  # pi(n1 + m) >= 1 − δ
-        poly: _Poly = {}
-        for e, c in ((m + 1, delta), (n1, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)):
-            poly[e] = poly.get(e, Fraction(0)) + c
-        return _sign_at_exp(poly, eps) >= 0
+        return _sign_at_exp(_poly((m + 1, delta), (n1, delta), (1, Fraction(-1)), (0, 1 - 2 * delta)), eps) >= 0
 
     count = _first_true(p_nonnegative, n1, limit)
     if count is None:

@@ -238,8 +238,11 @@ def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_want
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"user": list(range(600)), "item": ["a"] * 300 + ["b"] * 300})
     out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
-                                     strategy="auto")
+                                     max_partitions_contributed=4, strategy="auto")
     assert "DP-SIPS" in out.schema.metadata[b"dpselect.guarantee"].decode()
+    single = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
+                                        strategy="auto")  # κ = 1: pi_opt (tests/test_auto_rows.py)
+    assert "pi_opt" in single.schema.metadata[b"dpselect.guarantee"].decode()
     counted = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                          strategy="auto", counts=True)
     assert "TSGD" in counted.schema.metadata[b"dpselect.guarantee"].decode()

@@ -269,7 +269,7 @@ def test_out_is_validated_with_delta_zero_too():
 
 @pytest.mark.parametrize("epsilon,delta,n1,n2", [
     (math.log(2), 0.1, 3, 5),    # float n1 = 2: the log term is an integer in the reals
-    (math.log(3), 0.2, 2, 2),    # float n2 = 3, where pi is already 1
+    (math.log(3), 0.2, 1, 2),    # the log term is 1 − 4.9e-17: float n2 = 3, where pi is already 1
     (1e-20, 0.02, 25, 49),       # float n1 = 1
     (1.0, 1e-5, 11, 22), (0.1, 1e-10, 201, 401), (0.5, 0.02, 6, 11),
 ])

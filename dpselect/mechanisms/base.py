@@ -12,9 +12,10 @@ fixed-point table, sampled by the C kernel with an exact lazy Bernoulli draw.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +35,7 @@ __all__ = [
     "UserSuppliedStrategy",
     "result_for",
     "check_counts",
+    "users_for_probability",
 ]
 
 
@@ -70,6 +72,27 @@ def check_counts(counts: npt.ArrayLike, name: str = "counts") -> np.ndarray:
     if arr.size and np.issubdtype(arr.dtype, np.signedinteger) and arr.min() < 0:
         raise ValueError(f"{name} must be non-negative (numbers of distinct users)")
     return arr
+
+
+def users_for_probability(probability: Callable[[int], Fraction], level: object, limit: int) -> int | None:
+    """The smallest count n in [0, limit] whose exact keep probability is at least ``level``, for
+    a keep probability that does not decrease with n (every count-based mechanism's); None when
+    even n = limit falls short. A bisection on exact values: O(log limit) table reads."""
+    if isinstance(level, bool) or not isinstance(level, (int, float, Fraction)):
+        raise TypeError(f"probability must be a number in (0, 1], got {type(level).__name__}")
+    target = Fraction(level) if not isinstance(level, float) or math.isfinite(level) else Fraction(-1)
+    if not 0 < target <= 1:
+        raise ValueError(f"probability must be in (0, 1], got {level!r}")
+    if probability(limit) < target:
+        return None
+    lo, hi = -1, limit  # probability(hi) >= target; lo below every count that reaches it
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probability(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 @runtime_checkable
@@ -132,6 +155,21 @@ class TabledSelection:
         """The kernel's keep probability for a partition of n users, exactly."""
         return self.table.exact_probability(n)
 
+    def users_for_release(self, probability: float | Fraction = Fraction(1, 2)) -> int | None:
+        """The fewest distinct users a key needs to be released with at least ``probability``
+        (exact, from the certified table: public parameters only); None if no count reaches it
+        (a tail that saturates just below 1)."""
+        return users_for_probability(self.exact_keep_probability, probability, self.table.length)
+
+    @property
+    def min_users_to_release(self) -> int:
+        """The fewest distinct users a key needs to be released with probability at least 1/2.
+        Depends on the public parameters only, so a GROUP BY may print it: "at these parameters
+        a key needs at least N users to have a 50 % chance of release"."""
+        users = self.users_for_release(Fraction(1, 2))
+        assert users is not None  # every table reaches 1/2 (its last entry is within 2^-80 of 1)
+        return users
+
     def select(self, counts: npt.ArrayLike, *, out: np.ndarray | None = None, rng: object | None = None) -> np.ndarray:
         arr = as_counts(counts)
         generator = resolve_rng(rng)
@@ -183,6 +221,15 @@ class NoRelease:
 
     def keep_probability(self, counts: npt.ArrayLike) -> npt.NDArray[np.float64]:
         return np.zeros(check_counts(counts, "n").shape, np.float64)
+
+    @property
+    def min_users_to_release(self) -> None:
+        """None: no key is ever released, whatever its number of users."""
+        return None
+
+    def users_for_release(self, probability: float | Fraction = Fraction(1, 2)) -> None:
+        users_for_probability(lambda n: Fraction(0), probability, 0)  # the same checks of probability
+        return None
 
     def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
         arr = check_counts(counts)

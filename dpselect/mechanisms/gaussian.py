@@ -28,7 +28,8 @@ from dpselect.exact import exp_lower, exp_upper, normal_cdf_bounds
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
 from dpselect.params import PrivacyParams, composed_delta_upper, _composition_delta
-from dpselect.tables import MAX_TABLE_ENTRIES, KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
+from dpselect.limits import MAX_GAUSSIAN_ENTRIES, epsilon_too_small
+from dpselect.tables import KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
 
 __all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "certified_sigma", "gaussian_threshold",
            "optimal_noise_share"]
@@ -109,6 +110,15 @@ def certified_sigma(epsilon: Fraction, delta_noise: Fraction, kappa: int, accura
                      f"{float(epsilon):.3g}: use strategy='pi_opt'")
 
 
+def predicted_threshold(epsilon: float, delta_noise: float, delta_p: float, kappa: int,
+                        accuracy: float = 1e-3) -> tuple[float, float]:
+    """(T, σ) in floating point, in microseconds: what the certified σ and T will be, to a few
+    parts in a thousand, so that a table too long to build is refused before any exact work."""
+    sigma = google_sigma(epsilon, delta_noise, math.sqrt(kappa), accuracy)
+    z = -NormalDist().inv_cdf(delta_p) if delta_p > 0 else 38.0
+    return 1 + sigma * z, sigma
+
+
 def _upper_tail_upper(z: Fraction) -> Fraction:
     """An upper bound on P[Z > z] for Z ~ N(0, 1)."""
     return 1 - normal_cdf_bounds(z)[0]
@@ -172,7 +182,7 @@ def _gaussian_table(sigma: Fraction, threshold: Fraction) -> tuple[KeepTable, Fr
     # The table ends once 1 − Φ((n − T)/σ) <= 2^-(w − 8), which needs (n − T)/σ > 15 (1 − Φ(15) >
     # 2^-167): refuse at once a table that cannot fit, rather than after computing millions of
     # exact entries (hours at a tiny epsilon).
-    if threshold + 15 * sigma > MAX_TABLE_ENTRIES:
+    if threshold + 15 * sigma > MAX_GAUSSIAN_ENTRIES:
         raise ValueError(_TOO_LONG)
     scale = 1 << _WIDTH
     values = [0]
@@ -191,7 +201,7 @@ def _gaussian_table(sigma: Fraction, threshold: Fraction) -> tuple[KeepTable, Fr
             if 1 - Fraction(values[-1], scale) <= _TAIL_GAP:
                 break
         n += 1
-        if n > MAX_TABLE_ENTRIES:
+        if n > MAX_GAUSSIAN_ENTRIES + 64:  # T + 15σ was checked: a safety net only
             raise ValueError(_TOO_LONG)
     gap = max(gap, 1 - Fraction(values[-1], scale))  # counts beyond the table keep the last entry
     words = _words(values, _LIMBS)
@@ -241,10 +251,11 @@ class GaussianThresholding(TabledSelection):
         if delta_threshold <= 0:
             raise ValueError(f"delta = {params.delta:g} is too small for Gaussian thresholding at epsilon = "
                              f"{params.epsilon:g}: use strategy='pi_opt', or raise delta")
-        sigma = certified_sigma(eps, delta_noise, kappa, sigma_accuracy)
-        self.sigma = sigma
         self.delta_p = _composition_delta(delta_threshold, kappa) if params.delta_split == "composition" \
             else delta_threshold / kappa
+        self._check_table_size(float(delta_noise), float(self.delta_p), sigma_accuracy)
+        sigma = certified_sigma(eps, delta_noise, kappa, sigma_accuracy)
+        self.sigma = sigma
         self.threshold_exact = gaussian_threshold(sigma, self.delta_p)
         table, gap = _gaussian_table(sigma, self.threshold_exact)
         self.gap = gap
@@ -258,6 +269,30 @@ class GaussianThresholding(TabledSelection):
             table = KeepTable(words=table.words, partition_epsilon=eps, partition_delta=self.certified_delta,
                               tail_certain=False)
         self._load(pre_thresholded(table, pre_threshold))
+
+    def _check_table_size(self, delta_noise: float, delta_p: float, accuracy: float) -> None:
+        """Refuse, from the parameters alone, a table that needs more than MAX_GAUSSIAN_ENTRIES
+        exact normal-CDF bounds (one per count up to T + 15σ, ~3 ms each): at ε = 1e-30 σ is
+        set by δ alone (~8e4 at δ = 1e-5) and the table would take an hour to build."""
+        params = self.params
+        kappa = params.affected_partitions
+
+        def entries(epsilon: float) -> float:
+            threshold, sigma = predicted_threshold(epsilon, delta_noise, delta_p, kappa, accuracy)
+            return threshold + 15 * sigma
+
+        # the float prediction is within a few parts in a thousand of the certified values
+        limit = MAX_GAUSSIAN_ENTRIES * 0.99
+        if entries(params.epsilon) > limit:
+            threshold, sigma = predicted_threshold(params.epsilon, delta_noise, delta_p, kappa, accuracy)
+            raise epsilon_too_small(
+                params, self.name,
+                f"a key would need about {threshold:,.0f} users to be released with probability 1/2 (noise sigma "
+                f"{sigma:,.4g}), and the certified keep table would be too long: one exact normal-CDF bound per "
+                f"count up to T + 15 sigma, about {threshold + 15 * sigma:,.0f}, more than {MAX_GAUSSIAN_ENTRIES:,} "
+                "(about 3 ms each)",
+                fits=lambda e: entries(float(e)) <= limit, advice="or use strategy='pi_opt'",
+                top=Fraction(MAX_GAUSSIAN_EPSILON))
 
     @property
     def threshold(self) -> float:

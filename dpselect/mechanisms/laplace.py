@@ -24,6 +24,7 @@ from fractions import Fraction
 from dpselect.exact import exp_lower
 from dpselect.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
+from dpselect.limits import epsilon_too_small, log_inverse
 from dpselect.params import PrivacyParams
 from dpselect.tables import (
     EPSILON_CAP,
@@ -59,6 +60,15 @@ def _approx(x: Fraction) -> str:
     return f"{float(x * Fraction(10) ** -exponent):.3g}e{exponent}"
 
 
+def laplace_table_entries(eps: Fraction, delta: Fraction) -> float:
+    """About how many entries the keep table at per-partition (ε', δ_p) has: 2 + (ln(1/δ_p) +
+    80 ln 2)/ε' (the curve reaches 1 − 2^-80 there); inf when ε' is below the floats."""
+    eps_float = float(eps)
+    if not eps_float > 0:
+        return math.inf
+    return 2 + (log_inverse(delta) + _TAIL_GAP_BITS * math.log(2)) / eps_float
+
+
 @functools.lru_cache(maxsize=32)
 def laplace_keep_table(eps: Fraction, delta: Fraction) -> KeepTable:
     """The certified keep table of Laplace thresholding at per-partition (ε', δ_p)."""
@@ -73,9 +83,7 @@ def laplace_keep_table(eps: Fraction, delta: Fraction) -> KeepTable:
     one = 1 << bits
     # ln(1/δ_p) from the exact rational (float(δ_p) can underflow to 0); ε' as a float is 0 below
     # about 5e-324 (ε = 5e-324 at κ = 10^6): the table is then endless, refused like any too long.
-    log_inverse_delta = math.log(delta.denominator) - math.log(delta.numerator)
-    eps_float = float(eps)
-    estimate = 2 + (log_inverse_delta + _TAIL_GAP_BITS * math.log(2)) / eps_float if eps_float > 0 else math.inf
+    estimate = laplace_table_entries(eps, delta)
     if estimate > MAX_TABLE_ENTRIES:
         entries = f"about {estimate:.3g}" if math.isfinite(estimate) else "more than 1e308"
         raise ValueError(
@@ -129,8 +137,22 @@ class LaplaceThresholding(TabledSelection):
             raise ValueError("Laplace thresholding needs delta > 0")
         self.params = params
         self.pre_threshold = pre_threshold
-        eps = min(params.partition_epsilon, EPSILON_CAP)
-        self._load(pre_thresholded(laplace_keep_table(eps, params.partition_delta), pre_threshold))
+        eps, delta = min(params.partition_epsilon, EPSILON_CAP), params.partition_delta
+        limbs_for(delta)  # a clear error for a δ_p too small to represent
+        entries = laplace_table_entries(eps, delta)
+        if entries > MAX_TABLE_ENTRIES:
+            affected = params.affected_partitions
+            shown = f"about {entries:.3g}" if math.isfinite(entries) else "more than 1e308"
+            users = 1 + log_inverse(2 * delta) / float(eps) if float(eps) > 0 else math.inf
+            need = f"about {users:,.4g}" if math.isfinite(users) else "more than 1e308"
+            raise epsilon_too_small(
+                params, self.name,
+                f"epsilon per partition {_approx(eps)} is too small for its keep table, which would need {shown} "
+                f"entries, more than {MAX_TABLE_ENTRIES:,} (a key would need {need} users to be released with "
+                "probability 1/2)",
+                fits=lambda e: laplace_table_entries(min(e / affected, EPSILON_CAP), delta) <= MAX_TABLE_ENTRIES,
+                advice="or use strategy='pi_opt'")
+        self._load(pre_thresholded(laplace_keep_table(eps, delta), pre_threshold))
 
     @property
     def threshold(self) -> float:

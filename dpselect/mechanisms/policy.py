@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -105,6 +106,13 @@ class _Policy(_RowMechanism):
             histogram[items[open_]] += self._update(gaps[open_])
         return histogram
 
+    def _built_on(self, base: type[WeightedGaussian] | type[WeightedLaplace], params: PrivacyParams) -> Any:
+        """The weighted mechanism whose threshold and noise this one uses; its refusals say so."""
+        try:
+            return base(params)
+        except ValueError as err:
+            raise ValueError(f"{self.name} uses the threshold and noise of {base.name}: {err}") from None
+
     def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
         histogram = self._histogram(sets, self._cutoff, rng)
         keep = np.zeros(sets.n_partitions, dtype=bool)
@@ -122,7 +130,7 @@ class PolicyLaplace(_Policy):
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
         _check_params(params)  # before anything is calibrated, as is alpha
         self.alpha = _check_alpha(alpha)
-        self._base = WeightedLaplace(params)
+        self._base = self._built_on(WeightedLaplace, params)
         self.params = params
         self._cutoff = self._base.threshold + self.alpha / params.epsilon
         self.certified_delta = self._base.certified_delta
@@ -164,7 +172,7 @@ class PolicyGaussian(_Policy):
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
         _check_params(params)  # before σ is calibrated, as is alpha
         self.alpha = _check_alpha(alpha)
-        self._base = WeightedGaussian(params)
+        self._base = self._built_on(WeightedGaussian, params)
         self.params = params
         self._cutoff = self._base.threshold + self.alpha * float(self._base.sigma)
         self.certified_delta = self._base.certified_delta

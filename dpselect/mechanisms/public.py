@@ -44,7 +44,7 @@ class PublicPartitions(NoisyRelease):
 
     def __init__(self, params: PrivacyParams) -> None:
         self.params = params
-        self._load_noise(tsgd_table(params))
+        self._load_noise(tsgd_table(params, "public"))
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -68,6 +68,11 @@ class PublicPartitions(NoisyRelease):
         from dpselect.mechanisms.base import check_counts
 
         return np.ones(check_counts(counts, "n").shape, np.float64)
+
+    @property
+    def min_users_to_release(self) -> int:
+        """0: every listed key is released, with or without users."""
+        return 0
 
     def release(self, counts: npt.ArrayLike, *, out: tuple[np.ndarray, np.ndarray] | None = None,
                 rng: object | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +98,7 @@ class MixedRelease(NoisyRelease):
 
     def __init__(self, params: PrivacyParams, public_threshold: int | None = None) -> None:
         self.params = params
-        self._load_noise(tsgd_table(params))
+        self._load_noise(tsgd_table(params, "mixed"))
         t = self.k if public_threshold is None else public_threshold
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
             raise TypeError(f"public_threshold must be an integer, got {type(t).__name__}")
@@ -102,6 +107,12 @@ class MixedRelease(NoisyRelease):
     @property
     def no_false_positives(self) -> bool:
         return self.public_threshold >= self.k
+
+    @property
+    def min_users_to_release(self) -> int:
+        """The fewest distinct users a key *not on the public list* needs to be released with
+        probability at least 1/2: k + 1, as in the thresholded release (public parameters only)."""
+        return self.k + 1
 
     @property
     def no_false_negatives(self) -> bool:

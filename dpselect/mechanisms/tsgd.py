@@ -12,7 +12,7 @@ import numpy.typing as npt
 from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
 from dpselect.guarantee import PAPER, PrivacyGuarantee
-from dpselect.mechanisms.base import SelectionResult, check_counts, result_for
+from dpselect.mechanisms.base import SelectionResult, check_counts, result_for, users_for_probability
 from dpselect.params import PrivacyParams
 from dpselect.rng import resolve_rng
 from dpselect.tables import TSGDTable, tsgd_table
@@ -147,6 +147,20 @@ class TSGDRelease(NoisyRelease):
 
     def exact_keep_probability(self, n: int) -> Fraction:
         return self._exact_above(n, self.release_threshold)
+
+    def users_for_release(self, probability: float | Fraction = Fraction(1, 2)) -> int | None:
+        """The fewest distinct users a key needs to be released with at least ``probability``,
+        exactly (counts above the threshold plus k are released surely)."""
+        return users_for_probability(self.exact_keep_probability, probability, self.release_threshold + self.k + 1)
+
+    @property
+    def min_users_to_release(self) -> int:
+        """The fewest distinct users a key needs to be released with probability at least 1/2:
+        the release threshold plus one (the noise is symmetric, with P[X >= 0] > 1/2 > P[X > 0]).
+        Public parameters only."""
+        users = self.users_for_release(Fraction(1, 2))
+        assert users is not None
+        return users
 
     def release(self, counts: npt.ArrayLike, *, out: tuple[np.ndarray, np.ndarray] | None = None,
                 rng: object | None = None) -> tuple[np.ndarray, np.ndarray]:

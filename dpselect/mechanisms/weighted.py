@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
+from statistics import NormalDist
+from typing import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +34,9 @@ import numpy.typing as npt
 from dpselect import _weighted
 from dpselect.exact import exp_lower
 from dpselect.guarantee import PrivacyGuarantee
-from dpselect.mechanisms.gaussian import MAX_GAUSSIAN_EPSILON, agm_delta_upper, certified_sigma, gaussian_threshold
+from dpselect.limits import MAX_WEIGHTED_THRESHOLD, epsilon_too_small, log_inverse
+from dpselect.mechanisms.gaussian import (MAX_GAUSSIAN_EPSILON, agm_delta_upper, certified_sigma, gaussian_threshold,
+                                          google_sigma)
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
 from dpselect.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
@@ -189,6 +193,45 @@ def _check_gaussian_deltas(params: PrivacyParams, name: str, delta_noise: Fracti
                          f"splits delta down to {float(smallest):.3g}; raise delta, or use 'weighted_laplace'")
 
 
+def _threshold_fits(rho: float) -> bool:
+    """ρ (in users) on the 2^-32 grid, plus any weighted count, must stay within int64."""
+    return rho <= MAX_WEIGHTED_THRESHOLD
+
+
+def _refuse_threshold(params: PrivacyParams, name: str, rho: float, fits: Callable[[Fraction], bool],
+                      top: Fraction) -> ValueError:
+    size = f"about {rho:,.4g}" if math.isfinite(rho) else "beyond 1e308"
+    return epsilon_too_small(
+        params, name,
+        f"its threshold on the weighted count would be {size}, so a key would need about that many users (each "
+        f"holding only that key) to be released with probability 1/2, more than the {MAX_WEIGHTED_THRESHOLD:,} the "
+        "weighted counts' fixed-point grid (2^-32 units in int64) can hold",
+        fits=fits, top=top, advice="or use strategy='pi_opt'")
+
+
+def _check_gaussian_thresholds(params: PrivacyParams, name: str, delta_noise: Fraction,
+                               rounds: list[tuple[Fraction, Fraction]]) -> None:
+    """Refuse, in floating point and before σ is certified, thresholds that cannot fit the grid:
+    ``rounds`` = (share f_j of the Gaussian budget, δ of that round's thresholds); ρ_j is at
+    most 1 + σ_j z, σ_j = σ/√f_j, z the normal quantile of the smallest per-set-size δ."""
+    kappa = params.max_partitions_contributed
+    quantiles = [(f, -NormalDist().inv_cdf(max(float(_per_partition(d, kappa)), 1e-300))) for f, d in rounds]
+
+    def rho(epsilon: float) -> float:
+        sigma = google_sigma(epsilon, float(delta_noise), 1.0, 1e-3)
+        return max(1 + sigma / math.sqrt(float(f)) * z for f, z in quantiles)
+
+    if not _threshold_fits(rho(params.epsilon) * 1.01):
+        raise _refuse_threshold(params, name, rho(params.epsilon), lambda e: _threshold_fits(rho(float(e)) * 1.01),
+                                Fraction(MAX_EPSILON))
+
+
+def _check_rho_units(params: PrivacyParams, name: str, units: int) -> None:
+    """The exact threshold, on the grid (a safety net behind the float predictions)."""
+    if units > MAX_WEIGHTED_THRESHOLD << WEIGHT_BITS:
+        raise _refuse_threshold(params, name, units / _ONE, lambda e: False, Fraction(MAX_EPSILON))
+
+
 def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
     """(δ of the noise, δ of the thresholds); the caller has run _check_params."""
     delta_noise = params.delta_exact * Fraction(noise_share)
@@ -215,6 +258,7 @@ class WeightedGaussian(_RowMechanism):
         _check_params(params)
         delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
         _check_gaussian_deltas(params, "weighted Gaussian selection", delta_noise, delta_threshold)
+        _check_gaussian_thresholds(params, self.name, delta_noise, [(Fraction(1), delta_threshold)])
         self.params = params
         eps = params.epsilon_exact
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
@@ -224,6 +268,7 @@ class WeightedGaussian(_RowMechanism):
         rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma, _per_partition(delta_threshold, m))
                   for m in range(1, params.max_partitions_contributed + 1))
         self.rho_units = math.ceil(rho * _ONE)
+        _check_rho_units(params, self.name, self.rho_units)
         self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
 
     @property
@@ -264,6 +309,18 @@ class WeightedLaplace(_RowMechanism):
 
     def __init__(self, params: PrivacyParams) -> None:
         _check_params(params)
+        kappa = params.max_partitions_contributed
+        smallest = _per_partition(params.delta_exact, kappa)
+
+        def predicted(epsilon: Fraction) -> float:  # 1 + ln(1/(2 δ_p(κ)))/ε, the largest t, in logs
+            if smallest >= Fraction(1, 2):
+                return 2.0
+            log_t = math.log(log_inverse(2 * smallest)) - math.log(epsilon.numerator) + math.log(epsilon.denominator)
+            return 1 + math.exp(log_t) if log_t < 700 else math.inf
+
+        if not _threshold_fits(predicted(params.epsilon_exact) * 1.01):
+            raise _refuse_threshold(params, self.name, predicted(params.epsilon_exact),
+                                    lambda e: _threshold_fits(predicted(e) * 1.01), Fraction(MAX_EPSILON))
         self.params = params
         eps = params.epsilon_exact
         self.weights = _weights(params.max_partitions_contributed, self.norm)
@@ -277,6 +334,7 @@ class WeightedLaplace(_RowMechanism):
                 t += Fraction(max(1, int(t * _ONE) >> 30), _ONE)
             rho = max(rho, Fraction(int(self.weights[m]), _ONE) + t)
         self.rho_units = math.ceil(rho * _ONE)
+        _check_rho_units(params, self.name, self.rho_units)
         self.certified_delta = params.delta_exact
 
     @property
@@ -338,6 +396,7 @@ class DPSIPS(_RowMechanism):
         total = sum(shares)
         fractions = [s / total for s in shares]
         _check_gaussian_deltas(params, "DP-SIPS", delta_noise, delta_threshold * min(fractions))
+        _check_gaussian_thresholds(params, self.name, delta_noise, [(f, delta_threshold * f) for f in fractions])
         # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         # Round j: μ_j² = f_j μ², i.e. σ_j = σ / sqrt(f_j) (rounded up: more noise, still composing to ≤ μ²).
@@ -349,6 +408,7 @@ class DPSIPS(_RowMechanism):
             rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma_j, _per_partition(delta_j, m))
                       for m in range(1, params.max_partitions_contributed + 1))
             self.rhos.append(math.ceil(rho * _ONE))
+            _check_rho_units(params, self.name, self.rhos[-1])
         self.sigma = sigma  # the rounds' σ_j >= σ/sqrt(f_j) compose to a Gaussian at least this noisy
         self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
 
