@@ -312,3 +312,12 @@ def test_delta_zero_advice_names_what_aggregate_takes():
     with pytest.raises(ValueError, match="public_partitions") as err:
         _run(df, metrics={"n": dpselect.count()}, delta=0)
     assert "allow_no_release" not in str(err.value)
+
+
+@pytest.mark.parametrize("strategy", ["pi_opt", "release", "laplace", "gaussian"])
+def test_an_empty_release_says_how_many_users_a_key_needs(strategy):
+    df = pd.DataFrame({"u": np.arange(30), "k": np.arange(30) % 3})
+    with pytest.warns(dpselect.aggregation.aggregate.NothingReleased, match=r"a key needs [\d,]+ users"):
+        out = dpselect.aggregate(df, metrics={"n": dpselect.count()}, strategy=strategy, rng=_rng(),
+                                 **{**BASE, "epsilon": 0.1})
+    assert len(out.frame) == 0

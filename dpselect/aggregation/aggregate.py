@@ -39,11 +39,16 @@ from dpselect.public_keys import public_table, with_public_partitions
 from dpselect.rng import resolve_rng, shard_test_state
 from dpselect.rows import PartitionCounts, RowCounter, arrow_from_numpy
 
-__all__ = ["AggregateResult", "BoundingDroppedMostRows", "aggregate", "DEFAULT_PRECISION_BITS",
+__all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
 
 _SHARD_MASK = 1  # users split by code parity between two threads, as in dpselect.rows
 INTERVALS_METADATA_KEY = b"dpselect.intervals"
+
+
+class NothingReleased(UserWarning):
+    """No key passed the selection. The warning's figure (how many users a key needs) comes from
+    the parameters alone."""
 
 
 class BoundingDroppedMostRows(UserWarning):
@@ -246,6 +251,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         keys = counter.keys_of(candidates)
         result = strat.apply(users_kept[candidates], rng=generator)
         released = np.asarray(result.keep, dtype=bool)
+        if not released.any():
+            _warn_nothing_released(strat)
         selection_guarantee = result.guarantee.enforced()
         components.insert(0, Component(f"selection of keys ({strat.name})", as_fraction(selection_guarantee.epsilon),
                                        selection_guarantee.delta_exact, str(selection_guarantee)))
@@ -340,6 +347,16 @@ def _frame(plan: AggregatePlan, keys: Any, columns: dict[str, npt.NDArray[Any]],
         if plan.confidence_level is not None:
             attrs["dpselect_intervals"] = intervals_caveat(plan.kappa, plan.linf)
     return frame
+
+
+def _warn_nothing_released(strategy: Any) -> None:
+    needed = getattr(strategy, "min_users_to_release", None)
+    figure = (f"at these parameters a key needs {needed:,} users (after bounding) to be released with "
+              "probability 1/2" if needed else "at these parameters no key can be released")
+    warnings.warn(NothingReleased(
+        f"no key was released: {figure} (the selection's epsilon is {float(strategy.params.epsilon_exact):.3g}). "
+        "Raise epsilon or the 'selection' weight, use coarser keys, or pass public_partitions if the keys are "
+        "known in advance."), stacklevel=4)
 
 
 def _warn_if_bounding_dropped_most(totals: dict[str, int], kappa: int, linf: int) -> None:
