@@ -22,7 +22,6 @@ pytest.importorskip("pyarrow")
 
 from dpselect import cli
 
-ROOT = Path(__file__).resolve().parents[1]
 AGGREGATE = ["--privacy-unit", "user", "--by", "key", "--epsilon", "1", "--delta", "1e-5",
              "--max-partitions-contributed", "1", "--max-contributions-per-partition", "1", "--metric", "count"]
 SELECT = ["--privacy-unit", "user", "--by", "key", "--epsilon", "1", "--delta", "1e-5"]
@@ -182,13 +181,21 @@ def test_a_signal_the_command_was_told_to_ignore_stays_ignored(tmp_path, src, ca
 # ------------------------------------------------------------------ while the package is imported
 
 def _entry_point() -> tuple[str, str]:
-    """The `dpselect` command's module and function, as pyproject.toml declares it (what pip's
-    console-script wrapper imports and calls)."""
-    text = (ROOT / "pyproject.toml").read_text()
-    scripts = text.split("[project.scripts]", 1)[1]
-    found = re.search(r'^dpselect\s*=\s*"([\w.]+):(\w+)"', scripts, re.M)
-    assert found, "no dpselect entry in [project.scripts]"
-    return found.group(1), found.group(2)
+    """The `dpselect` command's module and function (what pip's console-script wrapper imports
+    and calls): as pyproject.toml declares it in a source checkout, else as the installed
+    distribution does (a wheel's test run has no pyproject.toml beside the tests)."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.is_file():
+        scripts = pyproject.read_text().split("[project.scripts]", 1)[1]
+        found = re.search(r'^dpselect\s*=\s*"([\w.]+):(\w+)"', scripts, re.M)
+        assert found, "no dpselect entry in [project.scripts]"
+        return found.group(1), found.group(2)
+    from importlib.metadata import entry_points
+
+    values = {e.value for e in entry_points(group="console_scripts") if e.name == "dpselect"}
+    assert len(values) == 1, f"the installed dpselect declares the 'dpselect' command as {sorted(values)}"
+    module, _, function = values.pop().partition(":")
+    return module.strip(), function.strip()
 
 
 # The console-script wrapper pip writes, with an import hook that sends the signal to the
