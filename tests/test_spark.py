@@ -148,7 +148,7 @@ def test_aggregate_end_to_end_equals_single_machine_without_noise(spark):
     table = _table(3, users=3000, keys=25, rows=15000, max_keys=3, max_rows=2)
     metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
                "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e6, delta=1e-5,
                   max_partitions_contributed=3, max_contributions_per_partition=2)
     on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
     local = dpselect.aggregate(table, **kwargs)
@@ -238,7 +238,8 @@ def test_metric_noise_has_the_single_machine_scale(spark):
     table = pa.table({"user": pa.array(users), "key": pa.array(users // per_key),
                       "value": pa.array(np.full(users.size, 4.0))})
     metrics = {"n": dpselect.count_distinct_units(), "total": dpselect.sum("value", bounds=(0, 8))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5)
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5,
+                  max_partitions_contributed=1, max_contributions_per_partition=1)
     on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
     local = dpselect.aggregate(table, **kwargs).frame.to_pandas()
     assert len(on_spark) == len(local) == keys  # 40 users: pi_opt keeps every key
@@ -308,6 +309,7 @@ def test_refusals(spark):
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     with pytest.raises(TypeError, match="float"):
         ds.select_partitions(df, **{**base, "privacy_unit": "fuser"})
+    bounds = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
     with pytest.raises(NotImplementedError, match="strategy='dp_sips' is a row mechanism"):
         ds.select_partitions(df, strategy="dp_sips", **base)
     with pytest.raises(NotImplementedError, match="strategy='auto' may choose a row mechanism"):
@@ -324,9 +326,9 @@ def test_refusals(spark):
         ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
     # NaN is refused with the column's own name, whether the column has bounds or not.
     with pytest.raises(ValueError, match="value column 'value' has 1 NaN or infinite value"):
-        ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
+        ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **bounds, **base)
     with pytest.raises(ValueError, match="value column 'value' contains NaN"):
-        ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
+        ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **bounds, **base)
 
 
 # ---------------------------------------------------------------- budget and intervals
@@ -359,6 +361,7 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
     df = spark.createDataFrame(table)
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     metrics = {"n": dpselect.count()}
+    one = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
     bad = [dict(counts=True, confidence_level=1.5), dict(counts=True, confidence_level=True),
            dict(counts=False, confidence_level=0.9), dict(strategy="pi_opt", confidence_level=0.9),
            dict(budget="epsilon 1"), dict(counts=True, confidence_level=0.9, budget=0.5)]
@@ -366,15 +369,15 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
         assert _raised(lambda: ds.select_partitions(df, **base, **extra)) == \
             _raised(lambda: dpselect.select_partitions(table, **base, **extra)), extra
     for extra in (dict(confidence_level=0.0), dict(confidence_level=1), dict(budget=[1.0])):
-        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **base, **extra)) == \
-            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **base, **extra)), extra
+        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **one, **base, **extra)) == \
+            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **one, **base, **extra)), extra
     # Overspending charges nothing and fails before any Spark job; a bad argument after a good
     # budget charges nothing either.
     budget = dpselect.Budget(0.5, 1e-5)
     with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
         ds.select_partitions(df, budget=budget, **base)
     with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
-        ds.aggregate(df, metrics=metrics, budget=budget, **base)
+        ds.aggregate(df, metrics=metrics, budget=budget, **one, **base)
     with pytest.raises(ValueError, match="confidence_level"):
         ds.select_partitions(df, budget=budget, confidence_level=2.0, counts=True, **{**base, "epsilon": 0.1})
     assert budget.spent == (0, 0) and budget.ledger == ()
@@ -418,7 +421,7 @@ def test_aggregate_over_public_partitions_equals_the_single_machine_without_nois
     table = _table(11, users=1500, keys=6, rows=4000, max_keys=6, max_rows=10)
     metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
                "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e6, delta=1e-5,
                   max_partitions_contributed=6, max_contributions_per_partition=10)
     listed = spark.createDataFrame(pa.table({"key": ["k1", "k3", "zz", "k1"], "other": [1, 2, 3, 4]}))
     on_spark = ds.aggregate(spark.createDataFrame(table), public_partitions=listed, **kwargs)
@@ -445,7 +448,8 @@ def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
     counts = ds.select_partitions(df, counts=True, **kwargs).toPandas()
     assert counts["key"].tolist() == absent
     reference = dpselect.release(np.zeros(200_000, np.int64), epsilon=1.0, delta=1e-5, public=True).noisy_counts
-    out = ds.aggregate(df, metrics={"n": dpselect.count()}, **kwargs).frame.toPandas()
+    out = ds.aggregate(df, metrics={"n": dpselect.count()}, max_partitions_contributed=1,
+                       max_contributions_per_partition=1, **kwargs).frame.toPandas()
     assert out["key"].tolist() == absent
     for noise, var in ((counts["noisy_count"].to_numpy(), reference.var()),
                        (out["n"].to_numpy(), _discrete_laplace_variance(1 / 1.0))):
