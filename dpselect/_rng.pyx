@@ -281,6 +281,30 @@ def chacha20_blocks(bytes key, object counter, bytes nonce, object nblocks, obje
     return bytes(out)
 
 
+cdef extern from "keyed_prf.h" nogil:
+    void dps_keyed_prf_u64(const uint32_t *key, const uint64_t *a, const uint64_t *b, uint64_t *out, size_t n)
+
+
+def keyed_prf_u64(bytes key, object a, object b):
+    """A keyed PRF on 128-bit inputs (csrc/keyed_prf.h): for each i, the first 8 bytes of the
+    ChaCha20 block under ``key`` (32 bytes) with block counter ``b[i] >> 32`` and nonce
+    (``a[i]``, ``b[i] & 0xFFFFFFFF``), as a uint64 array. ``a`` and ``b``: uint64 arrays of one
+    length. Deterministic: the same key and inputs give the same outputs, wherever they run."""
+    cdef uint32_t[::1] k = _words(key, 8, "key")
+    cdef const uint64_t[::1] av = check_array("a", a, [np.uint64], copy=True)
+    cdef const uint64_t[::1] bv = check_array("b", b, [np.uint64], copy=True)
+    if av.shape[0] != bv.shape[0]:
+        raise ValueError(f"a and b must have one length, got {av.shape[0]} and {bv.shape[0]}")
+    cdef Py_ssize_t n = av.shape[0]
+    out = np.empty(n, dtype=np.uint64)
+    if n == 0:
+        return out
+    cdef uint64_t[::1] o = out
+    with nogil:
+        dps_keyed_prf_u64(&k[0], &av[0], &bv[0], &o[0], <size_t>n)
+    return out
+
+
 def quarter_round(a, b, c, d):
     cdef uint32_t wa = check_int("a", a, 0, 2**32 - 1), wb = check_int("b", b, 0, 2**32 - 1)
     cdef uint32_t wc = check_int("c", c, 0, 2**32 - 1), wd = check_int("d", d, 0, 2**32 - 1)

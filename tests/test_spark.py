@@ -1,4 +1,5 @@
-"""dpselect.spark against the single-machine functions, on a local[2] SparkSession started once.
+"""dpselect.spark against the single-machine functions, on a local[2, 4] SparkSession started once
+(two cores; a failed task is retried up to four times, as on a cluster).
 
 Exact where the result is deterministic (κ ≥ every user's keys, L∞ ≥ every user's rows per key,
 and, end to end, a budget so large that no noise is drawn but 0); statistical elsewhere (keep
@@ -29,7 +30,7 @@ from dpselect.aggregation.bounds import NotEnoughDataError  # noqa: E402
 from dpselect.aggregation.budget import BudgetExceededError  # noqa: E402
 from dpselect.aggregation.grid import Grid  # noqa: E402
 from dpselect.rows import NullPrivacyUnitsDropped, RowCounter  # noqa: E402
-from dpselect.spark import _aggregate, _common, _select  # noqa: E402
+from dpselect.spark import _aggregate, _bounding, _common, _select  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 
 pytestmark = [
@@ -43,12 +44,15 @@ ROOT = Path(dpselect.__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    builder = (SparkSession.builder.master("local[2]").appName("dpselect-tests")
+    # Shuffle files go to a directory of this session's own, which the fault-injection tests empty.
+    local_dir = tmp_path_factory.mktemp("spark-local")
+    builder = (SparkSession.builder.master("local[2,4]").appName("dpselect-tests")
+               .config("spark.local.dir", str(local_dir))
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.default.parallelism", "2")
                .config("spark.ui.enabled", "false")
@@ -75,6 +79,11 @@ def frame(spark, **columns):
 
 def rows_of(df) -> list[tuple]:
     return [tuple(r) for r in df.collect()]
+
+
+def _key(seed: int | None = None):
+    """A release key: from the secure CSPRNG, or from the test generator's seed."""
+    return _bounding.ReleaseKey(dpselect.SecureRNG() if seed is None else InsecureDeterministicRNG(seed))
 
 
 # ---------------------------------------------------------------- packaging
@@ -120,7 +129,7 @@ def _table(seed: int, users: int, keys: int, rows: int, max_keys: int, max_rows:
 
 def test_bounded_counts_are_exact_when_no_user_exceeds_kappa(spark):
     table = _table(1, users=3000, keys=40, rows=20000, max_keys=3)
-    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, None, True)
+    per_key = _select._select_per_key(spark.createDataFrame(table), "user", ["key"], 3, _key(), True)
     got = {r.key: r[_common.USERS] for r in per_key.collect()}
     counter = RowCounter("user", ["key"])
     counter.feed(table)
@@ -134,8 +143,8 @@ def test_per_key_aggregates_are_exact_when_nothing_is_bounded(spark):
     table = _table(2, users=2000, keys=30, rows=12000, max_keys=2, max_rows=3)
     grid = Grid.for_bounds(0, 10, precision_bits=30, integer=True)
     per_key = _aggregate._aggregate_per_key(spark.createDataFrame(table), "user", ["key"], ["value"], {"value": grid},
-                                    2, 3, None, True)
-    got = {r.key: (r[_common.USERS], r[_common.ROWS], r[_common.SUM + "0"]) for r in per_key.collect()}
+                                            2, 3, _key(), True)
+    got = {r.key: (r[_common.USERS], r[_common.ROWS], int(r[_common.SUM + "0"])) for r in per_key.collect()}
     pdf = table.to_pandas()
     pdf["units"] = grid.to_units(pdf["value"].to_numpy())
     truth = {k: (g["user"].nunique(), len(g), int(g["units"].sum())) for k, g in pdf.groupby("key")}
@@ -148,7 +157,7 @@ def test_aggregate_end_to_end_equals_single_machine_without_noise(spark):
     table = _table(3, users=3000, keys=25, rows=15000, max_keys=3, max_rows=2)
     metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
                "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e6, delta=1e-5,
                   max_partitions_contributed=3, max_contributions_per_partition=2)
     on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
     local = dpselect.aggregate(table, **kwargs)
@@ -197,7 +206,7 @@ def test_kappa_subset_is_uniform(spark):
     keys = np.random.default_rng(6).integers(0, 3, users.size)
     keys[::5], keys[1::5], keys[2::5] = 0, 1, 2
     df = frame(spark, user=users, key=keys)
-    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, None, True).collect()]
+    counts = [r[_common.USERS] for r in _select._select_per_key(df, "user", ["key"], 1, _key(), True).collect()]
     assert len(counts) == 3 and sum(counts) == 3000
     assert all(abs(c - 1000) < 5 * math.sqrt(3000 * (1 / 3) * (2 / 3)) for c in counts), counts
 
@@ -208,10 +217,10 @@ def test_linf_rows_are_uniform(spark):
     values = np.tile(np.arange(4), 3000)
     df = frame(spark, user=users, key=np.zeros(users.size, np.int64), value=values)
     grid = Grid.for_bounds(0, 3, integer=True)
-    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, None, True)
+    per_key = _aggregate._aggregate_per_key(df, "user", ["key"], ["value"], {"value": grid}, 1, 1, _key(), True)
     row = per_key.collect()[0]
     assert row[_common.USERS] == row[_common.ROWS] == 3000
-    assert abs(row[_common.SUM + "0"] - 4500) < 5 * math.sqrt(3000 * 1.25)
+    assert abs(int(row[_common.SUM + "0"]) - 4500) < 5 * math.sqrt(3000 * 1.25)
 
 
 def test_keep_rate_matches_the_single_machine_and_pi_opt(spark):
@@ -238,7 +247,8 @@ def test_metric_noise_has_the_single_machine_scale(spark):
     table = pa.table({"user": pa.array(users), "key": pa.array(users // per_key),
                       "value": pa.array(np.full(users.size, 4.0))})
     metrics = {"n": dpselect.count_distinct_units(), "total": dpselect.sum("value", bounds=(0, 8))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5)
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5,
+                  max_partitions_contributed=1, max_contributions_per_partition=1)
     on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
     local = dpselect.aggregate(table, **kwargs).frame.to_pandas()
     assert len(on_spark) == len(local) == keys  # 40 users: pi_opt keeps every key
@@ -258,11 +268,49 @@ def test_metric_noise_has_the_single_machine_scale(spark):
 
 
 def test_executors_draw_fresh_secure_values(spark):
+    # The per-key step's generator on the executors: no two partitions (or forked workers) share
+    # a stream, and a second run draws new values.
+    def draw(batches):
+        from dpselect.spark._common import executor_rng
+
+        rng = executor_rng(None, b"t")
+        for batch in batches:
+            values = np.frombuffer(rng.random_bytes(8 * batch.num_rows), dtype=np.int64)
+            yield pa.RecordBatch.from_arrays([pa.array(values)], names=["r"])
+
     df = spark.range(40000, numPartitions=4)
-    first = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
-    second = [r[_common.R] for r in _common.with_random(df, None, b"t", False, "id").select(_common.R).collect()]
-    assert len(set(first)) == len(first) == 40000  # no two partitions (or forked workers) share a stream
+    first = [r.r for r in df.mapInArrow(draw, "r long").collect()]
+    second = [r.r for r in df.mapInArrow(draw, "r long").collect()]
+    assert len(set(first)) == len(first) == 40000
     assert not set(first) & set(second)
+
+
+def test_ranks_are_a_keyed_function_of_each_row(spark):
+    # Distinct rows get distinct 64-bit ranks; the same key ranks every row alike on any
+    # partitioning and row order; another key ranks them independently.
+    df = spark.range(40000, numPartitions=4)
+    key, other = _key(), _key()
+
+    def ranks(frame, k):
+        out = _bounding.with_ranks(frame, k.for_step(b"t"), ["id"], False, "id").select("id", _bounding.R)
+        return dict(rows_of(out))
+
+    first = ranks(df, key)
+    assert len(set(first.values())) == len(first) == 40000
+    assert ranks(df.repartition(7).orderBy(spark_functions().rand()), key) == first
+    second = ranks(df, other)
+    assert not set(first.values()) & set(second.values())
+    # Uniform: the top bit is a fair coin, the low byte's 256 values equally likely.
+    values = np.array(list(first.values()), dtype=np.int64)
+    assert abs((values < 0).mean() - 0.5) < 5 * math.sqrt(0.25 / values.size)
+    low = np.bincount(values & 0xFF, minlength=256)
+    assert ((low - 40000 / 256) ** 2 / (40000 / 256)).sum() < 255 + 5 * math.sqrt(2 * 255)
+
+
+def spark_functions():
+    from pyspark.sql import functions
+
+    return functions
 
 
 def test_the_release_is_drawn_once(spark):
@@ -308,6 +356,7 @@ def test_refusals(spark):
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     with pytest.raises(TypeError, match="float"):
         ds.select_partitions(df, **{**base, "privacy_unit": "fuser"})
+    bounds = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
     with pytest.raises(NotImplementedError, match="strategy='dp_sips' is a row mechanism"):
         ds.select_partitions(df, strategy="dp_sips", **base)
     with pytest.raises(NotImplementedError, match="strategy='auto' may choose a row mechanism"):
@@ -324,9 +373,9 @@ def test_refusals(spark):
         ds.select_partitions(table := pa.table({"user": [1], "key": [1]}), **base)  # noqa: F841
     # NaN is refused with the column's own name, whether the column has bounds or not.
     with pytest.raises(ValueError, match="value column 'value' has 1 NaN or infinite value"):
-        ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **base)
+        ds.aggregate(df, metrics={"s": dpselect.sum("value")}, **bounds, **base)
     with pytest.raises(ValueError, match="value column 'value' contains NaN"):
-        ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **base)
+        ds.aggregate(df, metrics={"s": dpselect.sum("value", bounds=(0, 1))}, **bounds, **base)
 
 
 # ---------------------------------------------------------------- budget and intervals
@@ -359,6 +408,7 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
     df = spark.createDataFrame(table)
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5)
     metrics = {"n": dpselect.count()}
+    one = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
     bad = [dict(counts=True, confidence_level=1.5), dict(counts=True, confidence_level=True),
            dict(counts=False, confidence_level=0.9), dict(strategy="pi_opt", confidence_level=0.9),
            dict(budget="epsilon 1"), dict(counts=True, confidence_level=0.9, budget=0.5)]
@@ -366,15 +416,15 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
         assert _raised(lambda: ds.select_partitions(df, **base, **extra)) == \
             _raised(lambda: dpselect.select_partitions(table, **base, **extra)), extra
     for extra in (dict(confidence_level=0.0), dict(confidence_level=1), dict(budget=[1.0])):
-        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **base, **extra)) == \
-            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **base, **extra)), extra
+        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **one, **base, **extra)) == \
+            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **one, **base, **extra)), extra
     # Overspending charges nothing and fails before any Spark job; a bad argument after a good
     # budget charges nothing either.
     budget = dpselect.Budget(0.5, 1e-5)
     with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
         ds.select_partitions(df, budget=budget, **base)
     with pytest.raises(BudgetExceededError, match="would overspend the budget: epsilon by 0.5"):
-        ds.aggregate(df, metrics=metrics, budget=budget, **base)
+        ds.aggregate(df, metrics=metrics, budget=budget, **one, **base)
     with pytest.raises(ValueError, match="confidence_level"):
         ds.select_partitions(df, budget=budget, confidence_level=2.0, counts=True, **{**base, "epsilon": 0.1})
     assert budget.spent == (0, 0) and budget.ledger == ()
@@ -418,7 +468,7 @@ def test_aggregate_over_public_partitions_equals_the_single_machine_without_nois
     table = _table(11, users=1500, keys=6, rows=4000, max_keys=6, max_rows=10)
     metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
                "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
-    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e7, delta=1e-5,
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e6, delta=1e-5,
                   max_partitions_contributed=6, max_contributions_per_partition=10)
     listed = spark.createDataFrame(pa.table({"key": ["k1", "k3", "zz", "k1"], "other": [1, 2, 3, 4]}))
     on_spark = ds.aggregate(spark.createDataFrame(table), public_partitions=listed, **kwargs)
@@ -445,7 +495,8 @@ def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
     counts = ds.select_partitions(df, counts=True, **kwargs).toPandas()
     assert counts["key"].tolist() == absent
     reference = dpselect.release(np.zeros(200_000, np.int64), epsilon=1.0, delta=1e-5, public=True).noisy_counts
-    out = ds.aggregate(df, metrics={"n": dpselect.count()}, **kwargs).frame.toPandas()
+    out = ds.aggregate(df, metrics={"n": dpselect.count()}, max_partitions_contributed=1,
+                       max_contributions_per_partition=1, **kwargs).frame.toPandas()
     assert out["key"].tolist() == absent
     for noise, var in ((counts["noisy_count"].to_numpy(), reference.var()),
                        (out["n"].to_numpy(), _discrete_laplace_variance(1 / 1.0))):
@@ -554,3 +605,251 @@ def test_the_readme_spark_snippet_runs(spark, capsys):
     out = capsys.readouterr().out
     assert "noisy_count" in out and "users_ci_low" in out and "differentially private" in out
     assert set(namespace["out"].frame.columns) >= {"os", "users", "reports"}
+
+
+# ---------------------------------------------------------------- exact sums
+
+
+def _big_values(users: int, value: int, key: str, rows_each: int = 1):
+    return pa.table({"user": pa.array(np.repeat(np.arange(users), rows_each)),
+                     "key": pa.array([key] * (users * rows_each)), "value": pa.array([value] * (users * rows_each))})
+
+
+def test_a_key_whose_sum_leaves_int64_is_released_clamped_as_on_one_machine(spark):
+    # bounds ±2^60 at 52 bits: one value is 2^52 units of 2^8. "big" sums n·2^52 units (2^63 and
+    # past it from n = 2048 users), "neg" −n·2^52: each is clamped to ±2^62 units before noise of
+    # scale 2^52/100, never refused, never wrapped, whatever n.
+    metrics = {"total": dpselect.sum("value", bounds=(-2**60, 2**60)), "n": dpselect.count()}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=200.0, delta=1e-5, precision_bits=52,
+                  max_partitions_contributed=1, max_contributions_per_partition=1, public_partitions=["big", "neg"])
+    scale = 2.0**52 / 100
+    for users in (2047, 2048, 3000):
+        table = pa.concat_tables([_big_values(users, 2**60, "big"),
+                                  _big_values(users, -2**60, "neg").set_column(0, "user", pa.array(
+                                      np.arange(users, 2 * users)))])
+        got = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
+        local = dpselect.aggregate(table, **kwargs).frame.to_pandas()
+        assert got["key"].tolist() == ["big", "neg"]
+        for sign, released, single in zip((1, -1), got["total"], local["total"]):
+            assert abs(released / 2**8 - sign * 2**62) < 50 * scale, (users, released)
+            assert abs(released - single) / 2**8 < 100 * scale
+        assert abs(got["n"] - users).max() < 50
+
+
+def test_a_pair_whose_sum_leaves_int64_is_summed_exactly(spark):
+    # One user, 4096 rows of 2^52 units in one key, L∞ = 4096: the pair alone sums 2^64 units.
+    table = _big_values(1, 2**60, "one", rows_each=4096)
+    kwargs = dict(privacy_unit="user", by="key", metrics={"total": dpselect.sum("value", bounds=(0, 2**60))},
+                  epsilon=4096.0, delta=1e-5, precision_bits=52, max_partitions_contributed=1,
+                  max_contributions_per_partition=4096, public_partitions=["one"])
+    out = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
+    assert abs(out["total"][0] / 2**8 - 2**62) < 50 * 2.0**52  # clamped to 2^62 units, noise of scale 2^52
+
+
+# ---------------------------------------------------------------- names and parameters
+
+
+@pytest.fixture
+def no_spark_job(spark):
+    """Fails the test if a Spark job ran inside the ``with`` block."""
+    import contextlib
+    import uuid
+
+    @contextlib.contextmanager
+    def check():
+        sc = spark.sparkContext
+        group = f"dpselect-no-job-{uuid.uuid4().hex}"
+        sc.setJobGroup(group, "a refusal must start no Spark job")
+        try:
+            yield
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+
+    return check
+
+
+def test_names_with_dots_and_backticks_work_as_on_one_machine(spark):
+    gen = np.random.default_rng(15)
+    n = 4000
+    table = pa.table({"user.id": pa.array(gen.integers(0, 800, n)),
+                      "k`ey": pa.array([f"k{k}" for k in gen.integers(0, 5, n)]),
+                      "a.b": pa.array(gen.integers(0, 2, n).astype(bool)),
+                      "v.a`l": pa.array(gen.integers(-3, 20, n)), "w": pa.array(gen.normal(3, 10, n))})
+    df = spark.createDataFrame(table)
+    metrics = {"us.ers": dpselect.count_distinct_units(), "ro`ws": dpselect.count(),
+               "s.um": dpselect.sum("v.a`l", bounds=(0, 10)), "a`v.g": dpselect.mean("v.a`l", bounds=(0, 10)),
+               "found": dpselect.sum("w")}
+    # Nothing bounded (κ and L∞ at least every user's keys and rows per key) and a budget so large
+    # that no noise is drawn: both paths compute the same function.
+    linf = int(table.group_by(["user.id", "k`ey", "a.b"]).aggregate([("w", "count")])["w_count"].to_numpy().max())
+    kwargs = dict(privacy_unit="user.id", by=["k`ey", "a.b"], metrics=metrics, epsilon=2.0**20, delta=1e-5,
+                  max_partitions_contributed=10, max_contributions_per_partition=linf, precision_bits=4,
+                  confidence_level=0.9)
+    for extra in ({}, {"public_partitions": [("k1", True), ("zz", False)]}):
+        on_spark = ds.aggregate(df, report=True, **kwargs, **extra)
+        local = dpselect.aggregate(table, **kwargs, **extra)
+        got = on_spark.frame.toPandas()
+        assert list(got.columns) == list(local.frame.column_names)
+        assert got.equals(local.frame.to_pandas()), (got, local.frame)
+    select = dict(privacy_unit="user.id", by=["k`ey", "a.b"], epsilon=1e6, delta=1e-5, max_partitions_contributed=10,
+                  counts=True, count_column="n.`", confidence_level=0.9)
+    for extra in ({}, {"public_partitions": [("k1", True), ("zz", False)], "strategy": "mixed",
+                       "public_threshold": 5}):
+        out = ds.select_partitions(df, **select, **extra).toPandas()
+        assert out.equals(dpselect.select_partitions(table, **select, **extra).to_pandas())
+    with pytest.warns(NullPrivacyUnitsDropped, match=r"column 'user\.id'"):
+        ds.select_partitions(spark.createDataFrame(table.set_column(0, "user.id", pa.array([None] * n, pa.int64()))),
+                             **{**select, "null_privacy_units": "drop"})
+
+
+def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_spark_job):
+    table = pa.table({"user": pa.array(np.arange(20)), "key": pa.array(np.arange(20) % 3),
+                      "value": pa.array(np.ones(20)), "noisy_count_ci_low": pa.array(np.arange(20) % 2)})
+    df = spark.createDataFrame(table)
+    cased = spark.createDataFrame(table.append_column("KEY", pa.array(np.arange(20) % 2)))  # "key" is ambiguous
+    budget = dpselect.Budget(100.0, 1e-3)
+    base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, budget=budget)
+    one = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
+    count = dpselect.count()
+    bad_aggregates = [
+        (dict(metrics={"n": count, "n_ci_low": count}, confidence_level=0.9, **one), "interval column"),
+        (dict(metrics={"key": count}, **one), "by column"),
+        (dict(metrics={"n": count}, max_partitions_contributed=1, max_contributions_per_partition=2**63),
+         "L∞|2\\*\\*32"),
+        (dict(metrics={"n": count}, max_partitions_contributed=2**63, max_contributions_per_partition=1), "2\\*\\*32"),
+        (dict(metrics={"n": count}, **one, epsilon=1e-300), "noise scale"),
+        (dict(metrics={"value": count, "s": dpselect.sum("value", bounds=(0, 1))}, **one), "value column 'value'"),
+        (dict(metrics={"s": dpselect.sum("user", bounds=(0, 10))}, **one), "privacy_unit"),
+        (dict(metrics={"s": dpselect.sum("value")}, max_partitions_contributed=1,
+              max_contributions_per_partition=2**31, epsilon=2.0**20), "Spark array|noise scale"),
+        (dict(metrics={"Key": count}, **one), "would be one column"),
+        (dict(metrics={"n": count, "N": count}, **one), "would be one column"),
+        (dict(metrics={"__dpselect_keep": count}, **one), "reserved"),
+    ]
+    bad_selects = [(dict(count_column="key"), "count_column"),
+                   (dict(by="noisy_count_ci_low", counts=True, confidence_level=0.9, strategy="release"),
+                    "would be one column")]
+    calls = [(lambda kw=kw: ds.aggregate(df, **{**base, **kw}), match) for kw, match in bad_aggregates]
+    calls += [(lambda kw=kw: ds.select_partitions(df, **{**base, **kw}), match) for kw, match in bad_selects]
+    calls += [(lambda: ds.aggregate(cased, metrics={"n": count}, **one, **base), "ambiguous"),
+              (lambda: ds.select_partitions(cased, **base), "ambiguous")]
+    for call, match in calls:
+        with no_spark_job(), pytest.raises((ValueError, TypeError), match=match) as info:
+            call()
+        assert not type(info.value).__module__.startswith(("py4j", "pyspark")), info.value
+    assert budget.spent == (0, 0)
+    # A tiny epsilon is no parameter error for a selection: as on one machine, nothing is released.
+    tiny = dict(privacy_unit="user", by="key", epsilon=1e-300, delta=1e-5, counts=True)
+    assert ds.select_partitions(df, **tiny).count() == dpselect.select_partitions(table, **tiny).num_rows == 0
+
+
+def test_a_session_with_speculative_tasks_is_refused(spark, monkeypatch, no_spark_job):
+    df = frame(spark, user=np.arange(10), key=np.arange(10) % 2)
+    monkeypatch.setattr(_common, "speculation_enabled", lambda session: True)
+    budget = dpselect.Budget(10.0, 1e-3)
+    with no_spark_job():
+        with pytest.raises(ValueError, match="spark.speculation is enabled"):
+            ds.select_partitions(df, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, budget=budget)
+        with pytest.raises(ValueError, match="spark.speculation is enabled"):
+            ds.aggregate(df, privacy_unit="user", by="key", metrics={"n": dpselect.count()}, epsilon=1.0,
+                         delta=1e-5, max_partitions_contributed=1, max_contributions_per_partition=1, budget=budget)
+    assert budget.spent == (0, 0)
+
+
+# ---------------------------------------------------------------- recomputation draws nothing new
+
+
+def _three_keys_each(users: int, seed: int):
+    """Each user has 6 rows over 3 of 40 keys (values 0-9): κ = 1 and L∞ = 1 bound everyone."""
+    gen = np.random.default_rng(seed)
+    own = gen.integers(0, 40, size=(users, 3))
+    user = np.repeat(np.arange(users), 6)
+    return pa.table({"user": pa.array(user), "key": pa.array(own[user, gen.integers(0, 3, user.size)]),
+                     "value": pa.array(gen.integers(0, 10, user.size))})
+
+
+_BOUND_ONE = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed=1)
+_METRICS = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+            "total": dpselect.sum("value", bounds=(0, 10))}
+
+
+def test_the_bounding_depends_on_the_release_key_and_the_rows_only(spark):
+    # The same release key (the test generator's seed) keeps the same rows and keys whatever the
+    # partitioning and the order of the rows; ε = 1e6 draws no noise, so the releases are equal.
+    table = _three_keys_each(3000, 16)
+    F = spark_functions()
+    frames = [spark.createDataFrame(table).repartition(2),
+              spark.createDataFrame(table).orderBy(F.rand(5)).repartition(7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        selected = [rows_of(ds.select_partitions(df, counts=True, rng=InsecureDeterministicRNG(3), **_BOUND_ONE))
+                    for df in frames]
+        aggregated = [rows_of(ds.aggregate(df, metrics=_METRICS, max_contributions_per_partition=1,
+                                           rng=InsecureDeterministicRNG(3), **_BOUND_ONE).frame) for df in frames]
+    assert selected[0] == selected[1] and aggregated[0] == aggregated[1]
+    assert sum(r[1] for r in selected[0]) == sum(r[1] for r in aggregated[0]) == 3000  # each user in one key
+    assert sum(r[2] for r in aggregated[0]) == 3000  # and one row
+
+
+def _lose_shuffle_files_once(local_dir: str, marker: str):
+    """A pass-through Arrow UDF that, in the first attempt of partition 3 of its stage, deletes
+    every shuffle file of the session (as a lost disk would) and fails. Spark retries the task,
+    finds the map outputs gone, recomputes the stages that wrote them — the bounding — and re-runs
+    the reducers that had not finished, while those that had keep what they read."""
+    def inject(batches):
+        import glob
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context.partitionId() == 3 and context.attemptNumber() == 0 and not os.path.exists(marker):
+            open(marker, "w").close()
+            for path in glob.glob(os.path.join(local_dir, "**", "shuffle_*"), recursive=True):
+                os.remove(path)
+            raise RuntimeError("dpselect test: injected loss of the shuffle files")
+        yield from batches
+
+    return inject
+
+
+def test_a_lost_shuffle_recomputed_mid_release_redraws_nothing(spark, monkeypatch, tmp_path):
+    # Some reducers of the per-key stage finish, then the bounding's shuffle files are lost and
+    # Spark recomputes the bounding for the others. Fresh draws would keep some users' keys twice
+    # and others' not at all; ranks from the release key keep the same ones: each user counts in
+    # exactly one key, and the release equals the one made without the fault.
+    table = _three_keys_each(3000, 17)
+    df = spark.createDataFrame(table)
+    local_dir = spark.conf.get("spark.local.dir")
+    sc = spark.sparkContext
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clean = rows_of(ds.aggregate(df, metrics=_METRICS, max_contributions_per_partition=1,
+                                     rng=InsecureDeterministicRNG(4), **_BOUND_ONE).frame)
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")  # keep 4 reducers
+    try:
+        for module in (_select, _aggregate):
+            original = module.materialise
+
+            def faulty(frame, original=original, module=module):
+                marker = str(tmp_path / module.__name__)
+                return original(frame.mapInArrow(_lose_shuffle_files_once(local_dir, marker), frame.schema))
+
+            monkeypatch.setattr(module, "materialise", faulty)
+        sc.setJobGroup("dpselect-fault", "injected fault")
+        selected = ds.select_partitions(df, counts=True, **_BOUND_ONE)  # the secure generator
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            faulted = rows_of(ds.aggregate(df, metrics=_METRICS, max_contributions_per_partition=1,
+                                           rng=InsecureDeterministicRNG(4), **_BOUND_ONE).frame)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dpselect.spark._aggregate", "dpselect.spark._select"]
+    tracker = sc.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("dpselect-fault")
+              for s in tracker.getJobInfo(j).stageIds]
+    retried = [s for s in stages if s is not None and s.currentAttemptId > 0]
+    assert retried, "the fault did not make Spark recompute a stage"
+    assert sum(r[1] for r in rows_of(selected)) == 3000
+    assert faulted == clean and sum(r[1] for r in faulted) == 3000

@@ -8,11 +8,14 @@ parameters, semantics and privacy statement of :func:`dpselect.select_partitions
 What runs where:
 
 * in Spark SQL (the JVM): deduplicating (user, key) pairs, the contribution bounding (a window
-  ``row_number() over (partition by user order by r, key) <= κ``, r a 64-bit uniform drawn per
-  pair; likewise ``<= L∞`` over a user's rows in one key), every per-key aggregate, the join
-  to ``public_partitions``, and the log histogram of APPROX_BOUNDS (a count per cell);
-* in vectorised Arrow UDFs (``mapInArrow``) on the executors: drawing r from the package CSPRNG,
-  converting value columns to grid units (:meth:`dpselect.aggregation.grid.Grid.to_units`),
+  ``row_number() over (partition by user order by r, key) <= κ``, r a 64-bit pseudo-random rank
+  per pair; likewise ``<= L∞`` over a user's rows in one key), every per-key aggregate (sums
+  exact, as 38-digit decimals), the join to ``public_partitions``, and the log histogram of
+  APPROX_BOUNDS (a count per cell);
+* in vectorised Arrow UDFs (``mapInArrow``) on the executors: computing r, a keyed PRF of the
+  row's content under a secret drawn per release from the package CSPRNG (so that a task or a
+  stage Spark re-runs keeps the same rows: :mod:`._bounding`), converting value columns to grid
+  units (:meth:`dpselect.aggregation.grid.Grid.to_units`),
   binning values for APPROX_BOUNDS, and, on the per-key aggregates only, the selection
   (``strategy.apply``) and the metrics' noise
   (:func:`dpselect.aggregation.metric_noise.noisy_metric`) in the C kernel;
@@ -22,11 +25,15 @@ What runs where:
 
 The result is materialised once (``localCheckpoint(eager=True)``) before it is returned: a lazy
 plan would draw new noise on every action, and two draws of a release are two releases. The
-checkpointed blocks are never recomputed (a lost block fails the query instead).
+checkpointed blocks are never recomputed (a lost block fails the query instead), and a session
+with speculative execution is refused (two attempts could store two draws of one partition).
+The caller's columns are read once under dpselect's own names, so any column name works.
 
 PySpark is an optional dependency (``pip install "dpselect[spark]"``), imported on first use.
-The modules: :mod:`._common` (randomness on the executors, checks, bounding windows,
-materialisation), :mod:`._select` and :mod:`._aggregate` (the two entry points),
+The modules: :mod:`._common` (column references, checks, the per-key steps' randomness, exact
+sums, materialisation), :mod:`._bounding` (the release key, ranks and bounding windows),
+:mod:`._select` and :mod:`._aggregate` (the two entry points), :mod:`._release` (the per-key
+step of aggregate),
 :mod:`._public` (public partitions), :mod:`._bounds` (APPROX_BOUNDS) and :mod:`._report` (the
 data holder's reports).
 """

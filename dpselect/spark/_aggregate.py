@@ -1,7 +1,7 @@
 """``dpselect.spark.aggregate``: :func:`dpselect.aggregate` run by Spark."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -9,13 +9,10 @@ from typing import Any
 import numpy as np
 
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
-from dpselect.exact import as_fraction
-from dpselect.pipeline import build_strategy, check_columns
 from dpselect.rng import resolve_rng
-from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.spark._bounding import J, ReleaseKey, ValueSpec, index_identical_rows, keep_first, with_ranks
 from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
-    ERROR_MARK,
     FIRSTS,
     KEEP,
     PAIRS,
@@ -23,90 +20,120 @@ from dpselect.spark._common import (
     ROWS,
     ROWS_ALL,
     SUM,
+    UNIT,
     USERS,
-    ValueSpec,
+    VALUE,
     annotate,
     check_frame,
+    check_names,
+    check_no_speculation,
+    column,
+    columns,
     drop_null_units,
-    executor_rng,
-    executor_strategy,
-    keep_first,
+    key_names,
     materialise,
     rng_spec,
     sorted_by_key,
     spark,
-    with_random,
+    sum_type,
 )
 from dpselect.spark._public import join_public, public_keys
+from dpselect.spark._release import Release, release_guarantee
 from dpselect.spark._report import CHANGE, RAW, aggregate_report, clamping_columns, clamping_sums
 
 __all__ = ["SparkAggregateResult", "aggregate"]
 
+# Spark keeps a column's kept values of one (user, key) in one array while its bounds are found,
+# and an array holds at most 2^31 - 16 values.
+_MAX_LIST = 2**31 - 16
+
 
 def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                    grids: Mapping[str, Any], integer: Mapping[str, bool], kappa: int, linf: int,
-                   spec: tuple[bytes, int] | None, null_unit_check: bool, report: bool = False) -> Any:
+                   key: ReleaseKey, null_unit_check: bool, report: bool = False,
+                   labels: Mapping[str, str] | None = None) -> Any:
     """The lazy plan of the bounded (user, key) pairs: each user's rows in a key cut to the L∞ of
-    smallest r, then each user's pairs cut to the κ of smallest r (independent uniforms from the
-    CSPRNG). ``data``: null units already dropped or (``null_unit_check``) refused here.
-    Columns: the user, the keys, ``ROWS`` (the pair's kept rows) and, for the i-th value column,
-    ``SUM<i>`` (its kept values' sum in grid units) if it has bounds, else ``VALUES<i>`` (the
-    list of its kept values, for APPROX_BOUNDS and, once bounds are found, the sums).
+    smallest rank, then each user's pairs cut to the κ of smallest rank (pseudo-random ranks keyed
+    by ``key``: the same rows and pairs on any re-run; ``_bounding``). ``data``: null units
+    already dropped or (``null_unit_check``) refused here. Columns: the user, the keys, ``ROWS``
+    (the pair's kept rows) and, for the i-th value column, ``SUM<i>`` (its kept values' exact
+    sum in grid units, a decimal) if it has bounds, else ``VALUES<i>`` (the list of its kept
+    values, for APPROX_BOUNDS and, once bounds are found, the sums).
 
     With ``report``, nothing is dropped: rows and pairs carry their ``RANK`` instead, and the
-    pairs also ``ROWS_ALL`` and the clamping counts of the columns with bounds (``report.py``)."""
+    pairs also ``ROWS_ALL`` and the clamping counts of the columns with bounds (``report.py``).
+    ``labels``: the caller's names of the columns, for messages."""
     F = spark().functions
+    labels = dict(labels or {})
+    pair = [privacy_unit, *names]
     internal = {c: f"{SUM if c in grids else VALUES}{i}" for i, c in enumerate(value_columns)}
     raw = {c: f"{RAW}{i}" for i, c in enumerate(value_columns) if c in grids} if report else {}
-    rows = data.select(privacy_unit, *names, *[F.col(c).alias(internal[c]) for c in value_columns],
-                       *[F.col(c).cast("double").alias(r) for c, r in raw.items()])
-    specs = {internal[c]: ValueSpec(c, grids.get(c), integer[c]) for c in value_columns}
-    drawn = with_random(rows.repartition(privacy_unit), spec, b"rows", null_unit_check, privacy_unit, specs)
-    if report:
-        ranked = keep_first(drawn, [privacy_unit, *names], [], linf, rank=RANK)
-        kept = F.col(RANK) <= linf
-        pairs = ranked.groupBy(privacy_unit, *names).agg(
-            F.count_if(kept).alias(ROWS), F.count(F.lit(1)).alias(ROWS_ALL),
-            *[(F.sum(F.when(kept, F.col(col))) if c in grids else F.collect_list(F.when(kept, F.col(col)))).alias(col)
-              for c, col in internal.items()],
-            *[agg for i, c in enumerate(value_columns) if c in grids
-              for agg in clamping_sums(F.col(raw[c]), grids[c], kept, i)])
-        return keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa,
-                          rank=RANK)
-    kept_rows = keep_first(drawn, [privacy_unit, *names], [], linf)
-    pairs = kept_rows.groupBy(privacy_unit, *names).agg(
-        F.count(F.lit(1)).alias(ROWS),
-        *[(F.sum(col) if c in grids else F.collect_list(col)).alias(col) for c, col in internal.items()])
-    return keep_first(with_random(pairs, spec, b"pairs", False, privacy_unit), [privacy_unit], names, kappa)
+    rows = data.select(*columns(pair), *[column(c).alias(internal[c]) for c in value_columns],
+                       *[column(c).cast("double").alias(r) for c, r in raw.items()]).repartition(column(privacy_unit))
+    if not value_columns:
+        # Rows of one pair are interchangeable: keeping L∞ of them is keeping min(rows, L∞), drawn or not.
+        counted = rows.groupBy(*columns(pair)).agg(F.count(F.lit(1)).alias(ROWS_ALL))
+        pairs = counted.withColumn(ROWS, F.least(F.col(ROWS_ALL), F.lit(linf).cast("long")))
+        pairs = pairs.select(*columns(pair), F.col(ROWS), *([F.col(ROWS_ALL)] if report else []))
+    else:
+        values = [*internal.values()]
+        specs = {internal[c]: ValueSpec(labels.get(c, c), grids.get(c), integer[c]) for c in value_columns}
+        # A row's identity: its user, key and values (the raw copies the report reads are functions
+        # of them), and its index among the rows identical to it.
+        indexed = index_identical_rows(rows, [*pair, *values], privacy_unit)
+        drawn = with_ranks(indexed, key.for_step(b"rows"), [*pair, *values, J], False, privacy_unit, specs).drop(J)
+        # Ties of rank are broken by the rows' content (grid units, and the raw values the report reads).
+        content = [*values, *raw.values()]
+
+        def pair_sum(c: str, col: str, kept: Any = None) -> Any:
+            value = F.col(col) if kept is None else F.when(kept, F.col(col))
+            # Exact: each term is an int64 cast to decimal, so no sum of one pair or of one key overflows.
+            return (F.sum(value.cast(sum_type())) if c in grids else F.collect_list(value)).alias(col)
+
+        if report:
+            ranked = keep_first(drawn, pair, content, linf, rank=RANK)
+            kept = F.col(RANK) <= linf
+            pairs = ranked.groupBy(*columns(pair)).agg(
+                F.count_if(kept).alias(ROWS), F.count(F.lit(1)).alias(ROWS_ALL),
+                *[pair_sum(c, col, kept) for c, col in internal.items()],
+                *[agg for i, c in enumerate(value_columns) if c in grids
+                  for agg in clamping_sums(F.col(raw[c]), grids[c], kept, i)])
+        else:
+            kept_rows = keep_first(drawn, pair, content, linf)
+            pairs = kept_rows.groupBy(*columns(pair)).agg(
+                F.count(F.lit(1)).alias(ROWS), *[pair_sum(c, col) for c, col in internal.items()])
+    ranked_pairs = with_ranks(pairs, key.for_step(b"pairs"), pair, null_unit_check, privacy_unit,
+                              unit_label=labels.get(privacy_unit))
+    return keep_first(ranked_pairs, [privacy_unit], names, kappa, rank=RANK if report else None)
 
 
 def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bool = False) -> Any:
     """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``) and, per value
-    column, the sum of its grid units (``SUM<i>``; null if it leaves int64: ``try_sum``). With
+    column, the exact sum of its grid units (``SUM<i>``, a decimal of 38 digits). With
     ``report``, every key of the data (``USERS`` may be 0), then ``report_columns``."""
     F = spark().functions
     sums = [f"{SUM}{i}" for i in range(n_values)]
     if not report:
-        return pairs.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
-                                         *[F.try_sum(c).alias(c) for c in sums])
+        return pairs.groupBy(*columns(names)).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
+                                                  *[F.sum(F.col(c).cast(sum_type())).alias(c) for c in sums])
     kept = F.col(RANK) <= kappa
 
     def kept_sum(column: str, zero: Any) -> Any:
         return F.sum(F.when(kept, F.col(column)).otherwise(zero)).alias(column)
 
-    return pairs.groupBy(*names).agg(
+    return pairs.groupBy(*columns(names)).agg(
         F.count_if(kept).alias(USERS), kept_sum(ROWS, F.lit(0)),
-        *[F.try_sum(F.when(kept, F.col(c)).otherwise(F.lit(0))).alias(c) for c in sums],
+        *[F.sum(F.when(kept, F.col(c)).otherwise(F.lit(0)).cast(sum_type())).alias(c) for c in sums],
         F.count(F.lit(1)).alias(PAIRS), F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS_ALL).alias(ROWS_ALL),
         *[kept_sum(c, F.lit(0.0) if c.startswith(CHANGE) else F.lit(0)) for c in clamping_columns(n_values)])
 
 
 def _aggregate_per_key(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
-                       grids: Mapping[str, Any], kappa: int, linf: int, spec: tuple[bytes, int] | None,
+                       grids: Mapping[str, Any], kappa: int, linf: int, key: ReleaseKey,
                        null_unit_check: bool) -> Any:
     """The lazy plan of the per-key statistics when every value column has bounds (``grids``)."""
     integer = dict.fromkeys(value_columns, False)  # not read: a column with a grid becomes int64 units
-    pairs = _bounded_pairs(data, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
+    pairs = _bounded_pairs(data, privacy_unit, names, value_columns, grids, integer, kappa, linf, key,
                            null_unit_check)
     return _per_key(pairs, names, len(value_columns), kappa)
 
@@ -190,7 +217,9 @@ def aggregate(
     from 0 (a mean: the midpoint of its bounds plus noise).
 
     Value columns are clamped and snapped to the power-of-two grid of their bounds on the
-    executors and summed as int64 grid units in Spark. ``bounds_scope``: "dataset" (one set of
+    executors and summed exactly in Spark (int64 grid units summed as 38-digit decimals, which no
+    sum of fewer than 2^63 rows leaves); each key's exact sum is clamped to ±2^62 grid units
+    before its noise, as on one machine. ``bounds_scope``: "dataset" (one set of
     bounds per column, from one histogram over every kept value, counted by Spark); "partition"
     runs on one machine only (NotImplementedError).
 
@@ -223,28 +252,43 @@ def aggregate(
         raise NotImplementedError(f"bounds_scope='partition' (bounds found per released key) runs on one machine "
                                   f"only; on Spark use bounds_scope='dataset' (the default), give bounds=(lower, "
                                   f"upper) for {auto_columns}, or run dpselect.aggregate")
+    if auto_columns and plan.linf > _MAX_LIST:
+        raise ValueError(f"max_contributions_per_partition = {plan.linf} is too large on Spark for a column whose "
+                         f"bounds are found privately ({auto_columns}): a user's kept values in a key are held in "
+                         f"one Spark array, of at most {_MAX_LIST} values. Give those metrics bounds=(lower, upper), "
+                         "or lower max_contributions_per_partition")
     if sel_args is not None:
         sel_args = (*sel_args, ())
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
+    check_names(df, plan.input_columns(), plan.output_columns)
+    check_no_speculation(df)
     fields = {f.name: f.dataType for f in df.schema.fields}
     integer = {c: isinstance(fields[c], types.IntegralType) for c in value_columns}
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=integer[c])
              for c, (lo, hi) in given.items()}
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
+    # Every step reads the caller's columns under dpselect's own names; the result gets theirs back.
+    keys = key_names(len(names))
+    values = {c: f"{VALUE}{i}" for i, c in enumerate(value_columns)}
+    if public is not None:
+        public = public.select(*[column(n).alias(k) for n, k in zip(names, keys)])
     generator = resolve_rng(rng)
     if budget is not None:
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
         budget.charge(eps_total, delta_total, what=f"spark.aggregate(by={names}, metrics={sorted(checked)})")
     spec = rng_spec(generator)
-    generator._announce()
+    key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
     kappa, linf = plan.kappa, plan.linf
 
-    inputs = [privacy_unit, *names, *[c for c in value_columns if c not in names]]
-    data, dropped = drop_null_units(df.select(*inputs), privacy_unit, null_privacy_units)
-    pairs = _bounded_pairs(data, privacy_unit, names, value_columns, grids, integer, kappa, linf, spec,
-                           null_privacy_units == "error", report)
+    renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)],
+                        *[column(c).alias(v) for c, v in values.items()])
+    data, dropped = drop_null_units(renamed, UNIT, null_privacy_units, privacy_unit)
+    pairs = _bounded_pairs(data, UNIT, keys, list(values.values()), {values[c]: g for c, g in grids.items()},
+                           {values[c]: integer[c] for c in value_columns}, kappa, linf, key,
+                           null_privacy_units == "error", report,
+                           labels={UNIT: privacy_unit, **{v: c for c, v in values.items()}})
     components: list[Component] = []
     if auto_columns:
         # The bounded pairs are drawn once (checkpointed): the histogram and the sums read the same kept values.
@@ -257,26 +301,26 @@ def aggregate(
                                                precision_bits, generator)
             components.append(component)
         pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report)
-    per_key = _per_key(pairs, names, len(value_columns), kappa, report)
+    per_key = _per_key(pairs, keys, len(value_columns), kappa, report)
     stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]]
     if report:
         stats += [PAIRS, FIRSTS, ROWS_ALL, *clamping_columns(len(value_columns))]
     if public is not None:  # the listed keys, one absent from the data with zeros; with a report, the data's too
-        per_key = join_public(per_key, public, names, stats, only_public=not report)
+        per_key = join_public(per_key, public, keys, stats, only_public=not report)
 
-    release = _Release(names, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
+    release = Release(keys, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
                        confidence_level, sel_args, spec, public is not None, report)
-    schema = release.schema(key_fields)
+    schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}
         full = types.StructType([*schema.fields, types.StructField(KEEP, types.BooleanType(), False),
                                  *[kept_fields[c] for c in stats]])
         decided = materialise(per_key.mapInArrow(release, full))
-        released = decided.filter(decided[KEEP]).select(*schema.names)
+        released = decided.filter(decided[KEEP]).select(*columns(schema.names))
     else:
         released = materialise(per_key.mapInArrow(release, schema))
-    guarantee = _guarantee(release, strat, components, generator, eps_total, delta_total)
-    frame = annotate(sorted_by_key(released, names), names, str(guarantee), guarantee.is_dp)
+    guarantee = release_guarantee(release, strat, components, generator, eps_total, delta_total)
+    frame = annotate(sorted_by_key(released, keys), dict(zip(keys, names)), str(guarantee), guarantee.is_dp)
     holder = None
     if report:
         holder = aggregate_report(decided, dropped, grids, value_columns, strat, eps_total, kappa, linf,
@@ -297,117 +341,3 @@ def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: boo
     grid = Grid.for_found_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
     return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
                            str(found.guarantee))
-
-
-class _Release:
-    """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key
-    aggregates (the ``by`` columns, ``USERS``, ``ROWS``, one ``SUM<i>`` per value column): the
-    selection (none with public partitions) and every metric's noise, in the C kernel. Each
-    key's decision and noise depend on its own aggregates and fresh randomness only, so batch by
-    batch is the same mechanism as all keys at once."""
-
-    def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
-                 epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
-                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None,
-                 public: bool = False, report: bool = False) -> None:
-        self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
-        self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
-        self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
-
-    def schema(self, key_fields: list[Any]) -> Any:
-        types = spark().types
-        out = list(key_fields)
-        for name, m in self.metrics.items():
-            typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
-            out.append(types.StructField(name, typ, False))
-            if self.level is not None:
-                out.append(types.StructField(f"{name}_ci_low", typ, True))
-                out.append(types.StructField(f"{name}_ci_high", typ, True))
-        return types.StructType(out)
-
-    def metric(self, name: str, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, np.ndarray], rng: Any
-               ) -> tuple[Any, Any, Any, Component]:
-        """One metric's noisy values (and interval) over keys with these statistics."""
-        from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
-
-        from dpselect.aggregation.wide import Wide
-
-        m = self.metrics[name]
-        grid = PartitionGrids.of(self.grids[m.column], users.size) if m.column else None
-        label = f"{name} = {m}"
-        return noisy_metric(label, m, self.epsilons[name], self.kappa, self.linf, users, rows,
-                            Wide.from_int64(sums[m.column]) if m.column else None, grid, self.level, rng)
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        strategy = None if self.selection is None else executor_strategy(self.selection)
-        rng = executor_rng(self.spec, b"release")
-        n_keys = len(self.names)
-        for batch in batches:
-            def column(i: int) -> np.ndarray:
-                col = batch.column(i)
-                if col.null_count:
-                    raise ValueError(f"{ERROR_MARK}a key's sum of grid units leaves int64: use coarser bounds "
-                                     "or fewer precision_bits")
-                return col.to_numpy(zero_copy_only=False).astype(np.int64)
-
-            users = column(n_keys)
-            listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool)
-                      if self.public else None)
-            if strategy is None:  # public partitions: every listed key, nothing selected
-                keep = listed if listed is not None else np.ones(users.size, dtype=bool)
-            else:
-                candidate = users > 0  # with a report every key of the data comes, some bounded away
-                keep = np.zeros(users.size, dtype=bool)
-                keep[candidate] = np.asarray(strategy.apply(users[candidate], rng=rng).keep, dtype=bool)
-            rows = column(n_keys + 1)[keep]
-            sums = {c: column(n_keys + 2 + i)[keep] for i, c in enumerate(self.value_columns)}
-            if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
-                out = [batch.column(i) for i in range(n_keys)]
-            else:
-                out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
-            for name in self.metrics:
-                for array in self.metric(name, users[keep], rows, sums, rng)[:3 if self.level is not None else 1]:
-                    out.append(pa.array(self._spread(np.asarray(array), keep) if self.report else np.asarray(array)))
-            names = [*self.names, *self._metric_columns()]
-            if self.report:
-                out.append(pa.array(keep))
-                out += [batch.column(i) for i in range(n_keys, batch.num_columns - self.public)]
-                names += [KEEP, *batch.schema.names[n_keys:batch.num_columns - self.public]]
-            yield pa.RecordBatch.from_arrays(out, names=names)
-
-    @staticmethod
-    def _spread(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
-        """The released keys' values at their rows, 0 elsewhere (those rows are filtered out)."""
-        full = np.zeros(keep.size, dtype=values.dtype)
-        full[keep] = values
-        return full
-
-    def _metric_columns(self) -> list[str]:
-        suffixes = ("", "_ci_low", "_ci_high") if self.level is not None else ("",)
-        return [f"{name}{s}" for name in self.metrics for s in suffixes]
-
-
-def _guarantee(release: _Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
-               delta: Fraction) -> AggregateGuarantee:
-    """The statement, computed on the driver from the same parameters and grids (a metric's
-    component depends on them only; the throwaway draw on one zero is discarded). Components in
-    the single machine's order: the selection, the bounds found, the metrics."""
-    steps = []
-    selection_dp = True
-    if strat is not None:
-        selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
-        if not generator.privacy_guaranteed:
-            selection = selection.under_test_rng()
-        steps.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
-                               selection.delta_exact, str(selection)))
-        selection_dp = selection.is_dp
-    steps += components
-    one = np.zeros(1, np.int64)
-    sums = {c: one for c in release.value_columns}
-    for name in release.metrics:
-        steps.append(release.metric(name, one, one, sums, resolve_rng(None))[3])
-    return AggregateGuarantee(components=tuple(steps), requested_epsilon=epsilon, requested_delta=delta,
-                              kappa=release.kappa, linf=release.linf,
-                              privacy_guaranteed=generator.privacy_guaranteed and selection_dp)

@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.spark._common import ERROR_MARK, SUM, spark
+from dpselect.spark._common import ERROR_MARK, SUM, arrow_of, spark, sum_type
 
 __all__ = ["VALUES", "histograms", "sum_values"]
 
 VALUES = "__dpselect_values_"  # a pair's kept values of a column given no bounds (a list of <= L∞)
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def histograms(pairs: Any, columns: Mapping[str, bool]) -> dict[str, np.ndarray]:
@@ -67,12 +66,13 @@ def histograms(pairs: Any, columns: Mapping[str, bool]) -> dict[str, np.ndarray]
 def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bool = False) -> Any:
     """``pairs`` with each list column named in ``grids`` (name → (label, grid, i), the i-th
     value column) replaced by ``SUM<i>``: the pair's values clamped and snapped to the grid and
-    summed exactly in grid units (a pair's sum has at most L∞ terms: one that leaves int64 fails
-    the job). With ``report``, the clamping counts of those values are appended."""
+    summed exactly in grid units (128 bits, handed to Spark as a 38-digit decimal: a pair's sum
+    of at most L∞ int64 terms never overflows it). With ``report``, the clamping counts of those
+    values are appended."""
     from dpselect.spark._report import ABOVE, BELOW, CHANGE, clamping_of_lists
 
     types = spark().types
-    fields = [types.StructField(f"{SUM}{grids[f.name][2]}", types.LongType(), False) if f.name in grids else f
+    fields = [types.StructField(f"{SUM}{grids[f.name][2]}", sum_type(), False) if f.name in grids else f
               for f in pairs.schema.fields]
     if report:
         fields += [types.StructField(f"{prefix}{i}", typ, False) for _, _, i in grids.values()
@@ -97,11 +97,7 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bo
                 except ValueError as exc:
                     raise ValueError(f"{ERROR_MARK}{exc}") from None
                 codes = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
-                sums = grid.sum_units(units, codes, len(lists))  # an object array when a sum may leave int64
-                if sums.dtype == object and any(not _INT64_MIN <= v <= _INT64_MAX for v in sums):
-                    raise ValueError(f"{ERROR_MARK}a sum of grid units of value column {label!r} leaves int64: use "
-                                     "coarser bounds or fewer precision_bits")
-                columns[i] = pa.array(np.asarray(sums, dtype=np.int64))
+                columns[i] = arrow_of(grid.sum_units(units, codes, len(lists)))  # exact, 128 bits
                 if report:
                     clamped += [pa.array(a) for a in clamping_of_lists(values, codes, len(lists), grid)]
             yield pa.RecordBatch.from_arrays(columns + clamped, names=schema.names)

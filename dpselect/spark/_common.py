@@ -1,11 +1,10 @@
-"""What both entry points share: randomness on the executors, argument checks, the bounding
-windows, and materialising a release once (docs/spark.md, "What runs where", "Randomness")."""
+"""What both entry points share: column references, argument checks, the per-key steps'
+randomness, and materialising a release once (docs/spark.md, "What runs where", "Randomness")."""
 from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +19,6 @@ from dpselect.rows import NullPrivacyUnitsDropped
 SPARK_STRATEGIES = ("release", "pi_opt", "laplace", "gaussian", "public", "mixed")
 
 # Internal column names (a user's column may not use them).
-R = "__dpselect_r"
-N = "__dpselect_n"
 USERS = "__dpselect_users"
 ROWS = "__dpselect_rows"
 SUM = "__dpselect_sum_"
@@ -32,6 +29,11 @@ PAIRS = "__dpselect_pairs"  # a key's (user, key) pairs before bounding: its use
 FIRSTS = "__dpselect_firsts"  # users whose first-ranked pair is in this key (summed over keys: the users)
 ROWS_ALL = "__dpselect_rows_all"  # rows before bounding
 ERROR_MARK = "dpselect refused the data: "
+# The caller's columns are read once under these names, so that no step depends on what their own
+# names hold (a dot, a backtick, a case that another column shares); the result gets them back.
+UNIT = "__dpselect_unit"  # the privacy unit
+KEY = "__dpselect_key_"  # the i-th by column
+VALUE = "__dpselect_value_"  # the i-th value column
 
 GUARANTEE = GUARANTEE_METADATA_KEY.decode()
 PRIVATE = PRIVATE_METADATA_KEY.decode()
@@ -40,6 +42,40 @@ PRIVATE = PRIVATE_METADATA_KEY.decode()
 def spark() -> Any:
     """pyspark.sql, imported on first use (an ImportError with the extra to install)."""
     return require("pyspark.sql", feature="dpselect.spark", extra="spark")
+
+
+def quote(name: str) -> str:
+    """``name`` as a Spark column reference that means exactly that column: in backticks, a
+    backtick doubled. Unquoted, Spark reads a dot as a struct field (``a.b``) and refuses a
+    backtick."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Any:
+    """The column named ``name``, whatever characters the name holds (:func:`quote`)."""
+    return spark().functions.col(quote(name))
+
+
+def columns(names: Sequence[str]) -> list[Any]:
+    return [column(n) for n in names]
+
+
+def speculation_enabled(session: Any) -> bool:
+    """Whether the session's scheduler launches speculative task copies (``spark.speculation``)."""
+    return str(session.conf.get("spark.speculation", "false")).strip().lower() == "true"
+
+
+def check_no_speculation(df: Any) -> None:
+    """Refuse a session that runs speculative copies of tasks, before anything is charged. The
+    per-key step draws its noise on the executors and stores its output as a local checkpoint;
+    two copies of that step running at once on two executors could each store their block, with
+    different noise, and later reads could see either: two releases of a key (docs/spark.md,
+    "Drawn once")."""
+    if speculation_enabled(df.sparkSession):
+        raise ValueError("spark.speculation is enabled in this Spark session: a speculative copy of dpselect's per-key "
+                         "step (the selection and the noise) could store a second, differently noised copy of a "
+                         "key's released values, and reads could then see either. Start the session with "
+                         "spark.speculation=false to run dpselect.spark")
 
 
 # ---------------------------------------------------------------- randomness on the executors
@@ -74,9 +110,44 @@ def executor_rng(spec: tuple[bytes, int] | None, step: bytes) -> SecureRNG:
     return _ExecutorTestRNG(seed, stream)
 
 
-def random_column(rng: SecureRNG, n: int) -> np.ndarray:
-    """n independent uniform 64-bit values (as int64: Spark orders signed longs)."""
-    return np.frombuffer(rng.random_bytes(8 * n), dtype=np.int64) if n else np.zeros(0, np.int64)
+# ---------------------------------------------------------------- exact sums
+
+# Sums of grid units are Spark decimals of 38 digits: a sum of fewer than 2^63 int64 values is
+# below 2^126 < 10^38 in magnitude, so Spark's SUM never overflows or wraps, whatever the data
+# (an int64 SUM would stop the release, or wrap, on a key whose exact sum leaves int64).
+SUM_DIGITS = 38
+
+
+def sum_type() -> Any:
+    return spark().types.DecimalType(SUM_DIGITS, 0)
+
+
+def wide_of(array: Any) -> Any:
+    """An Arrow decimal128 array of integers (scale 0, no null) as a
+    :class:`~dpselect.aggregation.wide.Wide`: Arrow keeps each value as 16 little-endian bytes
+    of two's complement, the low and the high word that ``Wide`` holds."""
+    import pyarrow as pa
+
+    from dpselect.aggregation.wide import Wide
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not pa.types.is_decimal128(array.type) or array.type.scale != 0 or array.null_count:
+        raise ValueError(f"expected exact sums as decimal128(p, 0) without nulls, got {array.type} with "
+                         f"{array.null_count} null(s)")
+    words = np.frombuffer(array.buffers()[1], dtype="<u8", count=2 * (array.offset + len(array)))
+    return Wide.from_words(words[2 * array.offset:].reshape(-1, 2).astype(np.uint64))
+
+
+def arrow_of(wide: Any) -> Any:
+    """A :class:`~dpselect.aggregation.wide.Wide` as an Arrow decimal128(38, 0) array (exact:
+    every value of ``wide`` is a sum below 10^38 in magnitude)."""
+    import pyarrow as pa
+
+    words = np.empty((wide.shape[0], 2), dtype="<u8")
+    words[:, 0] = wide.lo
+    words[:, 1] = wide.hi.view(np.uint64)
+    return pa.Array.from_buffers(pa.decimal128(SUM_DIGITS, 0), wide.shape[0], [None, pa.py_buffer(words.tobytes())])
 
 
 _STRATEGY_CACHE: dict[tuple[Any, ...], Any] = {}
@@ -99,11 +170,11 @@ def check_frame(df: Any, privacy_unit: str, names: list[str], values: Sequence[s
         raise TypeError(f"dpselect.spark needs a pyspark.sql.DataFrame, got {type(df).__name__}")
     types = sql.types
     fields = {f.name: f.dataType for f in df.schema.fields}
-    for column in [privacy_unit, *names, *values]:
-        if column not in fields:
-            raise ValueError(f"column {column!r} is not in the DataFrame (columns: {list(fields)})")
-        if column.startswith("__dpselect_"):
-            raise ValueError(f"column names starting with '__dpselect_' are reserved, got {column!r}")
+    for name in [privacy_unit, *names, *values]:
+        if name not in fields:
+            raise ValueError(f"column {name!r} is not in the DataFrame (columns: {list(fields)})")
+        if name.lower().startswith("__dpselect_"):
+            raise ValueError(f"column names starting with '__dpselect_' are reserved, got {name!r}")
     unit = fields[privacy_unit]
     if isinstance(unit, (types.FloatType, types.DoubleType)):
         raise TypeError(f"privacy_unit column {privacy_unit!r} is {unit.simpleString()}: a float does not identify "
@@ -111,109 +182,69 @@ def check_frame(df: Any, privacy_unit: str, names: list[str], values: Sequence[s
     if not isinstance(unit, (types.IntegralType, types.StringType, types.BinaryType)):
         raise TypeError(f"privacy_unit column {privacy_unit!r} must hold integers, strings or bytes, got "
                         f"{unit.simpleString()}")
-    for column in names:
-        if isinstance(fields[column], (types.ArrayType, types.MapType, types.StructType)):
-            raise TypeError(f"partition column {column!r} is {fields[column].simpleString()}: nested keys are "
+    for name in names:
+        if isinstance(fields[name], (types.ArrayType, types.MapType, types.StructType)):
+            raise TypeError(f"partition column {name!r} is {fields[name].simpleString()}: nested keys are "
                             "refused, as in dpselect.select_partitions")
-    for column in values:
-        typ = fields[column]
+    for name in values:
+        typ = fields[name]
         if not isinstance(typ, (types.IntegralType, types.FloatType, types.DoubleType)):
-            raise TypeError(f"value column {column!r} must hold integers or floats, got {typ.simpleString()}: "
+            raise TypeError(f"value column {name!r} must hold integers or floats, got {typ.simpleString()}: "
                             "cast it first")
 
 
-def drop_null_units(df: Any, privacy_unit: str, mode: str) -> tuple[Any, int]:
-    """mode "drop": leave out rows with a null privacy unit, with the data holder's warning
-    (one counting pass); the frame and the number dropped. Mode "error" is checked on the
-    executors, in the first pass (``with_random(..., null_unit_check=True)``)."""
+def _same_name(a: str, b: str) -> bool:
+    """Whether Spark, comparing names without case (Java's equalsIgnoreCase), may take a and b
+    for one column; erring towards yes for the odd letter whose case mappings differ in length."""
+    return a == b or a.lower() == b.lower() or a.upper() == b.upper()
+
+
+def check_names(df: Any, used: Sequence[str], outputs: Sequence[str]) -> None:
+    """What Spark would refuse with a raw AnalysisException after the budget is charged, refused
+    here first: a column read from the DataFrame that more than one of its columns answers to
+    (a repeated name, or, as Spark resolves names without case by default, names differing in
+    case only), output columns that differ in case only, and output names in dpselect's reserved
+    prefix. dpselect's own checks (distinct names) have already run."""
+    case_sensitive = str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).strip().lower() == "true"
+
+    def same(a: str, b: str) -> bool:
+        return a == b if case_sensitive else _same_name(a, b)
+
+    fields = [f.name for f in df.schema.fields]
+    where = "" if case_sensitive else " (Spark compares column names without case: spark.sql.caseSensitive=false)"
+    for name in dict.fromkeys(used):
+        answering = [f for f in fields if same(f, name)]
+        if len(answering) > 1:
+            raise ValueError(f"column {name!r} is ambiguous in this DataFrame: it has columns {answering}{where}; "
+                             "select or rename the columns first")
+    for i, name in enumerate(outputs):
+        if name.lower().startswith("__dpselect_"):
+            raise ValueError(f"output column {name!r}: names starting with '__dpselect_' are reserved; rename it")
+        for other in outputs[:i]:
+            if same(other, name):
+                raise ValueError(f"output columns {other!r} and {name!r} would be one column on Spark{where}; give "
+                                 "every by column, metric and count column a name of its own")
+
+
+def key_names(n: int) -> list[str]:
+    return [f"{KEY}{i}" for i in range(n)]
+
+
+def drop_null_units(df: Any, privacy_unit: str, mode: str, label: str) -> tuple[Any, int]:
+    """mode "drop": leave out rows with a null privacy unit (column ``privacy_unit``, the
+    caller's ``label``), with the data holder's warning (one counting pass); the frame and the
+    number dropped. Mode "error" is checked on the executors, when the (user, key) pairs are
+    ranked (``with_ranks(..., null_unit_check=True)``)."""
     if mode != "drop":
         return df, 0
-    col = spark().functions.col(privacy_unit)
+    col = column(privacy_unit)
     dropped = df.filter(col.isNull()).count()
     if dropped:
         warnings.warn(NullPrivacyUnitsDropped(
-            f"dropped {dropped} row(s) with a null privacy unit in column {privacy_unit!r} "
+            f"dropped {dropped} row(s) with a null privacy unit in column {label!r} "
             "(null_privacy_units='drop'). This count is exact and NOT differentially private: it is "
             "for you, the data holder; do not publish it."), stacklevel=3)
     return df.filter(col.isNotNull()), int(dropped)
-
-
-@dataclass(frozen=True)
-class ValueSpec:
-    """How :func:`with_random` prepares one value column: checked (no null, NaN or infinity:
-    the single machine's refusals), then clamped to ``grid`` as int64 grid units, or, with no
-    grid (bounds still to be found), kept as its values (int64 for ``integer``, else float64)."""
-
-    label: str  # the column's name in the caller's DataFrame, for the messages
-    grid: Any = None
-    integer: bool = False
-
-
-def with_random(df: Any, spec: tuple[bytes, int] | None, step: bytes, null_unit_check: bool,
-                privacy_unit: str, values: Mapping[str, ValueSpec] | None = None) -> Any:
-    """df plus a column of per-row 64-bit uniforms drawn on the executors; each column named in
-    ``values`` is checked and converted as its :class:`ValueSpec` says."""
-    sql = spark()
-    types = sql.types
-    values = dict(values or {})
-
-    def typ(v: ValueSpec) -> Any:
-        return types.LongType() if v.grid is not None or v.integer else types.DoubleType()
-
-    fields = [types.StructField(f.name, typ(values[f.name]), False) if f.name in values else f
-              for f in df.schema.fields]
-    schema = types.StructType([*fields, types.StructField(R, types.LongType(), False)])
-    unit_index = df.columns.index(privacy_unit)
-
-    def convert(col: Any, v: ValueSpec) -> np.ndarray:
-        label = f"value column {v.label!r}"
-        if col.null_count:
-            raise ValueError(f"{ERROR_MARK}{label} has {col.null_count} null value(s) in a batch: drop or fill them "
-                             "before aggregating (a null is not a number to sum)")
-        arr = col.to_numpy(zero_copy_only=False)
-        try:
-            if v.grid is not None:
-                return v.grid.to_units(arr, name=label)
-        except ValueError as exc:
-            raise ValueError(f"{ERROR_MARK}{exc}") from None
-        if v.integer:
-            return arr.astype(np.int64)  # Spark's integral types are signed, at most 64 bits
-        arr = arr.astype(np.float64)
-        bad = int(np.count_nonzero(~np.isfinite(arr)))
-        if bad:
-            raise ValueError(f"{ERROR_MARK}{label} has {bad} NaN or infinite value(s) in a batch: drop or impute "
-                             "them before aggregating")
-        return arr
-
-    def draw(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        rng = executor_rng(spec, step)
-        for batch in batches:
-            if null_unit_check and batch.column(unit_index).null_count:
-                raise ValueError(f"{ERROR_MARK}column {privacy_unit!r} has rows with a null privacy unit (a null "
-                                 "is not one person); pass null_privacy_units='drop' to leave them out")
-            columns = list(batch.columns)
-            for i, name in enumerate(batch.schema.names):
-                if name in values:
-                    columns[i] = pa.array(convert(columns[i], values[name]))
-            columns.append(pa.array(random_column(rng, batch.num_rows), pa.int64()))
-            yield pa.RecordBatch.from_arrays(columns, names=[*batch.schema.names, R])
-
-    return df.mapInArrow(draw, schema)
-
-
-def keep_first(df: Any, partition_by: list[str], order_by: list[str], limit: int, rank: str | None = None) -> Any:
-    """Per group of ``partition_by``, the ``limit`` rows of smallest (r, ``order_by``): a uniform
-    subset of min(size, limit) rows, the r being independent uniforms (ties, of probability
-    2^-64 per pair, broken by ``order_by``). With ``rank`` (for the data holder's report) no row
-    is dropped: column ``rank`` holds each row's rank instead (kept iff ``rank <= limit``)."""
-    sql = spark()
-    F = sql.functions
-    window = sql.Window.partitionBy(*partition_by).orderBy(F.col(R), *[F.col(c) for c in order_by])
-    if rank is not None:
-        return df.withColumn(rank, F.row_number().over(window)).drop(R)
-    return df.withColumn(N, F.row_number().over(window)).filter(F.col(N) <= limit).drop(N, R)
 
 
 def materialise(df: Any) -> Any:
@@ -233,16 +264,14 @@ def materialise(df: Any) -> Any:
 def sorted_by_key(df: Any, names: list[str]) -> Any:
     """Sorted by key as the single machine sorts (Arrow's order: NaN after every number, nulls
     last). Sorting checkpointed rows reads them back; it draws nothing again."""
-    F = spark().functions
-    return df.orderBy(*[F.col(n).asc_nulls_last() for n in names])
+    return df.orderBy(*[column(n).asc_nulls_last() for n in names])
 
 
-def annotate(df: Any, names: list[str], guarantee: str, private: bool) -> Any:
-    """The statement in the metadata of every output column (Spark frames have no attrs)."""
+def annotate(df: Any, names: Mapping[str, str], guarantee: str, private: bool) -> Any:
+    """The result: every column renamed as ``names`` says (the keys get the caller's names back),
+    with the statement in its metadata (Spark frames have no attrs)."""
     metadata = {GUARANTEE: guarantee, PRIVATE: bool(private)}
-    for column in df.columns:
-        df = df.withMetadata(column, metadata)
-    return df
+    return df.select(*[column(c).alias(names.get(c, c), metadata=metadata) for c in df.columns])
 
 
 def guarantee_of(df: Any) -> str | None:

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from dpselect.spark._common import USERS, spark
+from dpselect.spark._common import USERS, column, columns, spark
 
 __all__ = ["PUBLIC", "join_public", "public_keys"]
 
@@ -39,7 +39,7 @@ def public_keys(df: Any, public: Any, key_fields: Sequence[Any]) -> Any:
                 raise TypeError(f"public_partitions column {f.name!r} is {fields[f.name].simpleString()}, the data's "
                                 f"is {f.dataType.simpleString()}: cast it to the data's type first (a cast that "
                                 "fails would silently turn a key into null)")
-        frame = public.select(*names)
+        frame = public.select(*columns(names))
     else:
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -53,7 +53,7 @@ def public_keys(df: Any, public: Any, key_fields: Sequence[Any]) -> Any:
             arrow_schema = to_arrow_schema(schema)
         table = public_table(public, arrow_schema)
         frame = df.sparkSession.createDataFrame(table, schema=schema)
-    return frame.select(*[F.col(n) for n in names]).dropDuplicates(names)
+    return frame.select(*columns(names)).dropDuplicates(names)
 
 
 def join_public(per_key: Any, public: Any, names: list[str], stats: Sequence[str], *, only_public: bool) -> Any:
@@ -61,15 +61,15 @@ def join_public(per_key: Any, public: Any, names: list[str], stats: Sequence[str
     data) joined to the public keys: with ``only_public``, exactly the listed keys (the public
     release, and aggregate); else every key of either (the mixed release). A key keeps the data's
     value where the data has it; a key absent from the data gets 0 for every statistic (a null
-    statistic of a key in the data stays null: it marks a sum that left int64); ``PUBLIC`` marks
-    the listed keys."""
+    statistic is a count or an exact sum, never null); ``PUBLIC`` marks the listed keys."""
     F = spark().functions
     renamed = [f"{_PK}{i}" for i in range(len(names))]
-    listed = public.select(*[F.col(n).alias(r) for n, r in zip(names, renamed)]).withColumn(PUBLIC, F.lit(True))
-    same_key = functools.reduce(operator.and_, [per_key[n].eqNullSafe(listed[r]) for n, r in zip(names, renamed)])
+    types = {f.name: f.dataType for f in per_key.schema.fields}
+    listed = public.select(*[column(n).alias(r) for n, r in zip(names, renamed)]).withColumn(PUBLIC, F.lit(True))
+    same_key = functools.reduce(operator.and_, [column(n).eqNullSafe(F.col(r)) for n, r in zip(names, renamed)])
     joined = listed.join(per_key, same_key, "left" if only_public else "full")
     in_data = F.col(USERS).isNotNull()
     return joined.select(
-        *[F.when(in_data, F.col(n)).otherwise(F.col(r)).alias(n) for n, r in zip(names, renamed)],
-        *[F.when(in_data, F.col(c)).otherwise(F.lit(0).cast("long")).alias(c) for c in stats],
+        *[F.when(in_data, column(n)).otherwise(F.col(r)).alias(n) for n, r in zip(names, renamed)],
+        *[F.when(in_data, F.col(c)).otherwise(F.lit(0).cast(types[c])).alias(c) for c in stats],
         F.coalesce(F.col(PUBLIC), F.lit(False)).alias(PUBLIC))

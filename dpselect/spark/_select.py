@@ -9,25 +9,30 @@ import numpy as np
 from dpselect.pipeline import _count_half_width, build_strategy, check_columns
 from dpselect.rng import resolve_rng
 from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.spark._bounding import ReleaseKey, keep_first, with_ranks
 from dpselect.spark._common import (
     FIRSTS,
     KEEP,
     PAIRS,
     RANK,
     ROWS,
+    UNIT,
     USERS,
     annotate,
     check_frame,
+    check_names,
+    check_no_speculation,
     check_strategy,
+    column,
+    columns,
     drop_null_units,
     executor_rng,
+    key_names,
     executor_strategy,
-    keep_first,
     materialise,
     rng_spec,
     sorted_by_key,
     spark,
-    with_random,
 )
 from dpselect.spark._public import PUBLIC, join_public, public_keys
 from dpselect.spark._report import selection_report
@@ -47,29 +52,33 @@ def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None
 
 
 
-def _select_per_key(data: Any, privacy_unit: str, names: list[str], kappa: int, spec: tuple[bytes, int] | None,
-                    null_unit_check: bool, report: bool = False) -> Any:
+def _select_per_key(data: Any, privacy_unit: str, names: list[str], kappa: int, key: ReleaseKey,
+                    null_unit_check: bool, report: bool = False, unit_label: str | None = None) -> Any:
     """The lazy plan of the bounded distinct-user count per key (column ``USERS``): distinct
-    (user, key) pairs, a uniform 64-bit value per pair, the κ smallest per user. ``data``: the
-    user and key columns, null units already dropped or (``null_unit_check``) refused here.
+    (user, key) pairs, a pseudo-random rank per pair (keyed by ``key``: the same on any re-run),
+    the κ smallest per user. ``data``: the user and key columns, null units already dropped or
+    (``null_unit_check``) refused here.
 
     With ``report``, every key of the data, and for the data holder's report ``PAIRS`` (its
     users before bounding), ``FIRSTS`` and ``ROWS`` (summed over keys: the users and the rows);
     ``USERS`` may then be 0."""
     F = spark().functions
+    pair = [privacy_unit, *names]
     # One shuffle by user serves the deduplication and the bounding window (hash partitioning by
     # user clusters every (user, key) too); the per-key count is the second and last shuffle.
-    by_user = data.repartition(privacy_unit)
+    by_user = data.repartition(column(privacy_unit))
+
+    def ranked(pairs: Any) -> Any:
+        return with_ranks(pairs, key.for_step(b"pairs"), pair, null_unit_check, privacy_unit, unit_label=unit_label)
+
     if not report:
-        pairs = by_user.dropDuplicates([privacy_unit, *names])
-        bounded = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
-                             kappa)
-        return bounded.groupBy(*names).agg(F.count(F.lit(1)).alias(USERS))
-    pairs = by_user.groupBy(privacy_unit, *names).agg(F.count(F.lit(1)).alias(ROWS))
-    ranked = keep_first(with_random(pairs, spec, b"bound", null_unit_check, privacy_unit), [privacy_unit], names,
-                        kappa, rank=RANK)
-    return ranked.groupBy(*names).agg(F.count_if(F.col(RANK) <= kappa).alias(USERS), F.count(F.lit(1)).alias(PAIRS),
-                                      F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS).alias(ROWS))
+        bounded = keep_first(ranked(by_user.dropDuplicates(pair)), [privacy_unit], names, kappa)
+        return bounded.groupBy(*columns(names)).agg(F.count(F.lit(1)).alias(USERS))
+    pairs = by_user.groupBy(*columns(pair)).agg(F.count(F.lit(1)).alias(ROWS))
+    ranks = keep_first(ranked(pairs), [privacy_unit], names, kappa, rank=RANK)
+    return ranks.groupBy(*columns(names)).agg(F.count_if(F.col(RANK) <= kappa).alias(USERS),
+                                              F.count(F.lit(1)).alias(PAIRS),
+                                              F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS).alias(ROWS))
 
 
 def select_partitions(
@@ -98,9 +107,10 @@ def select_partitions(
     Guarantee (the same statement, docs/privacy/contribution-bounding.md): the output (kept keys,
     and noisy counts with ``counts=True``) is (ε, δ)-differentially private for neighbouring
     datasets that add or remove all rows of one privacy unit. Each user's distinct keys are
-    bounded to κ = ``max_partitions_contributed``, a uniform subset (the κ smallest of
-    independent 64-bit uniforms drawn per (user, key) pair from the package CSPRNG on the
-    executors), distinct users are counted per key, and the strategy decides each key at
+    bounded to κ = ``max_partitions_contributed``, a uniform subset (the κ smallest of 64-bit
+    pseudo-random ranks, a keyed PRF of each (user, key) pair under a secret drawn per release
+    from the package CSPRNG, so that a task Spark re-runs ranks alike), distinct users are
+    counted per key, and the strategy decides each key at
     (ε/κ, 1 − (1 − δ)^{1/κ}) in the C kernel. ``strategy``: "release" (default; the k-TSGD
     thresholded release, with noisy counts if asked), "pi_opt", "laplace", "gaussian", and with
     ``public_partitions`` "public" (its default) or "mixed"; ``options`` go to
@@ -154,21 +164,30 @@ def select_partitions(
     half_width = _count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
+    outputs = [*names, *([count_column] if counts else []),
+               *([f"{count_column}_ci_low", f"{count_column}_ci_high"] if half_width is not None else [])]
+    check_names(df, [privacy_unit, *names], outputs)
+    check_no_speculation(df)
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
+    # Every step reads the caller's columns under dpselect's own names; the result gets theirs back.
+    keys = key_names(len(names))
+    if public is not None:
+        public = public.select(*[column(n).alias(k) for n, k in zip(names, keys)])
     if budget is not None:
         _charge(budget, epsilon, delta, names)
     args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
     spec = rng_spec(generator)
-    generator._announce()  # the test generator warns here, once for the whole call
+    key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
 
-    data, dropped = drop_null_units(df.select(privacy_unit, *names), privacy_unit, null_privacy_units)
-    per_key = _select_per_key(data, privacy_unit, names, kappa, spec, null_privacy_units == "error", report)
+    renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)])
+    data, dropped = drop_null_units(renamed, UNIT, null_privacy_units, privacy_unit)
+    per_key = _select_per_key(data, UNIT, keys, kappa, key, null_privacy_units == "error", report, privacy_unit)
     stats = [USERS, PAIRS, FIRSTS, ROWS] if report else [USERS]
     if public is not None:  # with a report, every key of the data too (its totals count them)
-        per_key = join_public(per_key, public, names, stats, only_public=name == "public" and not report)
+        per_key = join_public(per_key, public, keys, stats, only_public=name == "public" and not report)
 
-    out_fields = list(key_fields)
+    out_fields = [types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)]
     if counts:
         out_fields.append(types.StructField(count_column, types.LongType(), False))
     if half_width is not None:
@@ -181,7 +200,7 @@ def select_partitions(
         full = types.StructType([*out_fields, *extra])
         decide = _Decide(args, spec, full.names, len(names), counts, half_width, public is not None, report)
         decided = materialise(per_key.mapInArrow(decide, full))
-        released = decided.filter(decided[KEEP]).select(*schema.names)
+        released = decided.filter(decided[KEEP]).select(*columns(schema.names))
     else:
         decide = _Decide(args, spec, schema.names, len(names), counts, half_width, public is not None, report)
         released = materialise(per_key.mapInArrow(decide, schema))
@@ -189,7 +208,7 @@ def select_partitions(
     if not generator.privacy_guaranteed:
         guarantee = guarantee.under_test_rng()
     private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
-    out = annotate(sorted_by_key(released, names), names, str(guarantee), private)
+    out = annotate(sorted_by_key(released, keys), dict(zip(keys, names)), str(guarantee), private)
     if not report:
         return out
     return out, selection_report(decided, dropped, strat, kappa)

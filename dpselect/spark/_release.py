@@ -1,0 +1,133 @@
+"""The per-key step of ``dpselect.spark.aggregate``: the selection and every metric's noise,
+run by ``mapInArrow`` on the executors over the per-key aggregates, and the release's guarantee,
+computed on the driver from the same parameters (docs/spark.md, "What runs where")."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpselect.aggregation.guarantee import AggregateGuarantee, Component
+from dpselect.exact import as_fraction
+from dpselect.rng import resolve_rng
+from dpselect.spark._common import KEEP, ERROR_MARK, executor_rng, executor_strategy, spark, wide_of
+
+__all__ = ["Release", "release_guarantee"]
+
+
+class Release:
+    """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key
+    aggregates (the ``by`` columns, ``USERS``, ``ROWS``, one ``SUM<i>`` per value column, exact
+    decimals): the selection (none with public partitions) and every metric's noise, in the C
+    kernel. Each key's decision and noise depend on its own aggregates and fresh randomness only,
+    so batch by batch is the same mechanism as all keys at once. Its output is read once: the
+    caller stores it as a local checkpoint in the same job (docs/spark.md, "Drawn once")."""
+
+    def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
+                 epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
+                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None,
+                 public: bool = False, report: bool = False) -> None:
+        self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
+        self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
+        self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
+
+    def schema(self, key_fields: list[Any]) -> Any:
+        types = spark().types
+        out = list(key_fields)
+        for name, m in self.metrics.items():
+            typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
+            out.append(types.StructField(name, typ, False))
+            if self.level is not None:
+                out.append(types.StructField(f"{name}_ci_low", typ, True))
+                out.append(types.StructField(f"{name}_ci_high", typ, True))
+        return types.StructType(out)
+
+    def metric(self, name: str, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, Any], rng: Any
+               ) -> tuple[Any, Any, Any, Component]:
+        """One metric's noisy values (and interval) over keys with these statistics; ``sums``:
+        each value column's exact sums (:class:`~dpselect.aggregation.wide.Wide`), clamped to
+        ±2^62 grid units by ``noisy_metric`` before noise, as on one machine."""
+        from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+
+        m = self.metrics[name]
+        grid = PartitionGrids.of(self.grids[m.column], users.size) if m.column else None
+        label = f"{name} = {m}"
+        return noisy_metric(label, m, self.epsilons[name], self.kappa, self.linf, users, rows,
+                            sums[m.column] if m.column else None, grid, self.level, rng)
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        strategy = None if self.selection is None else executor_strategy(self.selection)
+        rng = executor_rng(self.spec, b"release")
+        n_keys = len(self.names)
+        for batch in batches:
+            def count(i: int) -> np.ndarray:
+                col = batch.column(i)
+                if col.null_count:  # a count of a group is never null
+                    raise ValueError(f"{ERROR_MARK}internal error: a null count in the per-key aggregates")
+                return col.to_numpy(zero_copy_only=False).astype(np.int64)
+
+            users = count(n_keys)
+            listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool)
+                      if self.public else None)
+            if strategy is None:  # public partitions: every listed key, nothing selected
+                keep = listed if listed is not None else np.ones(users.size, dtype=bool)
+            else:
+                candidate = users > 0  # with a report every key of the data comes, some bounded away
+                keep = np.zeros(users.size, dtype=bool)
+                keep[candidate] = np.asarray(strategy.apply(users[candidate], rng=rng).keep, dtype=bool)
+            rows = count(n_keys + 1)[keep]
+            sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
+            if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
+                out = [batch.column(i) for i in range(n_keys)]
+            else:
+                out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
+            for name in self.metrics:
+                for array in self.metric(name, users[keep], rows, sums, rng)[:3 if self.level is not None else 1]:
+                    out.append(pa.array(self._spread(np.asarray(array), keep) if self.report else np.asarray(array)))
+            names = [*self.names, *self._metric_columns()]
+            if self.report:
+                out.append(pa.array(keep))
+                out += [batch.column(i) for i in range(n_keys, batch.num_columns - self.public)]
+                names += [KEEP, *batch.schema.names[n_keys:batch.num_columns - self.public]]
+            yield pa.RecordBatch.from_arrays(out, names=names)
+
+    @staticmethod
+    def _spread(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """The released keys' values at their rows, 0 elsewhere (those rows are filtered out)."""
+        full = np.zeros(keep.size, dtype=values.dtype)
+        full[keep] = values
+        return full
+
+    def _metric_columns(self) -> list[str]:
+        suffixes = ("", "_ci_low", "_ci_high") if self.level is not None else ("",)
+        return [f"{name}{s}" for name in self.metrics for s in suffixes]
+
+
+def release_guarantee(release: Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
+                      delta: Fraction) -> AggregateGuarantee:
+    """The statement, computed on the driver from the same parameters and grids (a metric's
+    component depends on them only; the throwaway draw on one zero is discarded). Components in
+    the single machine's order: the selection, the bounds found, the metrics."""
+    from dpselect.aggregation.wide import Wide
+
+    steps = []
+    selection_dp = True
+    if strat is not None:
+        selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+        if not generator.privacy_guaranteed:
+            selection = selection.under_test_rng()
+        steps.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),
+                               selection.delta_exact, str(selection)))
+        selection_dp = selection.is_dp
+    steps += components
+    one = np.zeros(1, np.int64)
+    sums = {c: Wide.zeros(1) for c in release.value_columns}
+    for name in release.metrics:
+        steps.append(release.metric(name, one, one, sums, resolve_rng(None))[3])
+    return AggregateGuarantee(components=tuple(steps), requested_epsilon=epsilon, requested_delta=delta,
+                              kappa=release.kappa, linf=release.linf,
+                              privacy_guaranteed=generator.privacy_guaranteed and selection_dp)
