@@ -176,24 +176,6 @@ def aggregate(
     return _release(plan, table, kind, grids, integer, listed, generator)
 
 
-def _bounds_text(plan: AggregatePlan) -> dict[str, str]:
-    """Each metric as the guarantee states it, saying where its bounds came from."""
-    texts = {}
-    for name, metric in plan.metrics.items():
-        if metric.column is None:
-            texts[name] = f"{name} = {metric.kind}()"
-            continue
-        if metric.column in plan.auto_columns:
-            where = "bounds found privately" + (" per key" if plan.bounds_scope == "partition" else "")
-        elif metric.bounds is not None:
-            where = f"bounds={metric.bounds}"
-        else:
-            giver = next(n for n, m in plan.metrics.items() if m.column == metric.column and m.bounds is not None)
-            where = f"bounds={plan.given_bounds[metric.column]}, given with metric {giver!r}"
-        texts[name] = f"{name} = {metric.kind}({metric.column!r}, {where})"
-    return texts
-
-
 def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, Grid], integer: dict[str, bool],
              listed: Any, generator: Any) -> AggregateResult:
     """The work of :func:`aggregate`, once the plan is checked and the budget charged."""
@@ -285,7 +267,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
-    labels = _bounds_text(plan)
+    labels = plan.metric_labels()
     level = plan.confidence_level
     columns: dict[str, npt.NDArray[Any]] = {}
     for name, m in plan.metrics.items():

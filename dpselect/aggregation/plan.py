@@ -68,6 +68,24 @@ class AggregatePlan:
     def describe(self) -> str:
         return f"by={self.by}, metrics={sorted(self.metrics)}"
 
+    def metric_labels(self) -> dict[str, str]:
+        """Each metric as the guarantee names it, saying where its bounds came from (given with it,
+        given with another metric of the same column, or found privately)."""
+        labels = {}
+        for name, metric in self.metrics.items():
+            if metric.column is None:
+                labels[name] = f"{name} = {metric.kind}()"
+                continue
+            if metric.column in self.auto_columns:
+                where = "bounds found privately" + (" per key" if self.bounds_scope == "partition" else "")
+            elif metric.bounds is not None:
+                where = f"bounds={metric.bounds}"
+            else:
+                giver = next(n for n, m in self.metrics.items() if m.column == metric.column and m.bounds is not None)
+                where = f"bounds={self.given_bounds[metric.column]}, given with metric {giver!r}"
+            labels[name] = f"{name} = {metric.kind}({metric.column!r}, {where})"
+        return labels
+
 
 def float_down(x: Fraction) -> float:
     """A float that the mechanisms read (through its shortest repr, as every dpselect parameter)

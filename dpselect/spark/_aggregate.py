@@ -1,6 +1,7 @@
 """``dpselect.spark.aggregate``: :func:`dpselect.aggregate` run by Spark."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -229,6 +230,7 @@ def aggregate(
     draw (the bounding then ranks rows and pairs instead of dropping them, which moves more data
     through the per-key shuffle).
     """
+    from dpselect.aggregation.bounds import check_parameters as check_bounds_parameters
     from dpselect.aggregation.budget import Budget
     from dpselect.aggregation.grid import Grid
     from dpselect.aggregation.plan import plan_aggregate
@@ -264,6 +266,9 @@ def aggregate(
     check_no_speculation(df)
     fields = {f.name: f.dataType for f in df.schema.fields}
     integer = {c: isinstance(fields[c], types.IntegralType) for c in value_columns}
+    for c in auto_columns:  # APPROX_BOUNDS' own checks, from the parameters and the column's type
+        check_bounds_parameters(shares[f"bounds:{c}"][0], integer=integer[c], max_partitions_contributed=plan.kappa,
+                                max_contributions_per_partition=plan.linf)
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=integer[c])
              for c, (lo, hi) in given.items()}
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
@@ -290,6 +295,7 @@ def aggregate(
                            null_privacy_units == "error", report,
                            labels={UNIT: privacy_unit, **{v: c for c, v in values.items()}})
     components: list[Component] = []
+    unbounded: list[str] = []
     if auto_columns:
         # The bounded pairs are drawn once (checkpointed): the histogram and the sums read the same kept values.
         pairs = materialise(pairs)
@@ -297,9 +303,13 @@ def aggregate(
         kept = pairs.filter(pairs[RANK] <= kappa) if report else pairs
         counts = histograms(kept, {name: integer[c] for name, c in lists.items()})
         for name, c in lists.items():
-            grids[c], component = _found_grid(c, counts[name], shares[f"bounds:{c}"][0], integer[c], kappa, linf,
-                                               precision_bits, generator)
+            found, component = _found_grid(c, counts[name], shares[f"bounds:{c}"][0], integer[c], kappa, linf,
+                                           precision_bits, generator)
             components.append(component)
+            if found is None:  # no bin passed: NaN sums and means, not a failure (as on one machine)
+                unbounded.append(c)
+                found = Grid(0.0, 0.0, 0)  # every value 0 units: the sums read nothing
+            grids[c] = found
         pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report)
     per_key = _per_key(pairs, keys, len(value_columns), kappa, report)
     stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]]
@@ -309,7 +319,8 @@ def aggregate(
         per_key = join_public(per_key, public, keys, stats, only_public=not report)
 
     release = Release(keys, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
-                       confidence_level, sel_args, spec, public is not None, report)
+                       confidence_level, sel_args, spec, public is not None, report, labels=plan.metric_labels(),
+                       unbounded=tuple(unbounded))
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}
@@ -326,18 +337,25 @@ def aggregate(
         holder = aggregate_report(decided, dropped, grids, value_columns, strat, eps_total, kappa, linf,
                                   public is not None)
     return SparkAggregateResult(frame=frame, guarantee=guarantee,
-                                bounds={c: (g.lower, g.upper) for c, g in grids.items()}, _report=holder)
+                                bounds={c: (math.nan, math.nan) if c in unbounded else (g.lower, g.upper)
+                                        for c, g in grids.items()}, _report=holder)
 
 
 def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: bool, kappa: int, linf: int,
-                precision_bits: int, rng: Any) -> tuple[Any, Component]:
+                precision_bits: int, rng: Any) -> tuple[Any | None, Component]:
     """APPROX_BOUNDS on the driver over a column's histogram (noise and thresholds as on one
     machine): the grid of the bounds found, and the step's component of the guarantee."""
-    from dpselect.aggregation.bounds import approx_bounds_from_histogram
+    from dpselect.aggregation.bounds import NotEnoughDataError, approx_bounds_from_histogram
     from dpselect.aggregation.grid import Grid
+    from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
-    found = approx_bounds_from_histogram(counts, epsilon, integer=integer, max_partitions_contributed=kappa,
-                                         max_contributions_per_partition=linf, rng=rng)
+    try:
+        found = approx_bounds_from_histogram(counts, epsilon, integer=integer, max_partitions_contributed=kappa,
+                                             max_contributions_per_partition=linf, rng=rng)
+    except NotEnoughDataError:  # the step ran and spent its share; the column gets no bounds
+        noise = DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=linf, max_partitions_contributed=kappa)
+        return None, Component(f"bounds of {column!r} (APPROX_BOUNDS; no bounds found)", noise.epsilon, Fraction(0),
+                               str(noise.guarantee))
     grid = Grid.for_found_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
     return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
                            str(found.guarantee))

@@ -28,8 +28,13 @@ class Release:
     def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
                  epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
                  level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None,
-                 public: bool = False, report: bool = False) -> None:
+                 public: bool = False, report: bool = False, labels: Mapping[str, str] | None = None,
+                 unbounded: tuple[str, ...] = ()) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
+        # How the guarantee names each metric; columns where APPROX_BOUNDS found no bounds (their
+        # sums and means are NaN, as on one machine).
+        self.labels = dict(labels) if labels is not None else {n: f"{n} = {m}" for n, m in self.metrics.items()}
+        self.unbounded = tuple(unbounded)
         self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
@@ -52,9 +57,11 @@ class Release:
         from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
 
         m = self.metrics[name]
-        grid = PartitionGrids.of(self.grids[m.column], users.size) if m.column else None
-        label = f"{name} = {m}"
-        return noisy_metric(label, m, self.epsilons[name], self.kappa, self.linf, users, rows,
+        grid = None
+        if m.column is not None:
+            grid = (PartitionGrids.none(users.size) if m.column in self.unbounded
+                    else PartitionGrids.of(self.grids[m.column], users.size))
+        return noisy_metric(self.labels[name], m, self.epsilons[name], self.kappa, self.linf, users, rows,
                             sums[m.column] if m.column else None, grid, self.level, rng)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
