@@ -30,7 +30,7 @@ def main() -> None:
     """Run the ``dpselect`` command; exits with its code (128 + the signal if one stopped it
     before the command began)."""
     # Started with standard input, output or error closed, the files the imports and the
-    # command open would take their numbers (dpselect.interrupts.reserve_standard_fds, which
+    # command open would take their numbers (dpselect.cli.signals.reserve_standard_fds, which
     # cannot be imported before the package is).
     for fd in (0, 1, 2):
         try:

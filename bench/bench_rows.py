@@ -63,8 +63,8 @@ def build_run(engine: str, table, kappa: int):
     if engine.startswith("dpselect:"):
         sys.path.insert(0, os.path.abspath(engine.split(":", 1)[1]))
     if engine.startswith("dpselect"):
-        import dpselect.strategies  # noqa: F401  (import cost outside the timing)
-        from dpselect.pipeline import select_partitions
+        import dpselect.mechanisms  # noqa: F401  (import cost outside the timing)
+        from dpselect.ingest.pipeline import select_partitions
 
         def run():
             return select_partitions(table, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,

@@ -1,4 +1,4 @@
-"""Where the time of raw rows goes: each step of the two paths of ``dpselect.rows``, one thread,
+"""Where the time of raw rows goes: each step of the two paths of ``dpselect.ingest.rows``, one thread,
 in CPU time per row (medians of interleaved repeats), and the ratio of the whole-input path to
 the streaming path measured in the same run.
 
@@ -28,8 +28,9 @@ from bench_rows import make_table  # noqa: E402  (shared data generator)
 
 
 def streaming(table, kappa: int) -> dict[str, float]:
-    from dpselect import _count, rows
+    from dpselect import _count
 
+    from dpselect.ingest import rows
     clock = time.thread_time
     out: dict[str, float] = {}
     users, keys = rows.KeyFactorizer("user"), rows.KeyFactorizer("key")
@@ -52,8 +53,10 @@ def streaming(table, kappa: int) -> dict[str, float]:
 
 
 def whole_input(table, kappa: int) -> dict[str, float]:
-    from dpselect import _count, _radix_rows, rows
+    from dpselect import _count
 
+    from dpselect.ingest import _radix as _radix_rows
+    from dpselect.ingest import rows
     clock = time.thread_time
     out: dict[str, float] = {}
     keys = rows.KeyFactorizer("key")

@@ -38,8 +38,11 @@ def _check_built() -> None:
 
 
 _check_built()
-from dpselect.guarantee import PrivacyGuarantee
-from dpselect.pipeline import select_partitions
+from dpselect import _moved
+
+_moved.install()  # old import paths of moved modules, with a DeprecationWarning
+from dpselect.core.guarantee import PrivacyGuarantee
+from dpselect.ingest.pipeline import select_partitions
 from dpselect.rng import SecureRNG
 from dpselect.selection import Crossovers, Release, crossovers, keep_probability, release, select, select_rows
 from dpselect.explain import explain
@@ -55,7 +58,7 @@ from dpselect.mechanisms import (
     make_strategy,
 )
 from dpselect.mechanisms.recommend import recommend
-from dpselect.tables import CertificationError
+from dpselect.core.tables import CertificationError
 from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
 from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean, sum  # noqa: A004
@@ -70,6 +73,8 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module(f"dpselect.{name}")
+    if f"dpselect.{name}" in _moved.MOVED:
+        return _moved.moved_module(f"dpselect.{name}")
     raise AttributeError(f"module 'dpselect' has no attribute {name!r}")
 
 

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Bindings to the C counting kernel csrc/count.{c,h} (contribution bounding and distinct-user
 counting; docs/privacy/contribution-bounding.md). Thin: checks arguments, releases the GIL
-around the loops, maps status codes to exceptions. Use :mod:`dpselect.rows`, not this."""
+around the loops, maps status codes to exceptions. Use :mod:`dpselect.ingest.rows`, not this."""
 import numpy as np
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t

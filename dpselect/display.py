@@ -21,7 +21,7 @@ _LONG_FRACTION_DIGITS = 12
 _FRACTION = re.compile(r"(?<![\d.])(\d+)/(\d+)(?![\d.])")
 # Where a guarantee's statement stops naming its mechanism and starts stating its privacy.
 _STATEMENT_STOPS = (" is (", " is, in exact", " is a strategy", " ran on a deterministic")
-# The heads a statement may start with before it names the mechanism (dpselect.guarantee and
+# The heads a statement may start with before it names the mechanism (dpselect.core.guarantee and
 # dpselect.aggregation.noise write them).
 _HEADS = (re.compile(r"NOT DP: [^.]*\.\s+(?:Were it [^,]*, )?"),
           re.compile(r"USER-SUPPLIED, NOT CERTIFIED BY DPSELECT: "))

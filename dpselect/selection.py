@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from dpselect._arrays import as_counts, check_out
 from dpselect.mechanisms import NoRelease, PiOptSelection, TabledSelection, TSGDRelease, make_strategy
-from dpselect.theory import exact_crossovers
+from dpselect.core.theory import exact_crossovers
 
 __all__ = ["select", "release", "select_rows", "keep_probability", "crossovers", "Crossovers", "Release"]
 

@@ -1,4 +1,4 @@
-"""Fuzz target: the file readers, through the command line (dpselect.cli.main).
+"""Fuzz target: the file readers, through the command line (dpselect.cli.command).
 
 The input's first byte picks a format and a command; the rest is the file: CSV (plain, TSV,
 gzip-compressed), JSON lines, or Parquet (raw bytes, or a small valid Parquet file with a few
@@ -25,7 +25,7 @@ import atheris
 
 with atheris.instrument_imports(include=["dpselect"]):
     from dpselect import cli
-    import dpselect.files  # noqa: F401
+    import dpselect.io.files  # noqa: F401
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -1,4 +1,4 @@
-"""Fuzz target: the column encoder and the counting kernel (dpselect.rows.RowCounter).
+"""Fuzz target: the column encoder and the counting kernel (dpselect.ingest.rows.RowCounter).
 
 Random Arrow columns — integers of every width, strings, binaries, large strings/binaries,
 fixed-size binaries, floats (NaN, -0.0), dictionaries (duplicate and null dictionary values),
@@ -7,7 +7,7 @@ one or two key columns, then counted with a huge κ and no cap. Property: no cra
 counts are a pure-Python reference's distinct users per key; rows with a null privacy unit are
 dropped and counted. A TypeError is accepted only when the batches' types differ.
 
-The pieces of a batch are made tiny (dpselect.rows._PIECE_ROWS, _THREAD_ROWS) so that the
+The pieces of a batch are made tiny (dpselect.ingest.rows._PIECE_ROWS, _THREAD_ROWS) so that the
 two-thread pipeline of RowCounter.feed runs on inputs of a few dozen rows."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import _harness  # noqa: F401  (sys.path, environment)
 import atheris
 
 with atheris.instrument_imports(include=["dpselect"]):
-    import dpselect.rows as rows
+    import dpselect.ingest.rows as rows
 
 import pyarrow as pa
 

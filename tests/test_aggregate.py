@@ -185,7 +185,7 @@ def test_the_guarantee_composes_every_step_within_the_request():
     table = dpselect.aggregate(pa.Table.from_pandas(df), privacy_unit="user_id", by="query",
                                metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6,
                                rng=InsecureDeterministicRNG(seed=1), max_partitions_contributed=1, max_contributions_per_partition=1)
-    text = table.frame.schema.metadata[b"dpselect.guarantee"].decode()
+    text = table.frame.schema.metadata[b"dpselect.core.guarantee"].decode()
     assert text.startswith("NOT DP") and not table.guarantee.is_dp
     assert table.guarantee.as_dict()["differentially_private"] is False
 
@@ -331,7 +331,7 @@ def test_null_privacy_units_are_refused_or_dropped_with_a_warning():
     df = pd.DataFrame({"u": pd.array([1, None, 2], dtype="Int64"), "k": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
     with pytest.raises(ValueError, match="null"):
         dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6, max_partitions_contributed=1, max_contributions_per_partition=1)
-    with pytest.warns(dpselect.rows.NullPrivacyUnitsDropped, match="dropped 1 row"):
+    with pytest.warns(dpselect.ingest.rows.NullPrivacyUnitsDropped, match="dropped 1 row"):
         out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics={"n": dpselect.count()}, epsilon=NOISELESS,
                                  delta=1e-6, public_partitions=["a", "b"], null_privacy_units="drop", max_partitions_contributed=1, max_contributions_per_partition=1)
     assert out.report().rows == 2 and out.report().null_unit_rows == 1

@@ -38,10 +38,10 @@ from dpselect.audit._stats import (
 )
 from dpselect.audit.certify import composed_delta, threshold_release_delta
 from dpselect.mechanisms import PiOptSelection, TSGDRelease
-from dpselect.params import validate_params
+from dpselect.core.params import validate_params
 from dpselect.rng import resolve_rng
-from dpselect.tables import KeepTable, _read_only, _words
-from dpselect.verify import keep_numerators, release_delta
+from dpselect.core.tables import KeepTable, _read_only, _words
+from dpselect.core.verify import keep_numerators, release_delta
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 

@@ -20,7 +20,9 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 import dpselect
-from dpselect import cli, cli_aggregate, cli_common
+from dpselect import cli
+from dpselect.cli import aggregate as cli_aggregate
+from dpselect.cli import common as cli_common
 from file_formats import read_rows, write_table
 
 # Three keys of 400, 300 and 200 users; every user has 1 to 3 rows in one key, with amounts in
@@ -393,7 +395,7 @@ def test_both_contribution_bounds_are_required(tmp_path, capsys, given, missing)
 def _raises_overflow(message: str, exception: type = ValueError, read_first: bool = False):
     """A stand-in for dpselect.aggregate that raises ``exception(message)``, before or after
     it asks for its data (as the library checks its parameters before it reads the data)."""
-    from dpselect.frames import to_arrow
+    from dpselect.ingest.frames import to_arrow
 
     def aggregate(data, **kwargs):
         if read_first:

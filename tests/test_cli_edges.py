@@ -23,9 +23,9 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 from dpselect import cli
-from dpselect.files import _LineTally
-from dpselect.progress import Progress
-from dpselect.strategies import make_strategy
+from dpselect.io.files import _LineTally
+from dpselect.io.progress import Progress
+from dpselect.mechanisms import make_strategy
 
 BASE = ["--privacy-unit", "user", "--by", "key", "--epsilon", "1", "--delta", "1e-5"]
 PI_OPT = [*BASE, "--strategy", "pi_opt"]
@@ -390,7 +390,7 @@ def test_duplicate_header_names_are_refused(tmp_path, capsys):
 def test_binary_keys_with_csv_output_fail_before_the_work(tmp_path, capsys, monkeypatch):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"user": list(range(300)), "key": [b"\xff\x00"] * 300}), src)
-    from dpselect import rows
+    from dpselect.ingest import rows
 
     def no_work(*args, **kwargs):
         raise AssertionError("the rows were read")
@@ -509,7 +509,7 @@ def test_rng_failure_before_the_work_exits_with_its_own_code(tmp_path, capsys, m
 
 
 def test_rng_failure_during_bounding_releases_nothing(tmp_path, capsys, monkeypatch):
-    from dpselect import rows
+    from dpselect.ingest import rows
 
     def broken(self, *args, **kwargs):
         raise RuntimeError(RNG_FAILURE)

@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from dpselect import cli
+from dpselect.cli import command as cli_command
 
 AGGREGATE = ["--privacy-unit", "user", "--by", "key", "--epsilon", "1", "--delta", "1e-5",
              "--max-partitions-contributed", "1", "--max-contributions-per-partition", "1", "--metric", "count"]
@@ -133,7 +134,7 @@ def test_an_interrupt_that_could_not_be_held_is_reported_exactly(tmp_path, src, 
 
 
 def test_an_interrupt_while_standard_output_is_written_says_it_got_part(src, capsys, monkeypatch) -> None:
-    from dpselect import outputs
+    from dpselect.io import outputs
 
     def partial(content, fmt) -> None:
         sys.stdout.write('"key"\n')
@@ -149,7 +150,7 @@ def test_an_interrupt_while_the_arguments_are_parsed(capsys, monkeypatch) -> Non
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "build_parser", interrupted)
+    monkeypatch.setattr(cli_command, "build_parser", interrupted)
     assert main(["select", "in.csv", *SELECT]) == cli.EXIT_INTERRUPTED
     assert one_line(capsys.readouterr().err) == "dpselect: error: interrupted; no output was written"
 
@@ -157,7 +158,7 @@ def test_an_interrupt_while_the_arguments_are_parsed(capsys, monkeypatch) -> Non
 def test_a_signal_the_command_was_told_to_ignore_stays_ignored(tmp_path, src, capsys, monkeypatch) -> None:
     """Under nohup SIGHUP is ignored; the CLI replaced that with its own handler, so a hangup
     still stopped a long run. An ignored signal stays ignored, while reading and while renaming."""
-    from dpselect import files
+    from dpselect.io import files
 
     def hang_up_then(real):
         def call(*args, **kwargs):
@@ -221,7 +222,7 @@ sys.exit(getattr(import_module(entry), function)())
 @pytest.mark.parametrize("module", [
     "dpselect._version",  # the first module of the package
     "dpselect.aggregation.aggregate",  # the package half imported
-    "dpselect.interrupts",  # the CLI's own imports
+    "dpselect.cli.signals",  # the CLI's own imports
     "pyarrow.csv",  # inside the command
 ])
 @pytest.mark.parametrize("signum", STOPS[:2])

@@ -15,7 +15,7 @@ pcsv = pytest.importorskip("pyarrow.csv")
 
 from dpselect import cli
 from file_formats import read_rows, write_table
-from dpselect.progress import Progress
+from dpselect.io.progress import Progress
 
 BIG = {"alpha": 300, "beta": 200, "gamma, with comma": 150, "": 0}
 EXPECTED = {"alpha", "beta", "gamma, with comma"}

@@ -17,8 +17,9 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 from dpselect import cli  # noqa: E402  (after the skip without pyarrow)
-from dpselect.files import IN_MEMORY_ENV, coalesce, decimal_ids, in_memory_budget, open_batches  # noqa: E402
-from dpselect.rows import RowCounter  # noqa: E402
+from dpselect.cli import select as cli_select  # noqa: E402
+from dpselect.io.files import IN_MEMORY_ENV, coalesce, decimal_ids, in_memory_budget, open_batches  # noqa: E402
+from dpselect.ingest.rows import RowCounter  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 from file_formats import read_rows, write_table  # noqa: E402
 
@@ -70,13 +71,13 @@ def test_extremes_slices_chunks_nulls_and_other_types():
 
 def test_the_budget_is_half_the_available_memory_unless_overridden(monkeypatch):
     monkeypatch.delenv(IN_MEMORY_ENV, raising=False)
-    monkeypatch.setattr("dpselect.files._meminfo_available", lambda: 8 << 30)
-    monkeypatch.setattr("dpselect.files._cgroup_room", lambda: None)
+    monkeypatch.setattr("dpselect.io.files._meminfo_available", lambda: 8 << 30)
+    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: None)
     assert in_memory_budget() == 4 << 30
-    monkeypatch.setattr("dpselect.files._cgroup_room", lambda: 1 << 30)  # a container's limit
+    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: 1 << 30)  # a container's limit
     assert in_memory_budget() == 1 << 29
-    monkeypatch.setattr("dpselect.files._meminfo_available", lambda: None)
-    monkeypatch.setattr("dpselect.files._cgroup_room", lambda: None)
+    monkeypatch.setattr("dpselect.io.files._meminfo_available", lambda: None)
+    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: None)
     assert in_memory_budget() == 0  # unknown: stream
     monkeypatch.setenv(IN_MEMORY_ENV, "12345")
     assert in_memory_budget() == 12345
@@ -108,9 +109,9 @@ def count(path: str, fmt: str, budget: int, kappa: int = 10**9, batch_rows: int 
 
     counter.feed = spy  # type: ignore[method-assign]
     progress = types.SimpleNamespace(update=lambda *a: None)
-    whole = cli._count_batches(counter, coalesce(source.batches, lambda: batch_rows), source, budget, progress)
+    whole = cli_select._count_batches(counter, coalesce(source.batches, lambda: batch_rows), source, budget, progress)
     if whole is not None:
-        cli._count_whole(counter, whole)
+        cli_select._count_whole(counter, whole)
     sizes = (counter.n_users, counter.n_pairs, counter.n_partitions)
     result = counter.finish(kappa, None, rng=InsecureDeterministicRNG(7))
     counter.sizes = sizes  # type: ignore[attr-defined]
@@ -135,7 +136,7 @@ def test_a_file_over_the_budget_is_streamed_from_where_it_passed_it(tmp_path, fm
     table = rows_table()
     path = write_table(tmp_path / f"in.{fmt}", table, fmt, row_group_size=500)
     _, _, expected = count(path, fmt, budget=1 << 40)
-    budget = 2 * (table.slice(0, 500).nbytes + cli._WHOLE_ROW_BYTES * 500)
+    budget = 2 * (table.slice(0, 500).nbytes + cli_select._WHOLE_ROW_BYTES * 500)
     counter, finals, got = count(path, fmt, budget=budget)
     assert len(finals) > 2 and not any(finals) and counter._radix_sizes is None
     assert got == expected

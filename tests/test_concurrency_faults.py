@@ -34,7 +34,7 @@ pa = pytest.importorskip("pyarrow")
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # fork() with threads (3.12+)
-    pytest.mark.filterwarnings("ignore::dpselect.rows.NullPrivacyUnitsDropped"),
+    pytest.mark.filterwarnings("ignore::dpselect.ingest.rows.NullPrivacyUnitsDropped"),
 ]
 
 DEADLINE_S = 60.0  # only a deadlock guard: every wait below normally ends in milliseconds
@@ -406,7 +406,7 @@ def test_the_command_skips_finalization_only_after_an_interrupt(monkeypatch, int
     interpreter while pyarrow's reader threads are mid-read could abort the process (exit -6
     instead of 128 + the signal, seen about once in a hundred runs of the test above). A run
     that ended normally exits through sys.exit, so its buffered output and atexit hooks run."""
-    from dpselect import cli
+    from dpselect.cli import command as cli
 
     code = 143 if interrupted else 0
 

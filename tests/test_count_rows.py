@@ -1,4 +1,4 @@
-"""Raw rows → bounded counts (dpselect.rows): factorization of any key type, batches, nulls."""
+"""Raw rows → bounded counts (dpselect.ingest.rows): factorization of any key type, batches, nulls."""
 from __future__ import annotations
 
 import datetime as dt
@@ -9,7 +9,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
 
-from dpselect.rows import KeyFactorizer, NullPrivacyUnitError, RowCounter
+from dpselect.ingest.rows import KeyFactorizer, NullPrivacyUnitError, RowCounter
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -149,7 +149,7 @@ def test_empty_input():
 def test_missing_pyarrow_names_the_extra(monkeypatch):
     import sys
 
-    from dpselect.rows import import_pyarrow
+    from dpselect.ingest.rows import import_pyarrow
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"dpselect\[arrow\]"):

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import dpselect
-from dpselect.params import validate_params
-from dpselect.tables import tsgd_weights, keep_table, release_delta, tsgd_table
-from dpselect.theory import exact_crossovers
+from dpselect.core.params import validate_params
+from dpselect.core.tables import tsgd_weights, keep_table, release_delta, tsgd_table
+from dpselect.core.theory import exact_crossovers
 
 # Closer than this to an integer, a 60-digit log term cannot decide its floor or ceil: the point
 # is checked against the definitions instead (the table's first certain count, Lemma 1).

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from dpselect import _bound, _count, _kernel, _noise, _rng, _weighted
 from dpselect.aggregation.wide import Wide
-from dpselect.params import validate_params
-from dpselect.tables import keep_table, tsgd_table
+from dpselect.core.params import validate_params
+from dpselect.core.tables import keep_table, tsgd_table
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")

@@ -24,7 +24,7 @@ pa = pytest.importorskip("pyarrow")
 def test_view_columns_with_dropped_null_privacy_units(view: str, column: str) -> None:
     """fuzz_rows: a string/binary view column in a batch with null privacy units, rows dropped
     (null_privacy_units="drop"), raised ArrowNotImplementedError: pyarrow cannot filter views."""
-    from dpselect.rows import RowCounter
+    from dpselect.ingest.rows import RowCounter
 
     typ = getattr(pa, view)()
     wrap = (lambda v: v) if view == "string_view" else (lambda v: None if v is None else v.encode())
@@ -220,7 +220,7 @@ def test_a_corrupt_parquet_page_is_a_one_line_input_error(tmp_path, capsys) -> N
 
 
 def test_a_reader_failing_while_iterating_gives_a_one_line_input_error(tmp_path) -> None:
-    from dpselect import files
+    from dpselect.io import files
 
     src = tmp_path / "in.csv"
     src.write_text("u,k\n1,a\n")
@@ -249,12 +249,12 @@ def test_a_null_dictionary_value_is_a_null_privacy_unit(policy: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if policy == "error":
-            from dpselect.rows import NullPrivacyUnitError
+            from dpselect.ingest.rows import NullPrivacyUnitError
 
             with pytest.raises(NullPrivacyUnitError, match="3 row"):
                 dpselect.select_partitions(table, privacy_unit="u", by="k", epsilon=1.0, delta=1e-5)
             return
-        from dpselect.rows import RowCounter
+        from dpselect.ingest.rows import RowCounter
 
         counter = RowCounter("u", ["k"], null_privacy_units="drop")
         counter.feed(table)
@@ -264,7 +264,7 @@ def test_a_null_dictionary_value_is_a_null_privacy_unit(policy: str) -> None:
 
 
 def test_a_null_dictionary_value_is_refused_in_aggregate_too() -> None:
-    from dpselect.rows import NullPrivacyUnitError
+    from dpselect.ingest.rows import NullPrivacyUnitError
 
     units = pa.array(["a", None] * 50).dictionary_encode(null_encoding="encode")
     table = pa.table({"u": units, "k": ["x"] * 100})
@@ -326,7 +326,7 @@ def test_the_csv_header_is_parsed_from_arrow_memory_not_a_python_object(tmp_path
     handed to pyarrow's CSV reader must be Arrow's own (no Python parent)."""
     import gzip
 
-    from dpselect import files
+    from dpselect.io import files
 
     path = tmp_path / f"rows.csv{suffix}"
     text = b"user,key\n1,a\n2,b\n"

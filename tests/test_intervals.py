@@ -28,8 +28,8 @@ from dpselect.aggregation.intervals import (
     tsgd_half_width,
 )
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
-from dpselect.params import validate_params
-from dpselect.tables import tsgd_table
+from dpselect.core.params import validate_params
+from dpselect.core.tables import tsgd_table
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")

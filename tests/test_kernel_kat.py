@@ -32,8 +32,8 @@ import pytest
 
 import dpselect
 from dpselect import _kernel, _rng
-from dpselect.params import validate_params
-from dpselect.tables import keep_table, tsgd_table
+from dpselect.core.params import validate_params
+from dpselect.core.tables import keep_table, tsgd_table
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")

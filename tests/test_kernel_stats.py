@@ -16,8 +16,8 @@ import pytest
 
 import dpselect
 from dpselect import _rng
-from dpselect.params import validate_params
-from dpselect.tables import tsgd_table
+from dpselect.core.params import validate_params
+from dpselect.core.tables import tsgd_table
 
 DRAWS = 1_000_000
 P_MIN = 1e-6

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 pa = pytest.importorskip("pyarrow")
 
 from dpselect import _count  # noqa: E402
-from dpselect.rows import KeyFactorizer  # noqa: E402
+from dpselect.ingest.rows import KeyFactorizer  # noqa: E402
 
 
 def reference_codes(batches: list[list[object]]) -> tuple[list[list[int]], list[object]]:

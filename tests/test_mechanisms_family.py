@@ -14,10 +14,10 @@ import pytest
 import dpselect
 from dpselect.mechanisms import GaussianThresholding, LaplaceThresholding, TabledSelection
 from dpselect.mechanisms.gaussian import agm_delta_upper, google_sigma
-from dpselect.params import validate_params
-from dpselect.tables import KeepTable, _read_only, verify_keep_table
+from dpselect.core.params import validate_params
+from dpselect.core.tables import KeepTable, _read_only, verify_keep_table
 from dpselect.testing import InsecureDeterministicRNG
-from dpselect.verify import CertificationError
+from dpselect.core.verify import CertificationError
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 mpmath.mp.dps = 60
@@ -329,7 +329,7 @@ def test_select_partitions_with_public_partitions_end_to_end():
     laplace = dpselect.select_partitions(rows, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
                                          strategy="laplace", pre_threshold=3)
     assert laplace.column("key").to_pylist() == ["big"]
-    assert "Laplace thresholding" in laplace.schema.metadata[b"dpselect.guarantee"].decode()
+    assert "Laplace thresholding" in laplace.schema.metadata[b"dpselect.core.guarantee"].decode()
 
 
 def test_the_array_release_takes_public_partitions():

@@ -1,6 +1,6 @@
 """Parameters a mechanism cannot serve are refused from the parameters alone, before any table,
 noise or threshold is built, with a ValueError that names epsilon, says what a key would need and
-which epsilon works (dpselect.limits; docs/privacy/limits.md); huge ε is a clear ValueError or
+which epsilon works (dpselect.core.limits; docs/privacy/limits.md); huge ε is a clear ValueError or
 the documented cap; min_users_to_release says what a key needs at the parameters that do run."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpselect
-from dpselect import tables
+from dpselect.core import tables
 from dpselect.mechanisms import gaussian, laplace, registry, weighted
 
 

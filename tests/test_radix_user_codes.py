@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpselect import _radix_rows
+from dpselect.ingest import _radix as _radix_rows
 from dpselect._count import RadixPairs
-from dpselect.pipeline import select_partitions
+from dpselect.ingest.pipeline import select_partitions
 from dpselect.testing import InsecureDeterministicRNG
 
 from test_radix_pairs import data, grouped, model, runs_of

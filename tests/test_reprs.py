@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import dpselect
 from dpselect.aggregation.guarantee import Component
-from dpselect.guarantee import PrivacyGuarantee
+from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.testing import InsecureDeterministicRNG
 
 pd = pytest.importorskip("pandas")
@@ -272,7 +272,7 @@ def test_spark_result_repr_counts_no_rows() -> None:
 
 @given(st.fractions(min_value=Fraction(1, 10**30), max_value=Fraction(10**30)), st.integers(1, 8))
 def test_a_rounded_number_never_reads_below_its_value(value: Fraction, digits: int) -> None:
-    from dpselect.guarantee import format_upper
+    from dpselect.core.guarantee import format_upper
 
     text = format_upper(value, digits)
     assert Fraction(text) >= value
@@ -280,7 +280,7 @@ def test_a_rounded_number_never_reads_below_its_value(value: Fraction, digits: i
 
 
 def test_floats_read_as_the_parameter_they_denote() -> None:
-    from dpselect.guarantee import format_upper
+    from dpselect.core.guarantee import format_upper
 
     assert [format_upper(x) for x in (0.1, 1e-6, 0.3, 1, 2.5, Fraction(2, 3), 1234.5, 1e7)] == [
         "0.1", "1e-06", "0.3", "1", "2.5", "0.6667", "1235", "1e+07"]

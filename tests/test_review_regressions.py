@@ -27,8 +27,8 @@ def test_big_endian_counts_are_read_as_their_values(dtype):
 
 def test_kernel_refuses_foreign_byte_order_directly():
     from dpselect import _kernel
-    from dpselect.params import validate_params
-    from dpselect.tables import keep_table
+    from dpselect.core.params import validate_params
+    from dpselect.core.tables import keep_table
 
     handle = _kernel.KeepTableHandle(keep_table(validate_params(1.0, 1e-5)).words)
     with pytest.raises(TypeError, match="byte order"):

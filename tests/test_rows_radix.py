@@ -1,6 +1,6 @@
 """RowCounter on a whole in-memory input with integer privacy units (``feed(batch, final=True)``,
 as ``select_partitions`` does): the rows are grouped by user through radix buckets
-(dpselect._radix_rows, csrc/radix_pairs.h) and give the streaming path's results: the same
+(dpselect.ingest._radix, csrc/radix_pairs.h) and give the streaming path's results: the same
 distinct pairs, users and exact counts, every user bounded to min(d, κ) partitions, nulls
 refused or dropped, results that depend only on the data and the test seed."""
 from __future__ import annotations
@@ -10,9 +10,11 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from dpselect import _radix_rows, rows  # noqa: E402  (after the skip without pyarrow)
-from dpselect.pipeline import select_partitions  # noqa: E402
-from dpselect.rows import NullPrivacyUnitError, RowCounter  # noqa: E402
+from dpselect.ingest import _radix as _radix_rows  # noqa: E402  (after the skip without pyarrow)
+
+from dpselect.ingest import rows  # noqa: E402  (after the skip without pyarrow)
+from dpselect.ingest.pipeline import select_partitions  # noqa: E402
+from dpselect.ingest.rows import NullPrivacyUnitError, RowCounter  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")

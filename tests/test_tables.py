@@ -9,8 +9,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpselect.params import validate_params
-from dpselect.tables import (
+from dpselect.core.params import validate_params
+from dpselect.core.tables import (
     CertificationError,
     keep_table,
     release_delta,
@@ -18,8 +18,8 @@ from dpselect.tables import (
     tsgd_table,
     verify_keep_table,
 )
-from dpselect.theory import pi_opt_closed_form, pi_opt_crossovers
-from dpselect.verify import exp_lower_by_squaring
+from dpselect.core.theory import pi_opt_closed_form, pi_opt_crossovers
+from dpselect.core.verify import exp_lower_by_squaring
 
 mpmath.mp.dps = 60
 

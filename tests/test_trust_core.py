@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import dpselect
 from dpselect import _kernel, _rng
-from dpselect.guarantee import PrivacyGuarantee, format_delta
-from dpselect.params import validate_params
-from dpselect.tables import CertificationError, keep_table, tsgd_table
+from dpselect.core.guarantee import PrivacyGuarantee, format_delta
+from dpselect.core.params import validate_params
+from dpselect.core.tables import CertificationError, keep_table, tsgd_table
 from dpselect.testing import InsecureDeterministicRNG, InsecureRNGWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -78,10 +78,10 @@ def test_table_words_are_immutable_and_the_kernel_keeps_its_own_copy():
 def test_the_verifier_catches_a_builder_with_a_wrong_exponential(monkeypatch):
     """A deliberately broken builder (its bound on e^ε is e^{2ε}) yields a table that is not DP;
     the verifier has its own bound, so it must refuse the table (with a shared bound it would not)."""
-    import dpselect.exact
-    import dpselect.tables as tables
+    import dpselect.core.exact
+    import dpselect.core.tables as tables
 
-    real = dpselect.exact.exp_lower
+    real = dpselect.core.exact.exp_lower
     monkeypatch.setattr(tables, "exp_lower", lambda x, bits=128: real(2 * x, bits))
     tables._keep_table_cached.cache_clear()
     tables._tsgd_cached.cache_clear()

@@ -2,7 +2,7 @@
 
 The aggregation certificates (tails of discrete noise, the zCDP conversion, APPROX_BOUNDS'
 threshold) need e^(−y) bounded on the correct side. Taylor series on :class:`fractions.Fraction`
-(dpselect.exact) are exact but slow for large y (hundreds of terms with ever longer
+(dpselect.core.exact) are exact but slow for large y (hundreds of terms with ever longer
 denominators). Here e^y = (e^(y/2^s))^(2^s) with y/2^s ≤ 1: a short Taylor series in fixed point
 with every term floored (lower bound) or ceiled plus its tail (upper bound), then s squarings,
 each rounded to p significant bits on the same side (a number is kept as m·2^e, like a float with

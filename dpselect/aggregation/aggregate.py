@@ -32,17 +32,17 @@ from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClampi
 from dpselect.aggregation.result import AggregateResult
 from dpselect.aggregation.values import ValueColumn, check_value_types
 from dpselect.aggregation.wide import Wide, sums_by_code
-from dpselect.exact import as_fraction
-from dpselect.frames import FrameKind, from_arrow, result_schema, to_arrow
-from dpselect.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
-from dpselect.public_keys import public_table, with_public_partitions
+from dpselect.core.exact import as_fraction
+from dpselect.ingest.frames import FrameKind, from_arrow, result_schema, to_arrow
+from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
+from dpselect.ingest.public_keys import public_table, with_public_partitions
 from dpselect.rng import resolve_rng, shard_test_state
-from dpselect.rows import PartitionCounts, RowCounter, arrow_from_numpy
+from dpselect.ingest.rows import PartitionCounts, RowCounter, arrow_from_numpy
 
 __all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
 
-_SHARD_MASK = 1  # users split by code parity between two threads, as in dpselect.rows
+_SHARD_MASK = 1  # users split by code parity between two threads, as in dpselect.ingest.rows
 INTERVALS_METADATA_KEY = b"dpselect.intervals"
 
 

@@ -51,7 +51,7 @@ from dpselect.aggregation._bounds_thresholds import (
     threshold_estimate,
 )
 from dpselect.aggregation.noise import DiscreteLaplaceNoise, NoiseGuarantee
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 from dpselect.rng import resolve_rng
 
 __all__ = [

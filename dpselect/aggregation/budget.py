@@ -18,8 +18,8 @@ from fractions import Fraction
 from numbers import Real
 from typing import Mapping
 
-from dpselect.exact import as_fraction
-from dpselect.guarantee import format_delta
+from dpselect.core.exact import as_fraction
+from dpselect.core.guarantee import format_delta
 
 __all__ = ["Budget", "BudgetExceededError", "Charge"]
 
@@ -141,7 +141,7 @@ class Budget:
 
     def charge_guarantee(self, guarantee: object, *, what: str) -> Charge:
         """Charge what a guarantee states: any object with ``epsilon_exact`` (or ``epsilon``)
-        and ``delta_exact`` (a :class:`dpselect.guarantee.PrivacyGuarantee` or a
+        and ``delta_exact`` (a :class:`dpselect.core.guarantee.PrivacyGuarantee` or a
         :class:`dpselect.aggregation.noise.NoiseGuarantee`)."""
         epsilon = getattr(guarantee, "epsilon_exact", None)
         if epsilon is None:

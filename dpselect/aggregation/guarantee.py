@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpselect.display import html_table, mechanism_of
-from dpselect.guarantee import delta_upper_float, format_delta, format_upper
+from dpselect.core.guarantee import delta_upper_float, format_delta, format_upper
 
 __all__ = ["AggregateGuarantee", "Component"]
 

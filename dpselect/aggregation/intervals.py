@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.exact import _inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
-from dpselect.tables import TSGDTable
+from dpselect.core.exact import _inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
+from dpselect.core.tables import TSGDTable
 
 __all__ = [
     "HasHalfWidth",
@@ -245,7 +245,7 @@ def tsgd_half_width(table: TSGDTable, level: float) -> int:
     [0, k] with P[|X| > h] = 2 Σ_{m > h} W(m) / S ≤ α, computed exactly on the integer weights
     (h = k always qualifies: the noise never exceeds k)."""
     if not isinstance(table, TSGDTable):
-        raise TypeError(f"table must be a dpselect.tables.TSGDTable, got {type(table).__name__}")
+        raise TypeError(f"table must be a dpselect.core.tables.TSGDTable, got {type(table).__name__}")
     alpha = alpha_for(level)
     h, outside = table.k, 0  # outside = Σ_{m > h} W(m)
     while h > 0 and 2 * (outside + table.weights[h]) <= alpha * table.total:

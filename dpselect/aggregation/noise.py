@@ -31,8 +31,8 @@ import numpy.typing as npt
 from dpselect import _noise
 from dpselect._arrays import _chunks, _run_all
 from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.exact import as_fraction, exp_upper
-from dpselect.guarantee import delta_upper_float, format_delta
+from dpselect.core.exact import as_fraction, exp_upper
+from dpselect.core.guarantee import delta_upper_float, format_delta
 from dpselect.aggregation.intervals import (
     discrete_gaussian_half_width,
     discrete_laplace_half_width,
@@ -61,7 +61,7 @@ _MAX = _noise.MAX_PARAM
 @dataclass(frozen=True)
 class NoiseGuarantee:
     """What adding the noise to a query promises, in the shape of
-    :class:`dpselect.guarantee.PrivacyGuarantee` (``epsilon``, ``delta``, ``delta_exact``,
+    :class:`dpselect.core.guarantee.PrivacyGuarantee` (``epsilon``, ``delta``, ``delta_exact``,
     ``is_dp``, ``under_test_rng()``), plus the exact ε and, for the Gaussian, ρ.
 
     The neighbouring relation is the package's: add or remove all rows of one privacy unit, who

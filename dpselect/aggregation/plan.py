@@ -20,9 +20,9 @@ from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
-from dpselect.exact import as_fraction
-from dpselect.pipeline import build_strategy, check_columns
-from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.core.exact import as_fraction
+from dpselect.ingest.pipeline import build_strategy, check_columns
+from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 
 __all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
 

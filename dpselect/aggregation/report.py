@@ -228,7 +228,7 @@ def _smallest_counts(keep_probability: Any, limit: int = 1 << 20) -> tuple[int |
 
 def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) -> float | None:
     """Expected releases if the selection had ``factor`` times its ε (same δ, same κ)."""
-    from dpselect.pipeline import build_strategy
+    from dpselect.ingest.pipeline import build_strategy
 
     params = getattr(strategy, "params", None)
     name = getattr(strategy, "name", None)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation.grid import Grid
-from dpselect.rows import import_pyarrow
+from dpselect.ingest.rows import import_pyarrow
 
 __all__ = ["ValueColumn", "check_value_types", "is_integer_type"]
 

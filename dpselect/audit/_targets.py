@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES, make_strategy
 
 __all__ = [

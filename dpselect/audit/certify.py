@@ -4,13 +4,13 @@ For every built-in mechanism the audit reads the table, noise or thresholds from
 strategy object (what its kernel handle was loaded from) and re-checks the DP inequalities:
 
 * keep tables (pi_opt, Laplace thresholding, Gaussian thresholding at κ = 1): the four
-  (ε', δ') inequalities between every n and n + 1 by :func:`dpselect.verify.verify_keep_table`,
+  (ε', δ') inequalities between every n and n + 1 by :func:`dpselect.core.verify.verify_keep_table`,
   which shares nothing with the builders (Desfontaines et al., PoPETs 2022, Lemma 1), plus the
   worst neighbour ratio against e^{ε'};
 * TSGD noise (release, public, mixed): the integer weights' neighbour ratios against the
   verifier's own bound on e^{ε'}, and the exact δ of the rule that runs — recomputed here for
   the actual release threshold (so a threshold off by one shows), and cross-checked against
-  :func:`dpselect.verify.release_delta` at the paper's threshold k;
+  :func:`dpselect.core.verify.release_delta` at the paper's threshold k;
 * the budget split: affected partitions × ε' <= ε exactly, and the composed δ recomputed with
   its own arithmetic (exact powers, or the Bonferroni upper bounds of inclusion–exclusion);
 * Gaussian thresholding and the row mechanisms: every term of their δ (analytic Gaussian δ of
@@ -34,15 +34,15 @@ import numpy as np
 
 from dpselect.audit._targets import Target, build_target
 from dpselect.audit.results import Certificate, Check
-from dpselect.exact import as_fraction, exp_upper, normal_cdf_bounds
+from dpselect.core.exact import as_fraction, exp_upper, normal_cdf_bounds
 from dpselect.mechanisms.base import NoRelease, TabledSelection
 from dpselect.mechanisms.gaussian import GaussianThresholding, agm_delta_upper
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
 from dpselect.mechanisms.tsgd import NoisyRelease, TSGDRelease
 from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
-from dpselect.tables import EPSILON_CAP
-from dpselect.verify import CertificationError, exp_lower_by_squaring, keep_numerators, release_delta, verify_keep_table
+from dpselect.core.tables import EPSILON_CAP
+from dpselect.core.verify import CertificationError, exp_lower_by_squaring, keep_numerators, release_delta, verify_keep_table
 
 __all__ = ["certificate", "composed_delta", "threshold_release_delta"]
 
@@ -105,7 +105,7 @@ def composed_delta(partition_delta: Fraction, partitions: int) -> tuple[Fraction
     """(1 − (1 − δ')^m, True) exactly for m <= 4096, else (an upper bound, False): the partial
     sums of inclusion–exclusion Σ_j (−1)^{j+1} C(m, j) δ'^j stopped after an odd term are upper
     bounds (Bonferroni), summed until the next term is below 2^-400 δ'. Independent of
-    :mod:`dpselect.params` (which uses a floored binary power)."""
+    :mod:`dpselect.core.params` (which uses a floored binary power)."""
     x, m = Fraction(partition_delta), int(partitions)
     if x == 0 or m == 0:
         return Fraction(0), True
@@ -212,7 +212,7 @@ def _certify_keep_table(target: Target) -> _Result:
     extra = {"delta_claimed": target.claimed_delta, "delta_verified": verified, "ratio_to_exp_eps": ratio_to,
              "epsilon_effective": None if log_ratio is None else log_ratio * p.affected_partitions}
     checked = ["the keep table the kernel handle was loaded from (strategy.table.words)",
-               "every DP inequality between neighbouring counts, by dpselect.verify (independent of the builder)",
+               "every DP inequality between neighbouring counts, by dpselect.core.verify (independent of the builder)",
                "the budget split and the composition over the affected partitions"]
     not_checked = ["that the C kernel samples Bernoulli(q[n]/2^w) exactly (see the empirical audit and "
                    "tests/test_kernel_kat.py)", "that users contribute to at most kappa partitions (assumed of "
@@ -313,7 +313,7 @@ def _certify_noisy(target: Target) -> _Result:
         reference = release_delta(list(weights), total, k, eps)
         mine = threshold_release_delta(weights, total, k, eps, k, False)
         checks.append(Check("two independent delta computations agree at threshold k", reference == mine,
-                            f"dpselect.verify.release_delta {float(reference):.6g}, this audit {float(mine):.6g}"))
+                            f"dpselect.core.verify.release_delta {float(reference):.6g}, this audit {float(mine):.6g}"))
     except CertificationError as exc:
         checks.append(Check("TSGD weights' neighbour ratios <= e^eps'", False, str(exc)))
     composition, verified = _composition_check(per_partition, p.affected_partitions, target.claimed_delta,
@@ -396,12 +396,12 @@ def _certify_gaussian(target: Target) -> _Result:
             checks.append(Check("keep table: four (epsilon, delta) inequalities for every n (kappa = 1)", False,
                                 str(exc)))
     checked = ["sigma, the threshold and the keep table the kernel handle was loaded from",
-               "every term of the certified delta, re-evaluated with rational bounds (dpselect.exact)"]
+               "every term of the certified delta, re-evaluated with rational bounds (dpselect.core.exact)"]
     if m == 1:
-        checked.append("the table's four (epsilon, delta) inequalities by dpselect.verify (kappa = 1)")
+        checked.append("the table's four (epsilon, delta) inequalities by dpselect.core.verify (kappa = 1)")
     not_checked = ["the analytic Gaussian mechanism's theorem (Balle and Wang, ICML 2018) and its joint application "
                    "to kappa counts (docs/privacy/gaussian-threshold.md)",
-                   "the rational normal CDF bounds are the package's own (dpselect.exact), shared with the builder"]
+                   "the rational normal CDF bounds are the package's own (dpselect.core.exact), shared with the builder"]
     return kind, checks, checked, not_checked, extra
 
 
@@ -566,7 +566,7 @@ def _expected_sensitivities(metrics: dict[str, Any], linf: int, bounds: tuple[fl
 def _synthetic_rows(kappa: int, linf: int, bounds: tuple[float, float]) -> Any:
     """A small table: 300 users over three keys (so the selection keeps some), each user with up
     to κ keys and L∞ + 1 rows in each (so bounding acts), values across and beyond the bounds."""
-    from dpselect.rows import import_pyarrow
+    from dpselect.ingest.rows import import_pyarrow
 
     pa = import_pyarrow()
     users, keys, values = [], [], []
@@ -584,7 +584,7 @@ def _synthetic_rows(kappa: int, linf: int, bounds: tuple[float, float]) -> Any:
 def _certify_aggregate(target: Target) -> _Result:
     import dpselect
     from dpselect.aggregation.plan import budget_shares, float_down, step_weights
-    from dpselect.pipeline import build_strategy
+    from dpselect.ingest.pipeline import build_strategy
 
     linf = int(target.options["linf"])
     bounds = tuple(float(b) for b in target.options["bounds"])
@@ -636,7 +636,7 @@ def _certify_aggregate(target: Target) -> _Result:
         failed = "; ".join(c.name for c in inner.checks if not c.passed)
         checks.append(Check("selection's keep table", inner.passed,
                             f"pi_opt at ({float(strat.params.epsilon_exact):.6g}, {float(strat.params.delta_exact):.3g}), "
-                            f"kappa {kappa}: {'FAILED ' + failed if failed else 'verified by dpselect.verify'}"))
+                            f"kappa {kappa}: {'FAILED ' + failed if failed else 'verified by dpselect.core.verify'}"))
         if inner.delta_verified is not None:
             verified_delta = inner.delta_verified
     checks.append(Check("delta of the whole release", verified_delta <= delta,
@@ -645,7 +645,7 @@ def _certify_aggregate(target: Target) -> _Result:
     checked = ["every discrete Laplace noise a dry run drew (scale, sensitivity, L0), recorded as it was added",
                "each sensitivity against the metric's definition and the value grid",
                "the basic composition of the selection and the metrics within (epsilon, delta)",
-               "the selection's keep table, by dpselect.verify"]
+               "the selection's keep table, by dpselect.core.verify"]
     not_checked = ["the exactness of the discrete Laplace sampler (Canonne, Kamath, Steinke, NeurIPS 2020; see the "
                    "empirical audit)", "APPROX_BOUNDS (private bounds) and per-partition bounds: the audited "
                    "metrics are given bounds", "the contribution bounding itself (see the empirical audit on rows)"]

@@ -335,7 +335,7 @@ def _rows_call(target: Target, rows_entry: Callable[..., Any] | None) -> Callabl
 
 def _pyarrow() -> Any:
     try:
-        from dpselect.rows import import_pyarrow
+        from dpselect.ingest.rows import import_pyarrow
 
         return import_pyarrow()
     except ImportError as exc:
@@ -421,7 +421,7 @@ def _null_unit_scenario(target: Target, call: Callable[..., Any], trials: int) -
     def run_side(added: bool) -> Side:
         import warnings
 
-        from dpselect.rows import NullPrivacyUnitsDropped
+        from dpselect.ingest.rows import NullPrivacyUnitsDropped
 
         table = build(added)
         rows = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from dpselect.guarantee import format_delta
+from dpselect.core.guarantee import format_delta
 
 __all__ = [
     "Check",

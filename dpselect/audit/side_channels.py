@@ -222,7 +222,7 @@ def _schema_text(result: Any) -> str:
 
 def _schemas(target: Target, rows_entry: Callable[..., Any] | None) -> list[SchemaComparison]:
     import dpselect
-    from dpselect.rows import import_pyarrow
+    from dpselect.ingest.rows import import_pyarrow
 
     pa = import_pyarrow()
     keys_small = {"user": pa.array([1], pa.int64()), "key": pa.array(["rare"], pa.string()),

@@ -22,10 +22,10 @@ import numpy.typing as npt
 
 from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
-from dpselect.guarantee import PAPER, PrivacyGuarantee
-from dpselect.params import PrivacyParams
+from dpselect.core.guarantee import PAPER, PrivacyGuarantee
+from dpselect.core.params import PrivacyParams
 from dpselect.rng import resolve_rng
-from dpselect.tables import KeepTable
+from dpselect.core.tables import KeepTable
 
 __all__ = [
     "SelectionResult",

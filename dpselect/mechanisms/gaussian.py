@@ -8,7 +8,7 @@ T = 1 + σ Φ⁻¹(1 − δ_p), δ_p the per-partition share of δ_t. Keep proba
 π(n) = Φ((n − T)/σ).
 
 What runs: a fixed-point table of lower bounds of π (192-bit entries, Φ bounded in integer
-arithmetic by :func:`dpselect.exact.normal_cdf_bounds`). What is certified, with rational
+arithmetic by :func:`dpselect.core.exact.normal_cdf_bounds`). What is certified, with rational
 bounds at construction: (1) the analytic-Gaussian δ of σ is at most δ_n; (2) the tail
 P[Z > T − 1] is at most δ_p; (3) every entry is within g of π(n), so the table's decisions are
 within total variation g per partition of the exact Gaussian rule's — which adds at most
@@ -24,12 +24,12 @@ import math
 from fractions import Fraction
 from statistics import NormalDist
 
-from dpselect.exact import exp_lower, exp_upper, normal_cdf_bounds
-from dpselect.guarantee import PrivacyGuarantee
+from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds
+from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
-from dpselect.params import PrivacyParams, composed_delta_upper, _composition_delta
-from dpselect.limits import MAX_GAUSSIAN_ENTRIES, epsilon_too_small
-from dpselect.tables import KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
+from dpselect.core.params import PrivacyParams, composed_delta_upper, _composition_delta
+from dpselect.core.limits import MAX_GAUSSIAN_ENTRIES, epsilon_too_small
+from dpselect.core.tables import KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
 
 __all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "certified_sigma", "gaussian_threshold",
            "optimal_noise_share"]

@@ -21,12 +21,12 @@ import functools
 import math
 from fractions import Fraction
 
-from dpselect.exact import exp_lower
-from dpselect.guarantee import PrivacyGuarantee
+from dpselect.core.exact import exp_lower
+from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
-from dpselect.limits import epsilon_too_small, log_inverse
-from dpselect.params import PrivacyParams
-from dpselect.tables import (
+from dpselect.core.limits import epsilon_too_small, log_inverse
+from dpselect.core.params import PrivacyParams
+from dpselect.core.tables import (
     EPSILON_CAP,
     MAX_TABLE_ENTRIES,
     KeepTable,

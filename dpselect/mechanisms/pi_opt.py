@@ -2,10 +2,10 @@
 private partition selection", PoPETs 2022, Theorem 1 and Lemma 1; docs/privacy/pi-opt.md)."""
 from __future__ import annotations
 
-from dpselect.guarantee import PAPER, PrivacyGuarantee
+from dpselect.core.guarantee import PAPER, PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
-from dpselect.params import PrivacyParams
-from dpselect.tables import keep_table, pre_thresholded
+from dpselect.core.params import PrivacyParams
+from dpselect.core.tables import keep_table, pre_thresholded
 
 __all__ = ["PiOptSelection"]
 

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.guarantee import PrivacyGuarantee
+from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
 from dpselect.mechanisms.weighted import (WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _check_params,
                                           _RowMechanism)
-from dpselect.params import PrivacyParams
+from dpselect.core.params import PrivacyParams
 from dpselect.rng import resolve_rng
 
 __all__ = ["PolicyLaplace", "PolicyGaussian"]

@@ -24,11 +24,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.guarantee import PAPER, PrivacyGuarantee
+from dpselect.core.guarantee import PAPER, PrivacyGuarantee
 from dpselect.mechanisms.base import SelectionResult, result_for
 from dpselect.mechanisms.tsgd import NoisyRelease
-from dpselect.params import PrivacyParams
-from dpselect.tables import tsgd_table
+from dpselect.core.params import PrivacyParams
+from dpselect.core.tables import tsgd_table
 
 __all__ = ["PublicPartitions", "MixedRelease"]
 

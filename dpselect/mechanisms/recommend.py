@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpselect.params import validate_params
+from dpselect.core.params import validate_params
 
 __all__ = ["Candidate", "Recommendation", "recommend", "keep_curve_points", "ROW_MARGIN"]
 

@@ -13,7 +13,7 @@ from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
 from dpselect.mechanisms.tsgd import TSGDRelease
 from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
-from dpselect.params import PrivacyParams, validate_params
+from dpselect.core.params import PrivacyParams, validate_params
 
 __all__ = ["STRATEGIES", "ROW_STRATEGIES", "make_strategy", "BUILT_IN", "is_row_strategy"]
 

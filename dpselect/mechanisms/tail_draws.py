@@ -6,8 +6,8 @@ Bernoulli(p): a uniform U from the CSPRNG is compared with an interval [p_lo, p_
 in double precision with a wide safety margin (relative 2^-30, a million times the documented
 error of the C library's erfc and of numpy's exp); when U falls inside the interval — rarely, with
 probability at most the interval's width — the comparison is finished with more random bits
-against integer-arithmetic bounds on p (:func:`dpselect.exact.normal_cdf_bounds`,
-:func:`dpselect.exact.exp_lower`) refined until they separate. No floating-point value ever
+against integer-arithmetic bounds on p (:func:`dpselect.core.exact.normal_cdf_bounds`,
+:func:`dpselect.core.exact.exp_lower`) refined until they separate. No floating-point value ever
 decides an outcome on its own (docs/privacy/weighted.md).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _weighted
-from dpselect.exact import exp_lower, exp_upper, normal_cdf_bounds
+from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds
 from dpselect.rng import resolve_rng
 
 __all__ = ["gaussian_tail_draws", "laplace_tail_draws"]

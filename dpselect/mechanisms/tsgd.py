@@ -11,11 +11,11 @@ import numpy.typing as npt
 
 from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
-from dpselect.guarantee import PAPER, PrivacyGuarantee
+from dpselect.core.guarantee import PAPER, PrivacyGuarantee
 from dpselect.mechanisms.base import SelectionResult, check_counts, result_for, users_for_probability
-from dpselect.params import PrivacyParams
+from dpselect.core.params import PrivacyParams
 from dpselect.rng import resolve_rng
-from dpselect.tables import TSGDTable, tsgd_table
+from dpselect.core.tables import TSGDTable, tsgd_table
 
 __all__ = ["TSGDRelease", "NoisyRelease"]
 

@@ -32,13 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _weighted
-from dpselect.exact import exp_lower
-from dpselect.guarantee import PrivacyGuarantee
-from dpselect.limits import MAX_WEIGHTED_THRESHOLD, epsilon_too_small, log_inverse
+from dpselect.core.exact import exp_lower
+from dpselect.core.guarantee import PrivacyGuarantee
+from dpselect.core.limits import MAX_WEIGHTED_THRESHOLD, epsilon_too_small, log_inverse
 from dpselect.mechanisms.gaussian import (MAX_GAUSSIAN_EPSILON, agm_delta_upper, certified_sigma, gaussian_threshold,
                                           google_sigma)
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
-from dpselect.params import PrivacyParams, _composition_delta
+from dpselect.core.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
 
 __all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG", "MAX_KAPPA", "MAX_EPSILON"]
@@ -177,7 +177,7 @@ def _check_params(params: PrivacyParams) -> None:
 
 
 # Smallest δ a Gaussian certificate here can prove: the rational bounds on Φ are 2^-256 wide
-# (dpselect.exact.normal_cdf_bounds), and the analytic Gaussian bound multiplies one by e^ε <= 2^73.
+# (dpselect.core.exact.normal_cdf_bounds), and the analytic Gaussian bound multiplies one by e^ε <= 2^73.
 # Below it σ's calibration, or the threshold's search, would step on for hours and then fail.
 MIN_GAUSSIAN_DELTA = Fraction(1, 2**160)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 
 #: Smallest positive normal float64: lower bound of an admissible privacy level.
 _SMALLEST_NORMAL = sys.float_info.min

@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dpselect.exact import exp_lower
+from dpselect.core.exact import exp_lower
 
 from ._validate import check_delta, check_epsilon
 
@@ -56,7 +56,7 @@ def exp_lower_bound(epsilon: float) -> Fraction:
 
     E is a Taylor partial sum of e^x (all terms positive, so every partial sum is below e^x) at
     x = min(as_fraction_lower(epsilon), 64), floored to a multiple of 2**-128. It is within
-    ~2**-120 relative of e^x (``dpselect.exact.exp_lower``).
+    ~2**-120 relative of e^x (``dpselect.core.exact.exp_lower``).
     """
     epsilon = check_epsilon(epsilon)
     x = min(as_fraction_lower(epsilon), Fraction(_EPSILON_CAP))

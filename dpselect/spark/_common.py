@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from dpselect._optional import require
-from dpselect.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, build_strategy
+from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, build_strategy
 from dpselect.rng import SecureRNG, resolve_rng
-from dpselect.rows import NullPrivacyUnitsDropped
+from dpselect.ingest.rows import NullPrivacyUnitsDropped
 
 # The count-based selections, and the public and mixed releases (the row mechanisms need every
 # user's whole set of keys in one place, which Spark would have to gather).

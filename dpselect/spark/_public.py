@@ -1,5 +1,5 @@
 """``public_partitions=`` on Spark: the caller's list of keys joined to the per-key aggregates
-(docs/privacy/public-partitions.md; the single machine's join is :mod:`dpselect.public_keys`).
+(docs/privacy/public-partitions.md; the single machine's join is :mod:`dpselect.ingest.public_keys`).
 
 A listed key absent from the data gets every statistic 0, so its noisy value is noise drawn
 from zero. Keys match as in the single machine: a null matches a null (``<=>``), and Spark's
@@ -43,7 +43,7 @@ def public_keys(df: Any, public: Any, key_fields: Sequence[Any]) -> Any:
     else:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from dpselect.public_keys import public_table
+        from dpselect.ingest.public_keys import public_table
 
         schema = types.StructType([types.StructField(f.name, f.dataType, True) for f in key_fields])
         timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 from dpselect.rng import resolve_rng
 from dpselect.spark._common import KEEP, ERROR_MARK, executor_rng, executor_strategy, spark, wide_of
 

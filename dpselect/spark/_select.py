@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.pipeline import _count_half_width, build_strategy, check_columns
+from dpselect.ingest.pipeline import _count_half_width, build_strategy, check_columns
 from dpselect.rng import resolve_rng
-from dpselect.rows import NULL_PRIVACY_UNITS
+from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._bounding import ReleaseKey, keep_first, with_ranks
 from dpselect.spark._common import (
     FIRSTS,
@@ -42,9 +42,9 @@ __all__ = ["select_partitions"]
 
 def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None:
     """Charge the release's (ε, δ), exactly as :func:`dpselect.select_partitions` does (each
-    float read exactly through its shortest repr, :func:`dpselect.exact.as_fraction`)."""
+    float read exactly through its shortest repr, :func:`dpselect.core.exact.as_fraction`)."""
     from dpselect.aggregation.budget import Budget
-    from dpselect.exact import as_fraction
+    from dpselect.core.exact import as_fraction
 
     if not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")

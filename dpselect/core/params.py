@@ -23,7 +23,7 @@ from fractions import Fraction
 from numbers import Integral, Real
 from typing import Literal
 
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 
 __all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper"]
 

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dpselect.display import clip, readable_numbers
-from dpselect.exact import as_fraction
+from dpselect.core.exact import as_fraction
 
 __all__ = ["PrivacyGuarantee", "PAPER", "format_delta", "format_upper", "delta_upper_float"]
 
@@ -73,7 +73,7 @@ def format_upper(value: Fraction | float, digits: int = 4) -> str:
     """A non-negative ε or δ for reading: ``digits`` significant digits, rounded up (never below
     the exact value), in plain decimals from 1e-4 to 1e6 ("0.2", "1", "1234") and as
     :func:`format_delta` writes it outside. A float stands for its shortest repr, as a
-    parameter does (:func:`dpselect.exact.as_fraction`): 0.1 reads "0.1", not "0.1001"."""
+    parameter does (:func:`dpselect.core.exact.as_fraction`): 0.1 reads "0.1", not "0.1001"."""
     exact = as_fraction(value)
     if exact <= 0:
         return "0"

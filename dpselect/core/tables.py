@@ -12,7 +12,7 @@ TSGD table (Definitions 6–8, Theorem 6; docs/privacy/tsgd-release.md)
     n + X > k) is computed exactly for the quantized pmf, for every count n, and must not exceed
     the per-partition δ'.
 
-Every table is re-checked when built by :mod:`dpselect.verify`, which shares nothing with the
+Every table is re-checked when built by :mod:`dpselect.core.verify`, which shares nothing with the
 builders here but the parameters (its own bound on e^ε, its own arithmetic). Tables are cached by
 their exact parameters and handed out as read-only views of immutable ``bytes``: nobody, not
 even with ``setflags(write=True)``, can change what a later call samples from (the kernel
@@ -28,11 +28,11 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.exact import ceil_div, exp_lower
-from dpselect.limits import MAX_KEEP_TABLE_ENTRIES, MAX_RELEASE_THRESHOLD, epsilon_too_small
-from dpselect.params import PrivacyParams
-from dpselect.theory import exact_crossovers, exact_n1
-from dpselect.verify import (
+from dpselect.core.exact import ceil_div, exp_lower
+from dpselect.core.limits import MAX_KEEP_TABLE_ENTRIES, MAX_RELEASE_THRESHOLD, epsilon_too_small
+from dpselect.core.params import PrivacyParams
+from dpselect.core.theory import exact_crossovers, exact_n1
+from dpselect.core.verify import (
     CertificationError,
     keep_numerators,
     release_delta,
@@ -171,7 +171,7 @@ def _build_keep_q(eps: Fraction, delta: Fraction, limbs: int) -> list[int]:
     """The fixed-point recurrence (pi_opt's greedy recursion, Lemma 1) with one-sided rounding:
     Q(n+1) = min(floor(A Q) + D, M − ceil(B (M − Q − D)), M), A <= e^ε', B >= e^−ε',
     D = floor(δ' M), M = 2^(64 limbs). Each step satisfies the four DP inequalities by
-    construction; :func:`dpselect.verify.verify_keep_table` re-checks them independently."""
+    construction; :func:`dpselect.core.verify.verify_keep_table` re-checks them independently."""
     m = 1 << (64 * limbs)
     bits = 64 * limbs + 64
     a_num = _builder_exp_lower(eps, bits)  # A = a_num / 2^bits
@@ -236,7 +236,7 @@ def check_table_length(eps: Fraction, delta: Fraction) -> None:
 def keep_table(params: PrivacyParams) -> KeepTable:
     """The certified pi_opt keep table for these parameters (built, verified, cached). Parameters
     whose table would be too long to build in reasonable time are refused first, from the
-    parameters alone (:mod:`dpselect.limits`)."""
+    parameters alone (:mod:`dpselect.core.limits`)."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: pi_opt keeps nothing (Theorem 2)")
     eps = min(params.partition_epsilon, EPSILON_CAP)
@@ -346,7 +346,7 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
 def tsgd_table(params: PrivacyParams, strategy: str = "release") -> TSGDTable:
     """The certified TSGD table for the per-partition budget (built, certified, cached). A k of
     Definition 7 above MAX_RELEASE_THRESHOLD is refused first, from the parameters alone
-    (:mod:`dpselect.limits`): the noise's 2k + 1 weights would take minutes to certify."""
+    (:mod:`dpselect.core.limits`): the noise's 2k + 1 weights would take minutes to certify."""
     if params.partition_delta == 0:
         raise ValueError("delta = 0: the thresholded release publishes nothing (Theorem 2)")
     eps, delta = min(params.partition_epsilon, EPSILON_CAP), params.partition_delta

@@ -8,7 +8,7 @@ output is never replaced.
 
 Several outputs (``dpselect aggregate``'s release, its guarantee sidecar and the data holder's
 report) are renamed into place one after another, the release last, with SIGINT, SIGTERM and
-SIGHUP held meanwhile (:func:`dpselect.interrupts.signals_held`): an interrupt leaves either
+SIGHUP held meanwhile (:func:`dpselect.cli.signals.signals_held`): an interrupt leaves either
 none or all of them replaced. A :class:`WriteLog` says which were written when something else
 (SIGKILL aside) stopped the run part way.
 
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from dpselect.interrupts import signals_held
-from dpselect.rows import import_pyarrow
+from dpselect.cli.signals import signals_held
+from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
     "OutputError",

@@ -1,7 +1,7 @@
 """The paper's closed forms: in floating point for reference, and the crossover points exactly.
 
 Nothing here is what the kernel samples from (that is the certified table of
-:mod:`dpselect.tables`). :func:`pi_opt_closed_form` evaluates Theorem 1 of Desfontaines et al.,
+:mod:`dpselect.core.tables`). :func:`pi_opt_closed_form` evaluates Theorem 1 of Desfontaines et al.,
 "Differentially private partition selection", PoPETs 2022, with expm1/log1p;
 :func:`exact_crossovers` decides n1 and n2 exactly for rational ε and δ (docs/privacy/pi-opt.md).
 """
@@ -132,7 +132,7 @@ def _power_bounds(lo: Fraction, hi: Fraction, exponent: int, bits: int) -> tuple
 
 def _sign_at_exp(poly: _Poly, eps: Fraction) -> int:
     """The sign of poly(e^eps), exactly (see the comment above)."""
-    from dpselect.exact import exp_lower, exp_upper
+    from dpselect.core.exact import exp_lower, exp_upper
 
     terms = {e: c for e, c in poly.items() if c != 0}
     if not terms:

@@ -1,6 +1,6 @@
 """Independent exact verifiers of the tables the kernel samples from.
 
-The builders in :mod:`dpselect.tables` construct tables so that they are DP by design; the
+The builders in :mod:`dpselect.core.tables` construct tables so that they are DP by design; the
 functions here re-check that claim from scratch on the very integers the kernel is handed.
 They share nothing with the builders but the parameters: in particular they compute their own
 lower bound on e^ε (by repeated squaring of 1 + ε/2^j, where the builders sum a Taylor series),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.rows import PartitionCounts, import_pyarrow
+from dpselect.ingest.rows import PartitionCounts, import_pyarrow
 
 __all__ = ["with_public_partitions", "public_table"]
 
@@ -81,7 +81,7 @@ def public_table(public: Any, key_schema: Any) -> Any:
                                 f"that matches the data's {key_schema.field(name).type} ({_first_line(exc)})") from None
         table = pa.table(arrays)
     else:
-        from dpselect.frames import to_arrow
+        from dpselect.ingest.frames import to_arrow
 
         missing = [n for n in names if n not in _column_names(public)]
         if missing:

@@ -1,7 +1,7 @@
 """A progress line on stderr for long inputs (no dependency; silent when not wanted).
 
 The fraction shown is what the parser has consumed, not what the reader has fetched ahead of
-it (see :func:`dpselect.files.open_batches`); after reading, the line names the phase running
+it (see :func:`dpselect.io.files.open_batches`); after reading, the line names the phase running
 (bounding and counting, release, writing), which can take a while on large inputs.
 """
 from __future__ import annotations

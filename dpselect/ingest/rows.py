@@ -27,7 +27,7 @@ The expensive part of a real job is not the decision but what comes before it. H
 
 A whole input already in memory (``feed(batch, final=True)``, as ``select_partitions`` does) whose
 privacy units are integers skips the user codes and the pair sets of steps 2 and 4: its rows are
-grouped by user through radix buckets in cache-sized pieces (:mod:`dpselect._radix_rows`,
+grouped by user through radix buckets in cache-sized pieces (:mod:`dpselect.ingest._radix`,
 csrc/radix_pairs.h), then bounded the same way. The key columns still go through their code maps.
 
 Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 80 %
@@ -47,7 +47,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from dpselect import _count, _radix_rows
+from dpselect import _count
+
+from dpselect.ingest import _radix as _radix_rows
 from dpselect.rng import resolve_rng, shard_test_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -595,7 +597,7 @@ class RowCounter:
 
         ``final=True`` says no batch follows (the whole input is in memory, as in
         ``select_partitions``): when it is also the first batch and the privacy units are
-        integers, the rows are grouped by user through radix buckets (:mod:`dpselect._radix_rows`)
+        integers, the rows are grouped by user through radix buckets (:mod:`dpselect.ingest._radix`)
         rather than inserted into the streaming pair sets: same results in distribution, several
         times fewer cache misses, memory proportional to the rows while grouping."""
         pa = import_pyarrow()

@@ -1,10 +1,10 @@
 """DataFrames in and out: pandas, Polars and pyarrow, read as Arrow memory.
 
 Only the columns a job needs are exported, through each library's own Arrow export (zero-copy
-where the library allows); all computing happens in :mod:`dpselect.rows` and the C kernel.
+where the library allows); all computing happens in :mod:`dpselect.ingest.rows` and the C kernel.
 
 Column types are checked from each library's own schema **before** anything is exported or
-collected (:class:`dpselect.rows.ColumnTypeError`, naming the column): which types are refused
+collected (:class:`dpselect.ingest.rows.ColumnTypeError`, naming the column): which types are refused
 never depends on the values. A frame's dtypes are the caller's: when pandas infers an
 ``object`` column's type from its values, that inference is part of the caller's data, and
 columns whose values mix types are refused.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpselect.rows import ColumnTypeError, check_column_types, import_pyarrow, key_type
+from dpselect.ingest.rows import ColumnTypeError, check_column_types, import_pyarrow, key_type
 
 __all__ = ["FrameKind", "from_arrow", "result_schema", "to_arrow"]
 

@@ -1,11 +1,11 @@
 """``select_partitions``: from raw rows in a DataFrame to the partitions that may be released.
 
 Pipeline: check the columns' types from the schema → export the needed columns as Arrow memory
-(:mod:`dpselect.frames`) → factorize keys and bound each user to κ partitions while counting
-distinct users in C (:mod:`dpselect.rows`) → the selection strategy decides (π_opt,
+(:mod:`dpselect.ingest.frames`) → factorize keys and bound each user to κ partitions while counting
+distinct users in C (:mod:`dpselect.ingest.rows`) → the selection strategy decides (π_opt,
 Desfontaines et al., "Differentially private partition selection", PoPETs 2022, Theorems 1–2;
 the k-TSGD thresholded release, Theorem 6; or any
-:class:`dpselect.strategies.SelectionStrategy`) → the kept keys, sorted by key, in the caller's
+:class:`dpselect.mechanisms.SelectionStrategy`) → the kept keys, sorted by key, in the caller's
 frame type. See docs/rows.md and docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpselect.frames import from_arrow, result_schema, to_arrow
+from dpselect.ingest.frames import from_arrow, result_schema, to_arrow
 from dpselect.rng import resolve_rng
-from dpselect.rows import (
+from dpselect.ingest.rows import (
     NULL_PRIVACY_UNITS,
     NullPrivacyUnitsDropped,
     PartitionCounts,
@@ -30,12 +30,12 @@ from dpselect.rows import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpselect.guarantee import PrivacyGuarantee
-    from dpselect.strategies import SelectionStrategy
+    from dpselect.core.guarantee import PrivacyGuarantee
+    from dpselect.mechanisms import SelectionStrategy
 
 __all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
 
-GUARANTEE_METADATA_KEY = b"dpselect.guarantee"
+GUARANTEE_METADATA_KEY = b"dpselect.core.guarantee"
 PRIVATE_METADATA_KEY = b"dpselect.privacy_guaranteed"
 
 
@@ -76,7 +76,7 @@ def build_strategy(
     A strategy given by name needs ``epsilon`` and ``delta`` (κ defaults to 1); a strategy
     object already carries its parameters, so they must be left out (a κ that disagrees with
     the object's is an error rather than silently ignored)."""
-    from dpselect.strategies import make_strategy
+    from dpselect.mechanisms import make_strategy
 
     if not isinstance(allow_no_release, bool):
         raise TypeError(f"allow_no_release must be a bool, got {type(allow_no_release).__name__}")
@@ -231,9 +231,9 @@ def select_partitions(
     near the threshold are biased upward: only partitions whose noise pushed them over it are
     shown; docs/privacy/tsgd-release.md). ``strategy="pi_opt"`` keeps each partition with the
     optimal probability π_opt(n) (same paper, Theorems 1–2; docs/privacy/pi-opt.md) and
-    releases no counts. Any object implementing ``dpselect.strategies.SelectionStrategy`` is
+    releases no counts. Any object implementing ``dpselect.mechanisms.SelectionStrategy`` is
     accepted. The statement is in the result's metadata (pandas ``attrs``, Arrow schema
-    metadata ``dpselect.guarantee``), with κ described as enforced.
+    metadata ``dpselect.core.guarantee``), with κ described as enforced.
 
     Parameters
     ----------
@@ -267,7 +267,7 @@ def select_partitions(
     null_privacy_units : "error" (default): rows whose privacy unit is null make the call fail
         (ValueError giving their number) before anything is released — a null is not one
         person. "drop": leave those rows out; their number is reported in a
-        ``dpselect.rows.NullPrivacyUnitsDropped`` warning (exact, NOT differentially private:
+        ``dpselect.ingest.rows.NullPrivacyUnitsDropped`` warning (exact, NOT differentially private:
         for the data holder, never to publish).
     allow_no_release : with ``delta=0`` no key can be released (Theorem 2 of the paper); pass
         True to get an empty result on purpose instead of an error.
@@ -338,7 +338,7 @@ def select_partitions(
     warn_dropped(counter, privacy_unit)
     public = None
     if public_partitions is not None:
-        from dpselect.public_keys import with_public_partitions
+        from dpselect.ingest.public_keys import with_public_partitions
 
         partitions, public = with_public_partitions(partitions, public_partitions, only_public=strat.name == "public")
     released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
@@ -374,7 +374,7 @@ def _count_half_width(strat: Any, counts: bool, confidence_level: float | None) 
 def _charge(budget: Any, strat: Any, epsilon: float | None, delta: float | None, names: list[str]) -> None:
     """Charge the release's (ε, δ) to an accountant before any work."""
     from dpselect.aggregation.budget import Budget
-    from dpselect.exact import as_fraction
+    from dpselect.core.exact import as_fraction
 
     if not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")

@@ -1,7 +1,7 @@
 """One in-memory input with integer privacy units: distinct pairs grouped by user through radix
 buckets (csrc/radix_pairs.h), instead of a user code map and a pair set.
 
-:class:`dpselect.rows.RowCounter` takes this path when it is told that a batch is the whole
+:class:`dpselect.ingest.rows.RowCounter` takes this path when it is told that a batch is the whole
 input (``feed(batch, final=True)``, as ``select_partitions`` does) and the privacy-unit column
 holds integers. The streaming path gives every row two random accesses into tables far larger
 than the caches (the user's code, then the (user, partition) pair); here each row is copied once,

@@ -3,7 +3,7 @@
 Floats enter the privacy path only through :func:`as_fraction`, which reads a float the way
 the user wrote it (``1e-5`` means 10^-5: docs/privacy/pi-opt.md); every certificate is then
 computed with integers and :class:`fractions.Fraction`. The table verifiers of
-:mod:`dpselect.verify` deliberately do not use the bounds here (they compute their own).
+:mod:`dpselect.core.verify` deliberately do not use the bounds here (they compute their own).
 """
 from __future__ import annotations
 

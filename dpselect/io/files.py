@@ -2,7 +2,7 @@
 
 Readers yield Arrow record batches of the needed columns only, so files larger than memory
 work: the counting state grows with distinct (user, partition) pairs, never with rows
-(:mod:`dpselect.rows`), and the readers hold a bounded number of blocks (see docs/rows.md,
+(:mod:`dpselect.ingest.rows`), and the readers hold a bounded number of blocks (see docs/rows.md,
 "Memory").
 
 Every column is read with a type fixed before the first row: CSV and JSON-lines keys and
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-# The writers live in dpselect.outputs; re-exported here, where the CLI has always found them.
-from dpselect.outputs import OutputError, check_destination, write_outputs, write_table
-from dpselect.rows import import_pyarrow
+# The writers live in dpselect.io.outputs; re-exported here, where the CLI has always found them.
+from dpselect.io.outputs import OutputError, check_destination, write_outputs, write_table
+from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -849,7 +849,7 @@ def decimal_ids(column: Any) -> Any:
     the canonical decimal text of an int64, else None. The map from canonical text to number is
     one to one, so the same rows have the same person either way ("007" and "7" are two people:
     such a column stays text); an integer column lets a whole input be grouped by radix buckets
-    (dpselect._radix_rows). A column with nulls stays text (the counter refuses or drops them)."""
+    (dpselect.ingest._radix). A column with nulls stays text (the counter refuses or drops them)."""
     pa = import_pyarrow()
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return None

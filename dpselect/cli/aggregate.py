@@ -3,7 +3,7 @@
 Every parameter is checked before the input is read: by the CLI (:func:`_aggregate_plan`), then
 by the library itself on the same values (:func:`_check_with_library`). The needed columns of
 the whole input are read into memory; the release, its guarantee sidecar and, on request, the
-data holder's report are written together (:func:`dpselect.outputs.write_outputs`).
+data holder's report are written together (:func:`dpselect.io.outputs.write_outputs`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from dpselect.cli_common import (
+from dpselect.cli.common import (
     EXIT_CODES,
     EXIT_DATA,
     EXIT_INPUT,
@@ -326,7 +326,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _aggregate_destinations(args: argparse.Namespace, out_fmt: str, to_stdout: bool) -> tuple[Any, Any]:
     """(sidecar path or None, report path, "-" or None), every destination checked before any work."""
-    from dpselect.files import OutputError, check_destination
+    from dpselect.io.files import OutputError, check_destination
 
     protected = [args.input] + ([args.public_partitions] if args.public_partitions else [])
     try:
@@ -379,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     import dpselect
-    from dpselect.files import (
+    from dpselect.io.files import (
         DEFAULT_BLOCK_SIZE,
         ColumnError,
         InputError,
@@ -389,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
         open_batches,
         write_outputs,
     )
-    from dpselect.rows import (
+    from dpselect.ingest.rows import (
         ColumnTypeError,
         NullPrivacyUnitError,
         NullPrivacyUnitsDropped,
@@ -551,7 +551,7 @@ def _nan_as_null(table: Any, columns: Sequence[str]) -> Any:
     """``table`` with the NaNs of its float ``columns`` turned into nulls (schema metadata kept)."""
     import pyarrow.compute as pc
 
-    from dpselect.rows import import_pyarrow
+    from dpselect.ingest.rows import import_pyarrow
 
     pa = import_pyarrow()
     for name in columns:
@@ -565,8 +565,8 @@ def _nan_as_null(table: Any, columns: Sequence[str]) -> Any:
 
 def _read_public_partitions(args: argparse.Namespace) -> Any:
     """The --public-partitions file's --by columns, as a table (keys as dpselect select reads them)."""
-    from dpselect.files import ColumnError, InputError, detect_format, open_batches
-    from dpselect.rows import import_pyarrow
+    from dpselect.io.files import ColumnError, InputError, detect_format, open_batches
+    from dpselect.ingest.rows import import_pyarrow
 
     pa = import_pyarrow()
     try:

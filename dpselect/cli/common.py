@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 __all__ = [
+    "api_flags",
+    "strategy_names",
     "EXIT_CODES",
     "EXIT_DATA",
     "EXIT_INPUT",
@@ -199,7 +202,7 @@ def quiet(stream: Any) -> None:
 
 
 def output_format(args: argparse.Namespace, to_stdout: bool) -> str:
-    from dpselect.files import detect_format
+    from dpselect.io.files import detect_format
 
     if args.output_format:
         return args.output_format
@@ -221,7 +224,7 @@ def output_format(args: argparse.Namespace, to_stdout: bool) -> str:
 
 def check_output_types(schema: Any, out_fmt: str) -> None:
     """Refuse, before any work, key types the output format cannot hold."""
-    from dpselect.rows import import_pyarrow, key_type
+    from dpselect.ingest.rows import import_pyarrow, key_type
 
     pa = import_pyarrow()
     if out_fmt == "parquet":
@@ -251,3 +254,21 @@ def rng_message(exc: BaseException) -> str:
 
 def is_rng_failure(exc: RuntimeError) -> bool:
     return "random number generator" in str(exc)
+
+
+def strategy_names() -> list[str]:
+    from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES
+
+    return sorted(STRATEGIES) + ["auto"] + sorted(ROW_STRATEGIES)
+
+
+def api_flags(message: str) -> str:
+    """A message from the Python API, with parameter names turned into the CLI's flags."""
+    message = message.replace("takes the options", "takes only --option").replace("strategy '", "--strategy '")
+    message = re.sub(r"\bstrategy='(\w+)'", r"--strategy \1", message)
+    for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "epsilon", "delta"):
+        flag = f"--{name.replace('_', '-')}"
+        message = message.replace(f"{name}=", f"{flag} ").replace(f" {name} ", f" {flag} ")
+        if "_" in name:  # unmistakable for a word: replaced wherever it stands
+            message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
+    return message

@@ -16,7 +16,7 @@ import math
 from fractions import Fraction
 from typing import Callable
 
-from dpselect.params import PrivacyParams
+from dpselect.core.params import PrivacyParams
 
 __all__ = [
     "MAX_KEEP_TABLE_ENTRIES",

@@ -1,0 +1,54 @@
+"""The ``dpselect`` command line: differentially private partition selection on files.
+
+    dpselect select INPUT --privacy-unit COL --by COL [--by COL ...] --epsilon E --delta D [options]
+    dpselect aggregate INPUT --privacy-unit COL --by COL ... --epsilon E --delta D --metric SPEC ... [options]
+
+Reads CSV (optionally .gz/.bz2/.zst/.lz4), Parquet or JSON lines in streamed batches (files
+larger than memory work: memory grows with distinct (user, partition) pairs, not rows, plus a
+bounded number of read blocks), bounds each user to κ partitions and counts distinct users per
+partition in C, applies the selection strategy (Desfontaines, Voss, Gipson, Mandayam,
+"Differentially private partition selection", PoPETs 2022), and writes the kept keys, sorted,
+to a file (atomically) or standard output. The privacy guarantee is printed on stderr.
+Everything that can be checked before reading the input is: parameters, the output, the
+columns' presence and types, and the output format's fit to them.
+
+``dpselect aggregate`` is a DP GROUP BY (:func:`dpselect.aggregate`, :mod:`dpselect.cli.aggregate`):
+the released keys and, per key, user counts, row counts, sums and means, with the guarantee also
+written as a JSON sidecar next to the output and, on request, the data holder's report (exact,
+NOT differentially private). It reads the needed columns of the whole input into memory.
+
+Every error and every interrupt ends in one line on stderr and an exit code (see
+``dpselect --help``); the installed command starts in ``_dpselect_command``, which takes the
+signals before the package is imported.
+"""
+from __future__ import annotations
+
+from dpselect.cli.common import (
+    EXIT_DATA,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_RNG,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
+from dpselect.cli.command import console_main, main
+from dpselect.cli.parser import build_parser
+
+# The exit codes are the command's interface, re-exported here with the entry points.
+__all__ = [
+    "EXIT_DATA",
+    "EXIT_INPUT",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_OUTPUT",
+    "EXIT_RNG",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "build_parser",
+    "console_main",
+    "main",
+]

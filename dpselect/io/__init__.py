@@ -1,0 +1,7 @@
+"""Files in and out, for the command line and :func:`dpselect.select_partitions` on paths.
+
+- :mod:`dpselect.io.files`: CSV (optionally compressed), Parquet and JSON lines read in streamed
+  batches with pyarrow, and outputs written atomically;
+- :mod:`dpselect.io.outputs`: what a run has written, so an interrupt can say it exactly;
+- :mod:`dpselect.io.progress`: the progress line on stderr for long inputs.
+"""
