@@ -185,7 +185,7 @@ def test_the_guarantee_composes_every_step_within_the_request():
     table = dpselect.aggregate(pa.Table.from_pandas(df), privacy_unit="user_id", by="query",
                                metrics={"n": dpselect.count()}, epsilon=1.0, delta=1e-6,
                                rng=InsecureDeterministicRNG(seed=1), max_partitions_contributed=1, max_contributions_per_partition=1)
-    text = table.frame.schema.metadata[b"dpselect.core.guarantee"].decode()
+    text = table.frame.schema.metadata[b"dpselect.guarantee"].decode()
     assert text.startswith("NOT DP") and not table.guarantee.is_dp
     assert table.guarantee.as_dict()["differentially_private"] is False
 

@@ -62,7 +62,7 @@ def test_the_row_choice_is_the_margin_rule_on_public_midpoints(epsilon, delta, k
 def _mechanism_of(table, **kwargs) -> str:
     out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                      strategy="auto", **kwargs)
-    return out.schema.metadata[b"dpselect.core.guarantee"].decode().split(" is (")[0]
+    return out.schema.metadata[b"dpselect.guarantee"].decode().split(" is (")[0]
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -95,7 +95,7 @@ def test_types_come_back_as_given():
     out_batch = select_partitions(batch, privacy_unit="user", by="k", counts=True, **PARAMS)
     assert isinstance(out_batch, pa.RecordBatch) and out_batch.column("k").to_pylist() == ["a"]
     arrow_out = select_partitions(pa.table(batch), privacy_unit="user", by="k", **PARAMS)
-    assert b"dpselect.core.guarantee" in arrow_out.schema.metadata
+    assert b"dpselect.guarantee" in arrow_out.schema.metadata
 
 
 def test_nothing_released_gives_empty_frame_of_right_shape():

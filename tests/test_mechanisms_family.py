@@ -329,7 +329,7 @@ def test_select_partitions_with_public_partitions_end_to_end():
     laplace = dpselect.select_partitions(rows, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
                                          strategy="laplace", pre_threshold=3)
     assert laplace.column("key").to_pylist() == ["big"]
-    assert "Laplace thresholding" in laplace.schema.metadata[b"dpselect.core.guarantee"].decode()
+    assert "Laplace thresholding" in laplace.schema.metadata[b"dpselect.guarantee"].decode()
 
 
 def test_the_array_release_takes_public_partitions():

@@ -171,7 +171,7 @@ def test_select_partitions_runs_row_mechanisms_with_kappa_enforced(name):
         assert released == sorted(set(released)) and set(released) <= {"a", "b", "c", "d"} and released
     else:
         assert released == ["a", "b", "c", "d"]
-    text = out.schema.metadata[b"dpselect.core.guarantee"].decode()
+    text = out.schema.metadata[b"dpselect.guarantee"].decode()
     assert "bounded by dpselect to at most 2 partition" in text
 
 
@@ -239,13 +239,13 @@ def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_want
     table = pa.table({"user": list(range(600)), "item": ["a"] * 300 + ["b"] * 300})
     out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                      max_partitions_contributed=4, strategy="auto")
-    assert "DP-SIPS" in out.schema.metadata[b"dpselect.core.guarantee"].decode()
+    assert "DP-SIPS" in out.schema.metadata[b"dpselect.guarantee"].decode()
     single = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                         strategy="auto")  # κ = 1: pi_opt (tests/test_auto_rows.py)
-    assert "pi_opt" in single.schema.metadata[b"dpselect.core.guarantee"].decode()
+    assert "pi_opt" in single.schema.metadata[b"dpselect.guarantee"].decode()
     counted = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                          strategy="auto", counts=True)
-    assert "TSGD" in counted.schema.metadata[b"dpselect.core.guarantee"].decode()
+    assert "TSGD" in counted.schema.metadata[b"dpselect.guarantee"].decode()
 
 
 # ------------------------------------------------------------------ parameters checked before calibration

@@ -49,3 +49,11 @@ def test_no_new_code_imports_an_old_path() -> None:
             "import dpselect, dpselect.cli, dpselect.ingest.pipeline, dpselect.io.files, dpselect.core.verify\n"
             "import dpselect.aggregation.aggregate, dpselect.audit.runner, dpselect.explain, dpselect.demo\n")
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True, timeout=120)
+
+
+def test_the_arrow_metadata_key_is_part_of_the_output_not_a_module_path() -> None:
+    """Results carry their guarantee under the key ``dpselect.guarantee`` (docs/rows.md): a
+    name readers depend on, which no module move may change (it once looked like a module path)."""
+    from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY
+
+    assert GUARANTEE_METADATA_KEY == b"dpselect" + b".guarantee"

@@ -293,7 +293,7 @@ def test_record_batch_result_has_the_result_schema_when_empty():
     out = select_partitions(batch, privacy_unit="user", by="k", counts=True, rng=rng(), **PARAMS)
     assert isinstance(out, pa.RecordBatch) and out.num_rows == 0
     assert out.schema.names == ["k", "noisy_count"]
-    assert b"dpselect.core.guarantee" in out.schema.metadata
+    assert b"dpselect.guarantee" in out.schema.metadata
 
 
 # ---------------------------------------------------------------------------- guarantee, repr
@@ -305,7 +305,7 @@ def test_results_describe_the_contribution_bound_as_enforced():
     out = select_partitions(df, privacy_unit="user", by="k", max_partitions_contributed=2, **PARAMS)
     assert out.attrs["dpselect_guarantee"] == expected
     arrow = select_partitions(pa.Table.from_pandas(df), privacy_unit="user", by="k", max_partitions_contributed=2, **PARAMS)
-    assert arrow.schema.metadata[b"dpselect.core.guarantee"].decode() == expected
+    assert arrow.schema.metadata[b"dpselect.guarantee"].decode() == expected
     assert expected != str(strategy.guarantee)  # the enforced statement is a different one
 
 

@@ -174,7 +174,7 @@ def test_release_end_to_end_equals_single_machine_without_noise(spark):
     out = ds.select_partitions(spark.createDataFrame(table), **kwargs)
     local = dpselect.select_partitions(table, **kwargs)
     assert out.toPandas().equals(local.to_pandas())
-    assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.core.guarantee"].decode()
+    assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.guarantee"].decode()
 
 
 def test_key_types_nulls_and_several_columns_come_back(spark):
@@ -455,7 +455,7 @@ def test_public_and_mixed_releases_equal_the_single_machine_without_noise(spark)
         local = dpselect.select_partitions(table, **kwargs)
         got = out.toPandas()
         assert got.equals(local.to_pandas()), (strategy, got, local)
-        assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.core.guarantee"].decode()
+        assert ds.guarantee_of(out) == local.schema.metadata[b"dpselect.guarantee"].decode()
         if strategy == "public":
             assert got["key"].tolist()[:4] == [0.0, 1.0, 42.0, 43.0] and got["key"].isna().sum() == 2
             assert got["noisy_count"].tolist()[2:4] == [0, 0]

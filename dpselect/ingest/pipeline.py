@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
 
-GUARANTEE_METADATA_KEY = b"dpselect.core.guarantee"
+GUARANTEE_METADATA_KEY = b"dpselect.guarantee"
 PRIVATE_METADATA_KEY = b"dpselect.privacy_guaranteed"
 
 
@@ -233,7 +233,7 @@ def select_partitions(
     optimal probability π_opt(n) (same paper, Theorems 1–2; docs/privacy/pi-opt.md) and
     releases no counts. Any object implementing ``dpselect.mechanisms.SelectionStrategy`` is
     accepted. The statement is in the result's metadata (pandas ``attrs``, Arrow schema
-    metadata ``dpselect.core.guarantee``), with κ described as enforced.
+    metadata ``dpselect.guarantee``), with κ described as enforced.
 
     Parameters
     ----------
