@@ -63,9 +63,10 @@ from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
 from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean, sum  # noqa: A004
 
-# Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
-# `dpselect.personalized`, `dpselect.testing`; `dpselect.datasets` (shipped example data) too.
-_LAZY_SUBMODULES = {"rainbow", "personalized", "testing", "datasets"}
+# The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
+# SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with
+# `__all__` they are the public API (the README's "What semver covers").
+_LAZY_SUBMODULES = {"spark", "rainbow", "personalized", "audit", "testing", "datasets"}
 
 
 def __getattr__(name: str) -> object:
@@ -76,6 +77,13 @@ def __getattr__(name: str) -> object:
     if f"dpselect.{name}" in _moved.MOVED:
         return _moved.moved_module(f"dpselect.{name}")
     raise AttributeError(f"module 'dpselect' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API only: ``__all__``, the public subpackages, and the version (not the
+    internal modules that imports leave as attributes)."""
+    dunders = {name for name in globals() if name.startswith("__") and name.endswith("__")}
+    return sorted({*__all__, *_LAZY_SUBMODULES, "sum", "mean", *dunders})
 
 
 # ``sum`` and ``mean`` are reached as dpselect.sum / dpselect.mean, never by a star import (they

@@ -6,6 +6,8 @@ Reads ``query,users`` rows (distinct users per query; each user in one query), r
 optimal selection and the TSGD thresholded release, and prints what each keeps. Without
 ``--counts`` it uses the shipped example ``dpselect.datasets.path("demo_counts")``, so it runs
 from any directory.
+
+Internal: a script (the README's first command), not an API.
 """
 from __future__ import annotations
 

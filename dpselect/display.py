@@ -4,7 +4,9 @@ rounded for reading, and small HTML tables for Jupyter's ``_repr_html_``.
 Everything here is presentation. The exact values stay on the objects (``epsilon_exact``,
 ``delta_exact``: Fractions) and the full statements in their ``str()``; every piece of text
 put into HTML goes through :func:`html.escape`, since column and metric names are the
-caller's."""
+caller's.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release."""
 from __future__ import annotations
 
 import html

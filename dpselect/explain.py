@@ -4,6 +4,8 @@ Everything here depends on the public parameters only. The numbers are those of 
 tables the kernel samples from (:mod:`dpselect.mechanisms.recommend`); the figures are those of
 Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022: keep probability against users (Figure 1),
 midpoints against ε (Figure 2), against δ (Figure 3) and against κ (Figure 4).
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """
 from __future__ import annotations
 

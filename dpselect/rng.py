@@ -9,6 +9,8 @@ every use, and marks results as not private.
 
 Guarantee: computational DP. Probabilities of outputs differ from those of ideal randomness by
 at most the advantage of an attacker distinguishing ChaCha20 from random.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """
 from __future__ import annotations
 

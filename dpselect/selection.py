@@ -9,6 +9,8 @@
 shape, contiguous or strided; each user must contribute to at most
 ``max_partitions_contributed`` partitions (bound contributions before counting: see
 ``dpselect.select_partitions``). All randomness comes from the package CSPRNG.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ guarantees:
   (docs/privacy/confidence-intervals.md);
 * :mod:`~dpselect.aggregation.budget`: an exact (ε, δ) accountant for sequential composition
   (docs/privacy/budget.md).
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """
 from dpselect.aggregation.bounds import ApproxBounds, approx_bounds, approx_bounds_per_partition
 from dpselect.aggregation.budget import Budget, BudgetExceededError, Charge

@@ -20,6 +20,10 @@ NOT differentially private). It reads the needed columns of the whole input into
 Every error and every interrupt ends in one line on stderr and an exit code (see
 ``dpselect --help``); the installed command starts in ``_dpselect_command``, which takes the
 signals before the package is imported.
+
+The command (its commands, flags, outputs and exit codes) is public; :func:`main` and the exit
+codes here are its Python face. Internal: the modules of this package (``dpselect.cli.select``,
+``...parser`` and the others), which may change in any release.
 """
 from __future__ import annotations
 

@@ -15,4 +15,6 @@
 
 The C kernel (``csrc/``) only ever samples from tables certified here
 (docs/privacy/README.md; docs/architecture.md).
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """

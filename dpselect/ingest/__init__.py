@@ -10,4 +10,6 @@
 
 Contribution bounding is argued in docs/privacy/contribution-bounding.md; the data path is drawn
 in docs/architecture.md.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """

@@ -4,4 +4,6 @@
   batches with pyarrow, and outputs written atomically;
 - :mod:`dpselect.io.outputs`: what a run has written, so an interrupt can say it exactly;
 - :mod:`dpselect.io.progress`: the progress line on stderr for long inputs.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """

@@ -16,6 +16,8 @@ On each user's set of partitions (``select_partitions``, the CLI, :func:`dpselec
 * ``policy_gaussian`` / ``policy_laplace``: sequential reference implementations.
 
 Each module holds one family, beside its page in docs/privacy/.
+
+Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """
 from dpselect.mechanisms.base import (
     NoRelease,
