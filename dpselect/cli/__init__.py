@@ -27,32 +27,10 @@ codes here are its Python face. Internal: the modules of this package (``dpselec
 """
 from __future__ import annotations
 
-from dpselect.cli.common import (
-    EXIT_DATA,
-    EXIT_INPUT,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_OUTPUT,
-    EXIT_RNG,
-    EXIT_TERMINATED,
-    EXIT_USAGE,
-)
+# The exit codes are the command's interface, re-exported here with the entry points.
+from dpselect.cli.common import EXIT_DATA, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
+from dpselect.cli.common import EXIT_OUTPUT, EXIT_RNG, EXIT_TERMINATED, EXIT_USAGE  # noqa: F401
 from dpselect.cli.command import console_main, main
 from dpselect.cli.parser import build_parser
 
-# The exit codes are the command's interface, re-exported here with the entry points.
-__all__ = [
-    "EXIT_DATA",
-    "EXIT_INPUT",
-    "EXIT_INTERNAL",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_OUTPUT",
-    "EXIT_RNG",
-    "EXIT_TERMINATED",
-    "EXIT_USAGE",
-    "build_parser",
-    "console_main",
-    "main",
-]
+__all__ = [name for name in dir() if name.startswith("EXIT_")] + ["build_parser", "console_main", "main"]
