@@ -60,3 +60,31 @@ def test_every_module_is_public_underscored_or_says_internal(path: Path) -> None
     assert any("Internal:" in d for d in docs), (
         f"dpselect/{path.relative_to(PACKAGE)} is neither public, underscored, nor marked 'Internal:' "
         "in its docstring or its package's")
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@pytest.mark.slow
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    """No import cycle hides behind the order the package usually imports its modules in: each
+    module is imported first, alone, in a new interpreter (a missing optional dependency aside)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [_dotted(p) for p in _modules() if p.name != "__main__.py"]
+    code = ("import importlib, sys\n"
+            "try:\n    importlib.import_module(sys.argv[1])\n"
+            "except ModuleNotFoundError as exc:\n"
+            "    if (exc.name or '').startswith('dpselect'):\n        raise\n")
+
+    def run(name: str) -> tuple[str, str]:
+        out = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=300)
+        return name, out.stderr.strip().splitlines()[-1] if out.returncode else ""
+
+    with ThreadPoolExecutor(4) as pool:
+        failed = {name: err for name, err in pool.map(run, names) if err}
+    assert not failed, failed

@@ -30,7 +30,20 @@ from __future__ import annotations
 # The exit codes are the command's interface, re-exported here with the entry points.
 from dpselect.cli.common import EXIT_DATA, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
 from dpselect.cli.common import EXIT_OUTPUT, EXIT_RNG, EXIT_TERMINATED, EXIT_USAGE  # noqa: F401
-from dpselect.cli.command import console_main, main
-from dpselect.cli.parser import build_parser
 
 __all__ = [name for name in dir() if name.startswith("EXIT_")] + ["build_parser", "console_main", "main"]
+
+
+def __getattr__(name: str) -> object:
+    # The entry points load on first use: modules below the command (``dpselect.io.outputs``
+    # holds signals through ``dpselect.cli.signals``) import this package, and must not pull
+    # in the whole command, which imports them back.
+    if name in ("main", "console_main"):
+        from dpselect.cli import command
+
+        return getattr(command, name)
+    if name == "build_parser":
+        from dpselect.cli.parser import build_parser
+
+        return build_parser
+    raise AttributeError(f"module 'dpselect.cli' has no attribute {name!r}")
