@@ -2,7 +2,7 @@
 
 The public API, re-exported; see the modules for details.
 """
-from dpselect._version import __version__
+from dpselect._version import __version__ as __version__  # `as`: re-exported
 
 
 def _check_built() -> None:
@@ -61,7 +61,8 @@ from dpselect.mechanisms.recommend import recommend
 from dpselect.core.tables import CertificationError
 from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
-from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean, sum  # noqa: A004
+# `mean as mean`: re-exported although not in __all__ (below).
+from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean as mean, sum as sum  # noqa: A004
 
 # Subpackages with their own optional dependencies load on first use: `dpselect.rainbow`,
 # `dpselect.personalized`, `dpselect.testing`; `dpselect.datasets` (shipped example data) too.

@@ -149,7 +149,6 @@ def release_table(
 
     Sorting matters for privacy: row order by first appearance would reveal more than the
     released set (e.g. which partition the first user of the file belongs to)."""
-    pa = import_pyarrow()
     private = partitions.counts if public is None else partitions.counts[~public]
     if np.any(private <= 0):  # rows.py drops them; a zero must never reach a private selection
         raise AssertionError("a partition with no remaining user reached the selection step")
