@@ -589,7 +589,7 @@ def _certify_aggregate(target: Target) -> _Result:
     linf = int(target.options["linf"])
     bounds = tuple(float(b) for b in target.options["bounds"])
     metrics = aggregate_metrics(bounds)  # type: ignore[arg-type]
-    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)  # type: ignore[arg-type]
+    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)
     kappa = target.kappa
     checks: list[Check] = []
     table = _synthetic_rows(kappa, linf, bounds)  # type: ignore[arg-type]

@@ -40,7 +40,7 @@ input of a selection mechanism, never something to publish.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -665,7 +665,8 @@ class RowCounter:
                 for future in inserts:
                     future.result()
             finally:
-                for future in [*encoded.values(), *inserts]:
+                pending: list[Future[Any]] = [*encoded.values(), *inserts]
+                for future in pending:
                     future.cancel()
 
     def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
