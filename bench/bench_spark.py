@@ -95,12 +95,13 @@ def main() -> None:
             table = pq.read_table(path)
             engines: dict[str, object] = {}
 
-            def plain() -> None:
+            # Each engine binds this size's data as default arguments, not by name from the loop.
+            def plain(df=df) -> None:
                 df.groupBy("key").agg(F.countDistinct("user").alias("n")).write.format("noop").mode("overwrite").save()
 
             engines["spark countDistinct"] = plain
             for kappa in kappas:
-                def on_spark(kappa: int = kappa) -> None:
+                def on_spark(kappa: int = kappa, df=df, rows: int = rows) -> None:
                     out = dpselect.spark.select_partitions(df, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
                                                            max_partitions_contributed=kappa, counts=True)
                     outputs[f"dpselect.spark κ={kappa}", rows] = out.count()
@@ -108,7 +109,7 @@ def main() -> None:
 
                 engines[f"dpselect.spark κ={kappa}"] = on_spark
             for kappa in kappas:
-                def local(kappa: int = kappa) -> None:
+                def local(kappa: int = kappa, table=table, rows: int = rows) -> None:
                     out = dpselect.select_partitions(table, privacy_unit="user", by="key", epsilon=1.0, delta=1e-5,
                                                      max_partitions_contributed=kappa, counts=True)
                     outputs[f"dpselect (one machine) κ={kappa}", rows] = out.num_rows
@@ -119,7 +120,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 for name, run in engines.items():
                     times.setdefault((name, rows), []).append(timed(run))
-            del table
+            del engines, run, table  # the engines hold the table too: free it before the next size's
     spark.stop()
 
     names = list(dict.fromkeys(name for name, _ in times))

@@ -2,7 +2,7 @@
 
 The public API, re-exported; see the modules for details.
 """
-from dpselect._version import __version__
+from dpselect._version import __version__ as __version__  # `as`: re-exported
 
 
 def _check_built() -> None:
@@ -61,7 +61,8 @@ from dpselect.mechanisms.recommend import recommend
 from dpselect.core.tables import CertificationError
 from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
-from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean, sum  # noqa: A004
+# `mean as mean`: re-exported although not in __all__ (below).
+from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean as mean, sum as sum  # noqa: A004
 
 # The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
 # SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -114,14 +114,17 @@ def _chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tu
     return [(a, tuple(x[a:b] for x in views)) for a, b in zip(bounds, bounds[1:])]
 
 
+_T = TypeVar("_T")
+
+
 def _run_all(
-    work: Callable[..., object], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
-) -> list[object]:
+    work: Callable[..., _T], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
+) -> list[_T]:
     """work(*views) on every piece, in piece order: on this thread, or (parallel) the first
     here and the rest on the pool. Every piece finishes before an error is raised (the first
     piece's wins). When the pool cannot take work (interpreter shutdown: an ``atexit`` handler
     calling dpselect), the pieces simply run here."""
-    futures: list[Future[object] | None] = []
+    futures: list[Future[_T] | None] = []
     if parallel and len(pieces) > 1:
         try:
             pool = _pool()
@@ -130,7 +133,7 @@ def _run_all(
         except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
             pass
     futures += [None] * (len(pieces) - 1 - len(futures))
-    results: list[object] = []
+    results: list[_T] = []
     errors: list[BaseException] = []
     for (_, views), future in zip(pieces, [None, *futures]):
         try:

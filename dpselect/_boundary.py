@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["check_int", "check_array", "check_disjoint"]
 
@@ -42,7 +43,7 @@ def _as_ndarray(name: str, obj: object) -> np.ndarray:
         raise TypeError(f"{name}: buffer format {view.format!r} is not an array numpy reads ({exc})") from None
 
 
-def check_array(name: str, obj: object, dtypes: Iterable[object], *, ndim: int = 1, writable: bool = False,
+def check_array(name: str, obj: object, dtypes: Iterable[npt.DTypeLike], *, ndim: int = 1, writable: bool = False,
                 copy: bool = False) -> np.ndarray:
     """``obj`` as an ndarray of one of ``dtypes`` (native byte order) with ``ndim`` dimensions,
     C-contiguous and aligned, as the kernel reads it through typed pointers.

@@ -103,7 +103,7 @@ def path(name: str) -> Path:
     Installed as regular files (pip's way), this is the file inside the package. Imported from a
     zip archive, the file is extracted to a temporary file, removed at exit.
     """
-    resource = resources.files("dpselect").joinpath("data", info(name).filename)
+    resource = resources.files("dpselect") / "data" / info(name).filename
     if isinstance(resource, Path):
         return resource
     return _extracted.enter_context(resources.as_file(resource))
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in _DATASETS:
         print(f"dpselect.datasets: no data set {name!r}; shipped: {', '.join(names())}", file=sys.stderr)
         return 2
-    resource = resources.files("dpselect").joinpath("data", info(name).filename)
+    resource = resources.files("dpselect") / "data" / info(name).filename
     if not isinstance(resource, Path):
         # An extracted copy would be deleted when this process exits, before the caller uses it.
         print("dpselect.datasets: dpselect is installed in a zip archive, so its data has no "

@@ -77,6 +77,8 @@ def plot_mechanisms(epsilon: float, delta: float, max_partitions_contributed: in
         strategy = make_strategy(c.strategy, epsilon=epsilon, delta=delta,
                                  max_partitions_contributed=max_partitions_contributed, neighbours=neighbours,
                                  **c.options)
+        if not hasattr(strategy, "keep_probability"):  # every candidate is count-based: it has one
+            continue
         ax.plot(users + pre_threshold - 1, strategy.keep_probability(users), label=c.label)
     ax.set(title=f"Keep probability (ε={epsilon:g}, δ={delta:g}, κ={max_partitions_contributed})",
            xlabel="distinct users in the partition", ylabel="probability of release")

@@ -12,7 +12,6 @@ two-thread pipeline of RowCounter.feed runs on inputs of a few dozen rows."""
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 
 import _harness  # noqa: F401  (sys.path, environment)

@@ -286,7 +286,7 @@ def test_false_positive_rate_of_an_empty_dataset_is_at_most_one_minus_p() -> Non
     """With p = 0.9 and 4 bins per sign, noise alone finds bounds in at most 10% of runs (the
     threshold is the smallest that guarantees it, so close to 10%)."""
     runs, hits = 3000, 0
-    for seed in range(runs):
+    for _ in range(runs):
         try:
             approx_bounds(np.array([], dtype=np.int64), 1.0, success_probability=0.9, num_bins=4)
             hits += 1

@@ -21,7 +21,6 @@ import struct
 import subprocess
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 
 import numpy as np

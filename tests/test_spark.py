@@ -412,11 +412,11 @@ def test_bad_budget_and_confidence_level_fail_as_on_one_machine_before_any_charg
            dict(counts=False, confidence_level=0.9), dict(strategy="pi_opt", confidence_level=0.9),
            dict(budget="epsilon 1"), dict(counts=True, confidence_level=0.9, budget=0.5)]
     for extra in bad:
-        assert _raised(lambda: ds.select_partitions(df, **base, **extra)) == \
-            _raised(lambda: dpselect.select_partitions(table, **base, **extra)), extra
+        assert _raised(lambda extra=extra: ds.select_partitions(df, **base, **extra)) == \
+            _raised(lambda extra=extra: dpselect.select_partitions(table, **base, **extra)), extra
     for extra in (dict(confidence_level=0.0), dict(confidence_level=1), dict(budget=[1.0])):
-        assert _raised(lambda: ds.aggregate(df, metrics=metrics, **one, **base, **extra)) == \
-            _raised(lambda: dpselect.aggregate(table, metrics=metrics, **one, **base, **extra)), extra
+        assert _raised(lambda extra=extra: ds.aggregate(df, metrics=metrics, **one, **base, **extra)) == \
+            _raised(lambda extra=extra: dpselect.aggregate(table, metrics=metrics, **one, **base, **extra)), extra
     # Overspending charges nothing and fails before any Spark job; a bad argument after a good
     # budget charges nothing either.
     budget = dpselect.Budget(0.5, 1e-5)

@@ -213,8 +213,9 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             continue
         grids[c] = Grid.for_found_bounds(found.lower, found.upper, precision_bits=plan.precision_bits,
                                          integer=integer[c])
+        assert kept_partitions is not None  # set whenever there are auto_columns
         column_sums[c] = grids[c].sum_units(grids[c].to_units(kept_values[c], name=c), kept_partitions, n_parts)
-        components.append(Component(f"bounds of {c!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
+        components.append(Component(f"bounds of {c!r} (APPROX_BOUNDS)", found.noise.epsilon, Fraction(0),
                                     str(found.guarantee)))
     clamping = {c: ColumnClamping.of(kept_values[c], grids[c]) for c in plan.value_columns if c in grids}
 
@@ -372,6 +373,6 @@ def _partition_bounds(values: npt.NDArray[Any], partitions: npt.NDArray[np.uint3
     lo, hi = grids.lower[where[usable]], grids.upper[where[usable]]
     clamping = ColumnClamping((math.nan, math.nan), int(x.size), int((x < lo).sum()), int((x > hi).sum()),
                               float(np.sum(np.maximum(lo - x, 0)) + np.sum(np.maximum(x - hi, 0))))
-    component = Component(f"bounds of {column!r} per partition (APPROX_BOUNDS)", found.guarantee.epsilon_exact,
+    component = Component(f"bounds of {column!r} per partition (APPROX_BOUNDS)", found.noise.epsilon,
                           Fraction(0), str(found.guarantee))
     return grids, sums, clamping, component

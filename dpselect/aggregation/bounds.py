@@ -33,6 +33,7 @@ one noise draw per non-empty cell, the same joint law of everything the scan rea
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Integral, Real
@@ -303,7 +304,7 @@ def find_bounds(noisy_positive: npt.ArrayLike, noisy_negative: npt.ArrayLike, th
 
 def _setup(epsilon: object, max_partitions_contributed: object, max_contributions_per_partition: object,
            success_probability: object, threshold: object, scheme: BinScheme
-           ) -> tuple[DiscreteLaplaceNoise, list[int], list[Fraction | None], int, int]:
+           ) -> tuple[DiscreteLaplaceNoise, list[int], Sequence[Fraction | None], int, int]:
     """The noise and the thresholds, every parameter checked before any work or draw."""
     eps = _epsilon(epsilon)
     l0 = _positive_int("max_partitions_contributed", max_partitions_contributed)

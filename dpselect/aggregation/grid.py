@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -175,7 +176,7 @@ class Grid:
             raise TypeError(f"{name} must be a numeric (integer or float) array, got dtype {arr.dtype}")
         lo, hi = self.lower_units, self.upper_units
         if arr.dtype.kind == "f":
-            x = arr.astype(np.float64)
+            x: np.ndarray = arr.astype(np.float64)  # below, x is the integers' int64 copy
             bad = ~np.isfinite(x)
             if bad.any():
                 where = int(np.flatnonzero(bad.ravel())[0])
@@ -200,6 +201,12 @@ class Grid:
             half = 1 << (self.exponent - 1)
             units = np.array([(int(v) + half) >> self.exponent for v in x.ravel()], dtype=np.int64).reshape(x.shape)
         return np.clip(units, lo, hi).astype(np.int64)
+
+    @overload
+    def sum_units(self, units: npt.ArrayLike, codes: None = None, n_partitions: int | None = None) -> int: ...
+
+    @overload
+    def sum_units(self, units: npt.ArrayLike, codes: npt.ArrayLike, n_partitions: int | None = None) -> Wide: ...
 
     def sum_units(self, units: npt.ArrayLike, codes: npt.ArrayLike | None = None,
                   n_partitions: int | None = None) -> int | Wide:

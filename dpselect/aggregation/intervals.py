@@ -52,7 +52,7 @@ __all__ = [
 class HasHalfWidth(Protocol):
     """A noise with a confidence half-width at a level (the noise objects of this package)."""
 
-    def confidence_interval(self, level: float) -> int | float: ...
+    def confidence_interval(self, level: float | Fraction) -> int | float: ...
 
 
 def alpha_for(level: object) -> Fraction:
@@ -61,7 +61,7 @@ def alpha_for(level: object) -> Fraction:
         raise TypeError(f"level must be a real number, got {type(level).__name__}")
     if not math.isfinite(float(level)):
         raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
-    exact = as_fraction(level)  # type: ignore[arg-type]
+    exact = as_fraction(level)
     if not 0 < exact < 1:
         raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
     return 1 - exact
@@ -113,7 +113,7 @@ def _positive_fraction(name: str, value: object) -> Fraction:
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     if not math.isfinite(float(value)) or value <= 0:
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return as_fraction(value)  # type: ignore[arg-type]
+    return as_fraction(value)
 
 
 @functools.lru_cache(maxsize=512)
@@ -134,7 +134,7 @@ def _discrete_laplace_half_width(scale: Fraction, alpha: Fraction) -> int:
     return h
 
 
-def discrete_laplace_half_width(scale: object, level: float) -> int | np.ndarray:
+def discrete_laplace_half_width(scale: object, level: float | Fraction) -> int | np.ndarray:
     """Discrete Laplace of scale t (P[X = x] ∝ exp(−|x|/t)): the smallest integer h ≥ 0 whose
     tail P[|X| > h] = 2q^(h+1)/(1 + q), q = e^(−1/t), is certified ≤ α. ``scale`` is a number
     or an array of numbers (one half-width each)."""
@@ -225,7 +225,7 @@ def _discrete_gaussian_half_width(sigma2: Fraction, alpha: Fraction) -> int:
     return h
 
 
-def discrete_gaussian_half_width(sigma2: object, level: float) -> int | np.ndarray:
+def discrete_gaussian_half_width(sigma2: object, level: float | Fraction) -> int | np.ndarray:
     """Discrete Gaussian of variance σ² (P[X = x] ∝ exp(−x²/(2σ²))): the smallest integer h ≥ 0
     whose tail passes the certified bound :func:`discrete_gaussian_tail_upper` ≤ α. The bound
     is tight to a fraction of a percent, so h is the exact smallest integer except in rare ties,

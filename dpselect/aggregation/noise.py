@@ -124,7 +124,7 @@ class IntegerNoise(Protocol):
 
     def sample(self, size: int, *, rng: object | None = None) -> np.ndarray: ...
 
-    def confidence_interval(self, level: float) -> int: ...
+    def confidence_interval(self, level: float | Fraction) -> int: ...
 
     def interval(self, noisy: npt.ArrayLike, level: float) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -146,7 +146,7 @@ def _positive_fraction(name: str, value: object) -> Fraction:
         return exact
     if not math.isfinite(as_float) or as_float <= 0:
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return as_fraction(value)  # type: ignore[arg-type]
+    return as_fraction(value)
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -434,7 +434,7 @@ class DiscreteLaplaceNoise:
         """``size`` independent draws."""
         return self.add(np.zeros(_size(size), dtype=np.int64), rng=rng)
 
-    def confidence_interval(self, level: float) -> int:
+    def confidence_interval(self, level: float | Fraction) -> int:
         """Half-width h: P[|X| ≤ h] ≥ level (docs/privacy/confidence-intervals.md)."""
         return int(discrete_laplace_half_width(self.scale, level))
 
@@ -528,7 +528,7 @@ class DiscreteGaussianNoise:
         """``size`` independent draws."""
         return self.add(np.zeros(_size(size), dtype=np.int64), rng=rng)
 
-    def confidence_interval(self, level: float) -> int:
+    def confidence_interval(self, level: float | Fraction) -> int:
         """Half-width h: P[|X| ≤ h] ≥ level (certified bound; docs/privacy/confidence-intervals.md)."""
         return int(discrete_gaussian_half_width(self.sigma2, level))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
@@ -113,7 +113,7 @@ def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[
     return columns
 
 
-def _bound_parameter(label: str, symbol: str, value: object) -> int:
+def _bound_parameter(label: str, symbol: str, value: Any) -> int:  # anything: checked here
     if value is None:
         raise TypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and the "
                         f"guarantee and the noise depend on it. A value too small drops data, too large drowns "
@@ -137,7 +137,7 @@ def _positive_total(name: str, value: object, *, below_one: bool = False, allow_
     if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
-        exact = Fraction(value) if isinstance(value, (int, Fraction)) else as_fraction(value)  # type: ignore[arg-type]
+        exact = Fraction(value) if isinstance(value, (int, Fraction)) else as_fraction(value)
     except (ValueError, OverflowError):
         raise ValueError(f"{name} must be finite, got {value!r}") from None
     if exact < 0 or (exact == 0 and not allow_zero):

@@ -239,6 +239,8 @@ def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) ->
                                False, False)
     except (ValueError, TypeError):
         return None
+    if not hasattr(other, "keep_probability"):  # the caller's strategy has it, so one of its kind has too
+        return None
     return float(np.sum(other.keep_probability(counts)))
 
 

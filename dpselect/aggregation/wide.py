@@ -15,6 +15,7 @@ over keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -90,8 +91,8 @@ class Wide:
     def __sub__(self, other: Wide) -> Wide:
         return self + (-other)
 
-    def __getitem__(self, index: object) -> Wide:
-        return Wide(self.lo[index], self.hi[index])  # type: ignore[index]
+    def __getitem__(self, index: Any) -> Wide:  # whatever indexes an ndarray
+        return Wide(self.lo[index], self.hi[index])
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -78,7 +78,7 @@ def build_target(mechanism: Any, epsilon: float | None, delta: float | None, kap
                                 f"got {sorted(unknown)}")
             opts = {**AGGREGATE_DEFAULTS, **options}
             return Target(AGGREGATE, "aggregate", None, float(epsilon), float(delta), k, float(epsilon),
-                          as_fraction(float(delta)), opts)  # type: ignore[arg-type]
+                          as_fraction(float(delta)), opts)
         strategy = make_strategy(mechanism, epsilon=epsilon, delta=delta, max_partitions_contributed=k, **options)
         kind = "rows" if mechanism in ROW_MECHANISMS else "count"
         return _from_strategy(mechanism, kind, strategy, dict(options), by_name=True)

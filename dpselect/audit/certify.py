@@ -39,7 +39,7 @@ from dpselect.mechanisms.base import NoRelease, TabledSelection
 from dpselect.mechanisms.gaussian import GaussianThresholding, agm_delta_upper
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
-from dpselect.mechanisms.tsgd import NoisyRelease, TSGDRelease
+from dpselect.mechanisms.tsgd import NoisyRelease
 from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
 from dpselect.core.tables import EPSILON_CAP
 from dpselect.core.verify import CertificationError, exp_lower_by_squaring, keep_numerators, release_delta, verify_keep_table
@@ -88,9 +88,9 @@ def _dispatch(target: Target) -> Any:
         return _certify_policy
     if isinstance(s, GaussianThresholding):
         return _certify_gaussian
-    if isinstance(s, NoisyRelease) or (hasattr(s, "table") and hasattr(getattr(s, "table"), "weights")):
+    if isinstance(s, NoisyRelease) or (hasattr(s, "table") and hasattr(s.table, "weights")):
         return _certify_noisy
-    if isinstance(s, TabledSelection) or (hasattr(s, "table") and hasattr(getattr(s, "table"), "words")):
+    if isinstance(s, TabledSelection) or (hasattr(s, "table") and hasattr(s.table, "words")):
         return _certify_keep_table
     if isinstance(s, DPSIPS):
         return _certify_dp_sips
@@ -589,7 +589,7 @@ def _certify_aggregate(target: Target) -> _Result:
     linf = int(target.options["linf"])
     bounds = tuple(float(b) for b in target.options["bounds"])
     metrics = aggregate_metrics(bounds)  # type: ignore[arg-type]
-    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)  # type: ignore[arg-type]
+    eps, delta = as_fraction(target.epsilon), as_fraction(target.delta)
     kappa = target.kappa
     checks: list[Check] = []
     table = _synthetic_rows(kappa, linf, bounds)  # type: ignore[arg-type]

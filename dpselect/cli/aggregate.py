@@ -278,7 +278,7 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
             raise Fail(EXIT_USAGE, f"--metric: the value column {column!r} is also {role}; sum or average "
                                    "another column (or a copy of it under another name)")
     bounds: dict[str, tuple[Any, Any]] = {}
-    for name, m in metrics.items():
+    for m in metrics.values():
         if m.column is not None and m.bounds is not None:
             first = bounds.setdefault(m.column, m.bounds)
             if first != m.bounds:

@@ -299,8 +299,8 @@ def _count_batches(counter: Any, tables: Iterator[Any], source: Any, budget: int
     if streaming:
         return None
     pa = import_pyarrow()
-    tables = held.take(whole=True)
-    return pa.concat_tables(tables) if tables else None
+    held_tables = held.take(whole=True)
+    return pa.concat_tables(held_tables) if held_tables else None
 
 
 def _count_whole(counter: Any, table: Any) -> None:

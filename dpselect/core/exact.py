@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from numbers import Real
+from typing import SupportsFloat
 
 __all__ = ["as_fraction", "exp_lower", "exp_upper", "ceil_div"]
 
 
-def as_fraction(value: Real) -> Fraction:
+def as_fraction(value: SupportsFloat) -> Fraction:  # float, int, Fraction, any other real number
     """The exact rational a parameter denotes: floats through their shortest repr."""
     if isinstance(value, Fraction):
         return value

@@ -133,13 +133,13 @@ def _as_exact(name: str, value: object) -> tuple[float, Fraction]:
     try:
         as_float = float(value)
     except OverflowError:
-        if value < 0:  # type: ignore[operator]
+        if value < 0:
             raise ValueError(f"{name} must be >= 0, got {_magnitude(value)}") from None
         raise ValueError(f"{name} = {_magnitude(value)} is too large to represent as a float (at most about "
                          f"1.8e308){_TOO_LARGE_ADVICE.get(name, '')}") from None
     if not math.isfinite(as_float):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    return as_float, as_fraction(value)  # type: ignore[arg-type]
+    return as_float, as_fraction(value)
 
 
 def validate_params(

@@ -24,6 +24,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,9 @@ from dpselect.core.verify import (
     release_delta_bruteforce,
     verify_keep_table,
 )
+
+if TYPE_CHECKING:  # for the annotation only: KeepTable.handle imports the kernel itself
+    from dpselect import _kernel
 
 __all__ = [
     "CertificationError",
@@ -148,7 +152,7 @@ class KeepTable:
         return (f"KeepTable(N={self.length}, bits={64 * self.limbs}{tail}, "
                 f"epsilon'={float(self.partition_epsilon):.6g}, delta'={float(self.partition_delta):.6g})")
 
-    def handle(self) -> object:
+    def handle(self) -> _kernel.KeepTableHandle:
         """This table loaded into the kernel (its private copy)."""
         from dpselect import _kernel
 

@@ -180,6 +180,7 @@ def release_delta_bruteforce(weights: list[int] | tuple[int, ...], total: int, k
     for n in range(n_max + 1):
         p, q = dist(n), dist(n + 1)
         for a, b in ((p, q), (q, p)):
-            gap = sum(max(Fraction(0), a.get(o, Fraction(0)) - e * b.get(o, Fraction(0))) for o in set(a) | set(b))
+            gap = sum((max(Fraction(0), a.get(o, Fraction(0)) - e * b.get(o, Fraction(0))) for o in set(a) | set(b)),
+                      Fraction(0))
             worst = max(worst, gap)
     return worst

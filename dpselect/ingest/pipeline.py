@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from dpselect.ingest.rows import (
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.core.guarantee import PrivacyGuarantee
     from dpselect.mechanisms import SelectionStrategy
+    from dpselect.mechanisms.public import MixedRelease
 
 __all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
 
@@ -149,12 +150,11 @@ def release_table(
 
     Sorting matters for privacy: row order by first appearance would reveal more than the
     released set (e.g. which partition the first user of the file belongs to)."""
-    pa = import_pyarrow()
     private = partitions.counts if public is None else partitions.counts[~public]
     if np.any(private <= 0):  # rows.py drops them; a zero must never reach a private selection
         raise AssertionError("a partition with no remaining user reached the selection step")
     if public is not None:
-        result = strat.apply(partitions.counts, rng=rng, public=public) if strat.name == "mixed" \
+        result = cast("MixedRelease", strat).apply(partitions.counts, rng=rng, public=public) if strat.name == "mixed" \
             else strat.apply(partitions.counts, rng=rng)
     else:
         result = strat.apply(partitions.counts, rng=rng)
@@ -343,7 +343,6 @@ def select_partitions(
         partitions, public = with_public_partitions(partitions, public_partitions, only_public=strat.name == "public")
     released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
                              public=public, ci_half_width=half_width, keep_mask=report)
-    keep = released.keep_mask if report else None
     out = from_arrow(released.table if report else released, kind)
     _attach_guarantee(out, released.table if report else released)
     if not report:
@@ -353,7 +352,7 @@ def select_partitions(
     private = np.ones(partitions.counts.size, dtype=bool) if public is None else ~public
     return out, SelectionReport.build(rows=counter.rows - counter.null_unit_rows, null_unit_rows=counter.null_unit_rows,
                                       pairs=pairs, users=counter.n_users, counts=partitions.counts[private],
-                                      released=keep[private], strategy=strat, kappa=strat.max_partitions_contributed)
+                                      released=released.keep_mask[private], strategy=strat, kappa=strat.max_partitions_contributed)
 
 
 def _count_half_width(strat: Any, counts: bool, confidence_level: float | None) -> int | None:

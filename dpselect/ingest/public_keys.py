@@ -71,7 +71,7 @@ def public_table(public: Any, key_schema: Any) -> Any:
         rows = [k if isinstance(k, tuple) else (k,) for k in rows]
         if any(len(r) != len(names) for r in rows):
             raise ValueError(f"public_partitions: every key must have {len(names)} value(s), one per by column {names}")
-        columns = list(zip(*rows)) if rows else [[] for _ in names]
+        columns = list(zip(*rows)) if rows else [() for _ in names]
         arrays = {}
         for name, col in zip(names, columns):
             try:  # each column in its own type first, then a safe cast (never pyarrow's truncating conversion)

@@ -40,7 +40,7 @@ input of a selection mechanism, never something to publish.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -440,7 +440,6 @@ class _CompositeKey:
         return len(self.combiners[-1]) if self.combiners else len(self.columns[0])
 
     def encode_codes(self, per_column: list[npt.NDArray[np.uint32]]) -> npt.NDArray[np.uint32]:
-        pa = import_pyarrow()
         codes = per_column[0]
         for combiner, right in zip(self.combiners, per_column[1:]):
             word = (codes.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
@@ -449,7 +448,6 @@ class _CompositeKey:
 
     def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:
         """The key values of the given composite codes, one array per column."""
-        pa = import_pyarrow()
         component = [np.empty(0, dtype=np.int64)] * len(self.columns)
         current = codes
         for i in range(len(self.combiners) - 1, -1, -1):
@@ -600,7 +598,7 @@ class RowCounter:
         integers, the rows are grouped by user through radix buckets (:mod:`dpselect.ingest._radix`)
         rather than inserted into the streaming pair sets: same results in distribution, several
         times fewer cache misses, memory proportional to the rows while grouping."""
-        pa = import_pyarrow()
+        import_pyarrow()  # without pyarrow: fail here, with advice
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
         if self._fed_final:
@@ -667,7 +665,8 @@ class RowCounter:
                 for future in inserts:
                     future.result()
             finally:
-                for future in [*encoded.values(), *inserts]:
+                pending: list[Future[Any]] = [*encoded.values(), *inserts]
+                for future in pending:
                     future.cancel()
 
     def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
@@ -676,7 +675,7 @@ class RowCounter:
         row, not only the distinct pairs). Rows with a null privacy unit are refused or dropped
         as in :meth:`feed`; the third value is the batch the codes describe (filtered when rows
         were dropped), to read value columns from. Decode partition codes with :meth:`keys_of`."""
-        pa = import_pyarrow()
+        import_pyarrow()  # without pyarrow: fail here, with advice
         if self._finished:
             raise RuntimeError("this RowCounter has already been finished")
         if self._fed_final:

@@ -28,7 +28,7 @@ import re
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +173,7 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
     return source
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     """An exception's message on one line (pyarrow's span several: "...\nDeserializing page
     header failed."), for an error message that is one line."""
     return re.sub(r"\s*\n\s*", "; ", str(exc).strip())
@@ -702,7 +702,7 @@ def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict
     return BatchSource(batches(), schema, lambda: min(1.0, position[0] / size) if size else None)
 
 
-def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
+def read_ahead(batches: Iterator[Any]) -> Generator[Any, None, None]:  # a generator: close() stops the reader
     """The same batches, the next one read (parsed, decompressed) on a thread of its own while
     the caller counts the current one. Exceptions of the reader come out here, in order; when
     the caller stops early (an error, a signal), the reader stops after its current batch."""

@@ -153,7 +153,7 @@ def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Seque
     log = log if log is not None else WriteLog()
     places = [(content, check_destination(destination, fmt, protected), fmt, destination in private)
               for content, destination, fmt in items]
-    files = [where.path for _, where, _, _ in places if where.mode == "replace"]
+    files = [where.path for _, where, _, _ in places if where.mode == "replace" and where.path is not None]
     twice = sorted({path for path in files if files.count(path) > 1})
     if twice:
         raise OutputError(f"two outputs would be written to the same file {twice[0]!r}; give them different names")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any
+from typing import Any, Callable, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -69,7 +69,7 @@ def _check_alpha(alpha: object) -> float:
     §4–5); at α <= 0 the water-filling would cap every partition's weight at or below ρ."""
     if isinstance(alpha, bool) or not isinstance(alpha, Real):
         raise TypeError(f"alpha must be a real number > 0, got {type(alpha).__name__}")
-    if not (math.isfinite(alpha) and alpha > 0):
+    if not (math.isfinite(alpha) and cast(float, alpha) > 0):  # a Real compares as a float (numbers.Real is untyped)
         raise ValueError(f"alpha must be finite and > 0 (the cutoff is the threshold plus alpha noise scales), "
                          f"got {alpha!r}")
     return float(alpha)
@@ -78,6 +78,10 @@ def _check_alpha(alpha: object) -> float:
 class _Policy(_RowMechanism):
     alpha: float
     _base: WeightedGaussian | WeightedLaplace
+    _cutoff: float  # Γ: no partition's weight is raised above it
+    # Each subclass's water-filling step (the gaps a user fills) and its exact draws against the threshold.
+    _update: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+    _draws: Callable[[npt.NDArray[np.int64], object | None], npt.NDArray[np.bool_]]
 
     def _guarantee_text(self, mechanism: str) -> PrivacyGuarantee:
         return PrivacyGuarantee(
@@ -126,6 +130,7 @@ class PolicyLaplace(_Policy):
     """Policy Laplace (ℓ1 water-filling), cutoff Γ = ρ + α/ε; a reference implementation."""
 
     name = "policy_laplace"
+    _base: WeightedLaplace
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
         _check_params(params)  # before anything is calibrated, as is alpha
@@ -168,6 +173,7 @@ class PolicyGaussian(_Policy):
     implementation."""
 
     name = "policy_gaussian"
+    _base: WeightedGaussian
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
         _check_params(params)  # before σ is calibrated, as is alpha

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dpselect.core.params import validate_params
+
+if TYPE_CHECKING:
+    from dpselect.mechanisms.gaussian import GaussianThresholding
+    from dpselect.mechanisms.weighted import DPSIPS
 
 __all__ = ["Candidate", "Recommendation", "recommend", "keep_curve_points", "ROW_MARGIN"]
 
@@ -142,8 +146,8 @@ def recommend(
                       f"{split:.2f}); below that they released less than pi_opt on real data.")
             return Recommendation(base.strategy, base.options, base.label, base.candidates, reason)
         try:
-            sips = make_strategy("dp_sips", epsilon=epsilon, delta=delta,
-                                 max_partitions_contributed=max_partitions_contributed)
+            sips = cast("DPSIPS", make_strategy("dp_sips", epsilon=epsilon, delta=delta,
+                                                max_partitions_contributed=max_partitions_contributed))
         except ValueError:
             return base
         last = list(sips.thresholds.values())[-1]
@@ -169,7 +173,7 @@ def recommend(
         q05, mid, q95 = keep_curve_points(strategy)
         chosen_options = dict(options)
         if options.get("noise_share") == "optimal":
-            chosen_options["noise_share"] = strategy.noise_share
+            chosen_options["noise_share"] = cast("GaussianThresholding", strategy).noise_share
         built.append(Candidate(label, name, chosen_options, q05, mid, q95, strategy.releases_counts,
                                dict(getattr(strategy, "thresholds", {}))))
     if not built:

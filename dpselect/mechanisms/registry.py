@@ -137,7 +137,7 @@ def make_strategy(
                 "2022: under pure DP the set of keys itself cannot depend on the data). Use delta > 0, or pass "
                 "allow_no_release=True to get an empty selection on purpose."
             )
-        return NoRelease(params, strategy, releases_counts=strategy in _RELEASES_COUNTS)  # type: ignore[return-value]
+        return NoRelease(params, strategy, releases_counts=strategy in _RELEASES_COUNTS)
     return _built(strategy, params, tuple(sorted(options.items())))
 
 

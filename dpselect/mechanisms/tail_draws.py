@@ -12,6 +12,7 @@ decides an outcome on its own (docs/privacy/weighted.md).
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Callable
@@ -54,7 +55,7 @@ def _draw(q_lo: npt.NDArray[np.float64], q_hi: npt.NDArray[np.float64], compleme
     keep = u < cut_keep
     settled_drop = ~never & (u >= cut_drop)
     for i in np.flatnonzero(~keep & ~settled_drop):
-        keep[i] = _finish(int(u[i]), lambda bits, i=i: exact(int(i), bits), generator)
+        keep[i] = _finish(int(u[i]), functools.partial(exact, int(i)), generator)
     return keep
 
 

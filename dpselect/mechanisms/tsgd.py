@@ -136,12 +136,15 @@ class TSGDRelease(NoisyRelease):
         arr = check_counts(counts, "n")
         t, k = self.release_threshold, self.k
         low = t - k  # counts <= low are never published, counts >= low + 2k + 1 always
-        exact = self._float_tail(t)
+        exact = self._float_tail
         wide = np.minimum(arr, np.uint64(low + 2 * k + 1)) if arr.dtype == np.uint64 else arr
         return exact[np.clip(wide.astype(np.int64) - low, 0, 2 * k + 1)]
 
-    @functools.lru_cache(maxsize=4)
-    def _float_tail(self, threshold: int) -> npt.NDArray[np.float64]:
+    # On the instance (not an lru_cache on the method, whose class-wide cache keeps strategies alive).
+    @functools.cached_property
+    def _float_tail(self) -> npt.NDArray[np.float64]:
+        """P[n + X > release threshold] as floats, for n = release threshold − k + j, j = 0 .. 2k + 1."""
+        threshold = self.release_threshold
         low = threshold - self.k
         return np.array([float(self._exact_above(low + j, threshold)) for j in range(2 * self.k + 2)])
 

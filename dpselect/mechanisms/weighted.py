@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
 from statistics import NormalDist
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -160,7 +160,7 @@ def _check_kappa(params: PrivacyParams) -> None:
 def _check_noise_share(noise_share: object) -> float:
     if isinstance(noise_share, bool) or not isinstance(noise_share, Real):
         raise TypeError(f"noise_share must be a real number in (0, 1), got {type(noise_share).__name__}")
-    if not 0 < noise_share < 1:
+    if not 0 < cast(float, noise_share) < 1:  # a Real compares as a float does (numbers.Real is untyped)
         raise ValueError(f"noise_share must be in (0, 1) (the share of delta that calibrates the noise), "
                          f"got {noise_share!r}")
     return float(noise_share)
@@ -378,6 +378,12 @@ class DPSIPS(_RowMechanism):
     analytic Gaussian bound; the thresholds' δ's add up to δ · (1 − noise_share)."""
 
     name = "dp_sips"
+    rounds: int
+    ratio: float
+    sigma: Fraction
+    sigmas: list[Fraction]  # σ_j of round j
+    weights: npt.NDArray[np.int64]
+    rhos: list[int]  # round j's threshold, in units of 2^-32
 
     def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.1, noise_share: float = 0.5) -> None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:

@@ -221,7 +221,7 @@ def validate_integers(values: Any, low: int, high: int, name: str = "values", li
     return result
 
 
-def _is_integer_object(item: object) -> bool:
+def _is_integer_object(item: Any) -> bool:  # anything: probed with operator.index
     try:
         operator.index(item)
     except TypeError:

@@ -357,5 +357,5 @@ def _found_grid(column: str, counts: np.ndarray, epsilon: Fraction, integer: boo
         return None, Component(f"bounds of {column!r} (APPROX_BOUNDS; no bounds found)", noise.epsilon, Fraction(0),
                                str(noise.guarantee))
     grid = Grid.for_found_bounds(found.lower, found.upper, precision_bits=precision_bits, integer=integer)
-    return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.guarantee.epsilon_exact, Fraction(0),
+    return grid, Component(f"bounds of {column!r} (APPROX_BOUNDS)", found.noise.epsilon, Fraction(0),
                            str(found.guarantee))

@@ -27,7 +27,7 @@ def public_keys(df: Any, public: Any, key_fields: Sequence[Any]) -> Any:
     data's types, or what :func:`dpselect.select_partitions` takes (a list of keys, a pandas,
     Polars or Arrow table), converted with the single machine's checks and messages."""
     sql = spark()
-    F, types = sql.functions, sql.types
+    types = sql.types
     names = [f.name for f in key_fields]
     if isinstance(public, sql.DataFrame):
         fields = {f.name: f.dataType for f in public.schema.fields}

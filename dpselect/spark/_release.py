@@ -71,13 +71,12 @@ class Release:
         rng = executor_rng(self.spec, b"release")
         n_keys = len(self.names)
         for batch in batches:
-            def count(i: int) -> np.ndarray:
-                col = batch.column(i)
+            def count(col: Any) -> np.ndarray:
                 if col.null_count:  # a count of a group is never null
                     raise ValueError(f"{ERROR_MARK}internal error: a null count in the per-key aggregates")
                 return col.to_numpy(zero_copy_only=False).astype(np.int64)
 
-            users = count(n_keys)
+            users = count(batch.column(n_keys))
             listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool)
                       if self.public else None)
             if strategy is None:  # public partitions: every listed key, nothing selected
@@ -86,7 +85,7 @@ class Release:
                 candidate = users > 0  # with a report every key of the data comes, some bounded away
                 keep = np.zeros(users.size, dtype=bool)
                 keep[candidate] = np.asarray(strategy.apply(users[candidate], rng=rng).keep, dtype=bool)
-            rows = count(n_keys + 1)[keep]
+            rows = count(batch.column(n_keys + 1))[keep]
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
