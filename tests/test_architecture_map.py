@@ -2,14 +2,11 @@
 docs/architecture.md and in the README's layout; and the public API is what the README says."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
-import dpselect
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
