@@ -79,6 +79,11 @@ class _Policy(_RowMechanism):
     alpha: float
     _base: WeightedGaussian | WeightedLaplace
 
+    @property
+    def base(self) -> WeightedGaussian | WeightedLaplace:
+        """The weighted mechanism whose threshold ρ and noise this one uses."""
+        return self._base
+
     def _guarantee_text(self, mechanism: str) -> PrivacyGuarantee:
         return PrivacyGuarantee(
             mechanism=mechanism, epsilon=float(self.params.epsilon_exact), delta_exact=self._base.certified_delta,
