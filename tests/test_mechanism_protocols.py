@@ -193,7 +193,8 @@ def test_select_partitions_checks_an_object_as_its_name():
     with pytest.raises(ValueError, match="strategy='mixed' needs public_partitions"):
         dpselect.select_partitions(_arrow(), privacy_unit="u", by="k", strategy=built)
     with pytest.raises(ValueError, match="public_partitions needs strategy='public' or 'mixed'"):
-        dpselect.select_partitions(_arrow(), privacy_unit="u", by="k", strategy=_built("dp_sips"), public_partitions=PUBLIC)
+        dpselect.select_partitions(_arrow(), privacy_unit="u", by="k", strategy=_built("dp_sips"),
+                                   public_partitions=PUBLIC)
     with pytest.raises(ValueError, match="report=True needs a count-based strategy"):
         dpselect.select_partitions(_arrow(), privacy_unit="u", by="k", strategy=_built("dp_sips"), report=True)
     with pytest.raises(ValueError, match="counts=True needs a strategy that releases noisy counts"):

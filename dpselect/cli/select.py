@@ -31,8 +31,6 @@ from dpselect.cli.common import (
     strategy_names,
 )
 
-from dpselect.mechanisms.protocols import RowMechanism
-
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.ingest.plan import SelectionPlan
 
@@ -100,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from dpselect.ingest.frames import result_schema
     from dpselect.ingest.pipeline import release_table
     from dpselect.io.progress import Progress
+    from dpselect.mechanisms.protocols import RowMechanism
     from dpselect.ingest.rows import (
         ColumnTypeError,
         NullPrivacyUnitError,

@@ -146,9 +146,7 @@ def select_partitions(
     kappa = strat.max_partitions_contributed
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
-    outputs = [*names, *([count_column] if counts else []),
-               *([f"{count_column}_ci_low", f"{count_column}_ci_high"] if half_width is not None else [])]
-    check_names(df, [privacy_unit, *names], outputs)
+    check_names(df, [privacy_unit, *names], plan.output_columns)
     check_no_speculation(df)
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
