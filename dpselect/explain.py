@@ -66,6 +66,7 @@ def plot_mechanisms(epsilon: float, delta: float, max_partitions_contributed: in
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from dpselect.mechanisms.protocols import IndependentSelection
     from dpselect.mechanisms.registry import make_strategy
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
@@ -77,7 +78,7 @@ def plot_mechanisms(epsilon: float, delta: float, max_partitions_contributed: in
         strategy = make_strategy(c.strategy, epsilon=epsilon, delta=delta,
                                  max_partitions_contributed=max_partitions_contributed, neighbours=neighbours,
                                  **c.options)
-        if not hasattr(strategy, "keep_probability"):  # every candidate is count-based: it has one
+        if not isinstance(strategy, IndependentSelection):  # every candidate is one; the check is for mypy
             continue
         ax.plot(users + pre_threshold - 1, strategy.keep_probability(users), label=c.label)
     ax.set(title=f"Keep probability (ε={epsilon:g}, δ={delta:g}, κ={max_partitions_contributed})",

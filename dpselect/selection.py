@@ -20,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect._arrays import as_counts, check_out
-from dpselect.mechanisms import NoRelease, PiOptSelection, TabledSelection, TSGDRelease, make_strategy
+from dpselect.mechanisms import (IndependentSelection, NoRelease, PiOptSelection, RowMechanism, TabledSelection,
+                                 TSGDRelease, make_strategy)
 from dpselect.core.theory import exact_crossovers
 
 __all__ = ["select", "release", "select_rows", "keep_probability", "crossovers", "Crossovers", "Release"]
@@ -88,10 +89,10 @@ def select(
     built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split, allow_no_release,
                       neighbours=neighbours, **options)
     if not isinstance(built, TabledSelection):  # δ = 0 allowed, or a mechanism that is not keep/drop
-        if not hasattr(built, "apply"):  # a row mechanism: it needs each user's set, not counts
+        if isinstance(built, RowMechanism):  # it needs each user's set, not counts
             raise ValueError(f"strategy {strategy!r} selects from (user, partition) rows, not counts: use "
                              "dpselect.select_rows or dpselect.select_partitions")
-        if getattr(built, "releases_counts", False) and not isinstance(built, NoRelease):
+        if built.releases_counts and not isinstance(built, NoRelease):
             raise ValueError(f"strategy {strategy!r} releases noisy counts: use dpselect.release")
         arr = as_counts(counts)
         target = None if out is None else check_out(out, arr.shape, np.dtype(np.bool_), "out")
@@ -187,7 +188,7 @@ def keep_probability(
     floating-point closed form."""
     built = _strategy(strategy, epsilon, delta, max_partitions_contributed, delta_split,
                       allow_no_release=True, neighbours=neighbours, **options)
-    if not hasattr(built, "keep_probability"):  # a row mechanism, or the mixed release
+    if not isinstance(built, IndependentSelection):  # a row mechanism, or the mixed release
         raise ValueError(f"strategy {strategy!r} does not keep a partition with a probability of its count "
                          "alone; keep_probability takes the count-based strategies: pi_opt, release, laplace, "
                          "gaussian, auto, public")

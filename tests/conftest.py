@@ -16,6 +16,7 @@ SANITIZED = os.environ.get("DPSELECT_SANITIZED", "") not in ("", "0")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "not_under_sanitizers(reason): skipped by tools/sanitize.sh (DPSELECT_SANITIZED=1)")
+    config.addinivalue_line("markers", "slow: starts a local Spark session or runs long (deselect with -m 'not slow')")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -38,6 +38,7 @@ from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KE
 from dpselect.ingest.public_keys import public_table, with_public_partitions
 from dpselect.rng import resolve_rng, shard_test_state
 from dpselect.ingest.rows import PartitionCounts, RowCounter, arrow_from_numpy
+from dpselect.mechanisms.protocols import CountMechanism, IndependentSelection
 
 __all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
@@ -91,7 +92,7 @@ def aggregate(
     max_partitions_contributed: int | None = None,
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
-    strategy: str = "pi_opt",
+    strategy: str | CountMechanism = "pi_opt",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
@@ -113,8 +114,10 @@ def aggregate(
        should come from public knowledge of the data (or a held-out sample), never from the
        exact report of the data released;
     2. selection (skipped with ``public_partitions``): ``strategy`` (default "pi_opt", the
-       optimal rule of Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022, Theorems 1–3) on the
-       bounded distinct-user counts, with the selection's share of ε and all of δ;
+       optimal rule of Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022, Theorems 1–3; or
+       "release", "laplace", "gaussian") on the bounded distinct-user counts, with the selection's
+       share of ε and all of δ. A mechanism built by :func:`dpselect.make_strategy` (one of those,
+       at the same κ) spends its own (ε, δ) instead: the other steps share the rest of ε;
     3. bounds: a value column of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS
        over all kept values (its own share; docs/privacy/approx-bounds.md);
     4. metrics: each gets its share of ε and exact discrete Laplace noise (Canonne, Kamath,
@@ -232,6 +235,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     else:
         index = candidates
         keys = counter.keys_of(candidates)
+        assert strat is not None  # the plan builds one whenever keys are selected
         result = strat.apply(users_kept[candidates], rng=generator)
         released = np.asarray(result.keep, dtype=bool)
         if not released.any():
@@ -332,8 +336,8 @@ def _frame(plan: AggregatePlan, keys: Any, columns: dict[str, npt.NDArray[Any]],
     return frame
 
 
-def _warn_nothing_released(strategy: Any) -> None:
-    needed = getattr(strategy, "min_users_to_release", None)
+def _warn_nothing_released(strategy: CountMechanism) -> None:
+    needed = strategy.min_users_to_release if isinstance(strategy, IndependentSelection) else None
     figure = (f"at these parameters a key needs {needed:,} users (after bounding) to be released with "
               "probability 1/2" if needed else "at these parameters no key can be released")
     warnings.warn(NothingReleased(

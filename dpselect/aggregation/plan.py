@@ -21,8 +21,10 @@ from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
 from dpselect.core.exact import as_fraction
-from dpselect.ingest.pipeline import build_strategy, check_columns
+from dpselect.ingest.plan import build_strategy, check_columns
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
+from dpselect.mechanisms.base import BuiltInMechanism
+from dpselect.mechanisms.protocols import CountMechanism
 
 __all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
 
@@ -48,8 +50,7 @@ class AggregatePlan:
     shares: dict[str, tuple[Fraction, Fraction]]  # step -> (ε, δ)
     kappa: int
     linf: int
-    strategy: Any  # the selection's SelectionStrategy; None with public partitions
-    strategy_args: tuple[Any, ...] | None  # what rebuilds it (Spark's executors)
+    strategy: CountMechanism | None  # the selection's mechanism; None with public partitions
     public: bool
     confidence_level: float | None
     precision_bits: int
@@ -276,6 +277,39 @@ def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int
         _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf, advice)
 
 
+def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fraction, delta: Fraction,
+                     weights: object) -> CountMechanism:
+    """A selection given as a mechanism object (:func:`dpselect.make_strategy`): one of the
+    count-based selections, with the release's κ. It carries its own (ε, δ), which is then the
+    selection's share: the other steps split what is left of ``epsilon`` by their weights."""
+    if not (isinstance(strategy, BuiltInMechanism) and isinstance(strategy, CountMechanism)
+            and strategy.name in SELECTION_STRATEGIES):
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys), by name or as a mechanism built by dpselect.make_strategy, got {strategy!r}; for a "
+                         "list of keys known in advance pass public_partitions")
+    if public:
+        raise ValueError("strategy: with public_partitions no key is selected, so a strategy object has nothing to "
+                         "do; leave strategy out")
+    p = strategy.params
+    if p.max_partitions_contributed != kappa:
+        raise ValueError(f"max_partitions_contributed={kappa} disagrees with the strategy's "
+                         f"{p.max_partitions_contributed}: the rows are bounded once, for the selection and the "
+                         "metrics alike")
+    if p.delta_exact == 0:
+        raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines et al., "
+                         "PoPETs 2022); build the strategy with delta > 0, or pass public_partitions")
+    if isinstance(weights, Mapping) and "selection" in weights:
+        raise ValueError("weights: the selection's share is the strategy object's own epsilon and delta; leave "
+                         "'selection' out of weights")
+    if p.epsilon_exact >= epsilon:
+        raise ValueError(f"the strategy's epsilon, {_show(p.epsilon_exact)}, leaves nothing of epsilon = "
+                         f"{_show(epsilon)} for the metrics: build the strategy with a part of epsilon")
+    if p.delta_exact > delta:
+        raise ValueError(f"the strategy's delta, {_show(p.delta_exact)}, is above delta = {_show(delta)}, the "
+                         "release's total")
+    return strategy
+
+
 def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon: object, delta: object,
                    max_partitions_contributed: object, max_contributions_per_partition: object,
                    public: bool, strategy: object = "pi_opt", bounds_scope: object = "dataset",
@@ -308,7 +342,14 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     auto_columns = [c for c in value_columns if c not in given]
     eps_total = _positive_total("epsilon", epsilon)
     delta_total = _positive_total("delta", delta, below_one=True, allow_zero=True)
-    shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights))
+    chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
+                                                                     weights)
+    if chosen is None:
+        shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights))
+    else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
+        eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
+        shares = {"selection": (eps_sel, delta_sel),
+                  **budget_shares(eps_total - eps_sel, Fraction(0), step_weights(checked, auto_columns, True, weights))}
     for name, metric in checked.items():
         _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
                             precision_bits)
@@ -316,11 +357,11 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
                      linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
                      "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
-    if not isinstance(strategy, str) or strategy not in SELECTION_STRATEGIES:
+    if chosen is None and strategy not in SELECTION_STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
                          f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
-    strat = args = None
-    if not public:
+    strat: CountMechanism | None = chosen
+    if chosen is None and not public:
         eps_sel, delta_sel = shares["selection"]
         if delta_sel == 0:
             raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines et "
@@ -330,10 +371,12 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         if args[1] <= 0:
             raise ValueError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
                              "raise epsilon or the 'selection' weight")
-        strat = build_strategy(*args)
+        built = build_strategy(*args)
+        assert isinstance(built, CountMechanism)  # the names above are count-based
+        strat = built
     return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,
                          given_bounds=given, auto_columns=auto_columns, epsilon=eps_total, delta=delta_total,
-                         shares=shares, kappa=kappa, linf=linf, strategy=strat, strategy_args=args, public=public,
+                         shares=shares, kappa=kappa, linf=linf, strategy=strat, public=public,
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
                          null_privacy_units=str(null_privacy_units))
 

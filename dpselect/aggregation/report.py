@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from dpselect.aggregation.grid import Grid
 from dpselect.display import html_table
+from dpselect.mechanisms.protocols import IndependentSelection
 
 __all__ = ["AggregateReport", "BucketLoss", "ColumnClamping", "SelectionReport"]
 
@@ -92,7 +93,7 @@ class AggregateReport:
               users_kept: npt.NDArray[np.int64], candidates: npt.NDArray[np.intp], released_codes: npt.NDArray[Any],
               strategy: Any, clamping: dict[str, ColumnClamping], epsilon: Fraction, kappa: int, linf: int,
               public: bool, clamped_sums: dict[str, int] | None = None) -> AggregateReport:
-        keep_probability = getattr(strategy, "keep_probability", None)
+        keep_probability = strategy.keep_probability if isinstance(strategy, IndependentSelection) else None
         released = np.zeros(users_before.size, dtype=bool)
         released[np.asarray(released_codes, dtype=np.int64)] = True
         expected_each = None
@@ -226,20 +227,17 @@ def _smallest_counts(keep_probability: Any, limit: int = 1 << 20) -> tuple[int |
     return (int(counts[half[0]]) if half.size else None, int(counts[ninety_five[0]]) if ninety_five.size else None)
 
 
-def _expected_with(strategy: Any, factor: int, counts: npt.NDArray[np.int64]) -> float | None:
+def _expected_with(strategy: IndependentSelection, factor: int, counts: npt.NDArray[np.int64]) -> float | None:
     """Expected releases if the selection had ``factor`` times its ε (same δ, same κ)."""
-    from dpselect.ingest.pipeline import build_strategy
+    from dpselect.ingest.plan import build_strategy
 
-    params = getattr(strategy, "params", None)
-    name = getattr(strategy, "name", None)
-    if params is None or name is None:
-        return None
+    params = strategy.params
     try:
-        other = build_strategy(name, params.epsilon * factor, params.delta, params.max_partitions_contributed,
+        other = build_strategy(strategy.name, params.epsilon * factor, params.delta, params.max_partitions_contributed,
                                False, False)
     except (ValueError, TypeError):
         return None
-    if not hasattr(other, "keep_probability"):  # the caller's strategy has it, so one of its kind has too
+    if not isinstance(other, IndependentSelection):
         return None
     return float(np.sum(other.keep_probability(counts)))
 
@@ -267,7 +265,7 @@ class SelectionReport:
     @classmethod
     def build(cls, *, rows: int, null_unit_rows: int, pairs: int, users: int, counts: npt.NDArray[np.int64],
               released: npt.NDArray[np.bool_], strategy: Any, kappa: int) -> SelectionReport:
-        keep_probability = getattr(strategy, "keep_probability", None)
+        keep_probability = strategy.keep_probability if isinstance(strategy, IndependentSelection) else None
         expected_each = None if keep_probability is None else np.asarray(keep_probability(counts), dtype=float)
         buckets = []
         for low, high in BUCKETS:

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 
 from dpselect.core.exact import as_fraction
+from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
+from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionStrategy
+from dpselect.mechanisms.public import MixedRelease
 from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES, make_strategy
+from dpselect.mechanisms.tsgd import NoisyRelease, TSGDRelease
+from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
 
 __all__ = [
     "COUNT_MECHANISMS",
@@ -22,6 +27,7 @@ __all__ = [
     "build_target",
     "keep_curve",
     "added_weight",
+    "release_floor",
 ]
 
 COUNT_MECHANISMS: tuple[str, ...] = tuple(STRATEGIES)  # pi_opt, release, laplace, gaussian, public, mixed
@@ -54,11 +60,16 @@ class Target:
 
     @property
     def releases_counts(self) -> bool:
-        return bool(getattr(self.strategy, "releases_counts", False))
+        return self.strategy is not None and bool(self.strategy.releases_counts)
+
+    @property
+    def public_partitions(self) -> str:
+        """How the mechanism treats public keys: "none", "only" (the public release) or "mixed"."""
+        return self.strategy.public_partitions if isinstance(self.strategy, (CountMechanism, RowMechanism)) else "none"
 
     @property
     def is_public(self) -> bool:
-        return getattr(self.strategy, "name", "") in ("public", "mixed")
+        return self.public_partitions != "none"
 
 
 def build_target(mechanism: Any, epsilon: float | None, delta: float | None, kappa: int | None,
@@ -85,12 +96,11 @@ def build_target(mechanism: Any, epsilon: float | None, delta: float | None, kap
     if epsilon is not None or delta is not None or kappa is not None or options:
         raise ValueError("a strategy object carries its own parameters: pass neither epsilon, delta, "
                          "max_partitions_contributed nor options with it")
-    if not hasattr(mechanism, "guarantee") or not hasattr(mechanism, "params"):
-        raise TypeError(f"cannot audit {type(mechanism).__name__}: expected a mechanism name or a strategy object "
-                        "with .params and .guarantee")
-    kind = "rows" if hasattr(mechanism, "select_sets") else "count"
-    label = str(getattr(mechanism, "name", type(mechanism).__name__))
-    return _from_strategy(label, kind, mechanism, {}, by_name=False)
+    if not isinstance(mechanism, (CountMechanism, RowMechanism, SelectionStrategy)):
+        raise TypeError(f"cannot audit {type(mechanism).__name__}: expected a mechanism name, a mechanism built by "
+                        "dpselect.make_strategy, or a SelectionStrategy object")
+    kind = "rows" if isinstance(mechanism, RowMechanism) else "count"
+    return _from_strategy(str(mechanism.name), kind, mechanism, {}, by_name=False)
 
 
 def _from_strategy(label: str, kind: str, strategy: Any, options: dict[str, Any], by_name: bool) -> Target:
@@ -108,17 +118,27 @@ def _q(z: float) -> float:
     return _NORMAL.cdf(-z)
 
 
+def _weighted(strategy: Any) -> WeightedGaussian | WeightedLaplace | DPSIPS | None:
+    """The weighted mechanism whose weights, threshold and noise a row mechanism uses (the
+    policy mechanisms threshold like their base); None for anything else."""
+    if isinstance(strategy, (PolicyGaussian, PolicyLaplace)):
+        return strategy.base
+    return strategy if isinstance(strategy, (WeightedGaussian, WeightedLaplace, DPSIPS)) else None
+
+
 def _row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
     """Approximate keep probability of a partition whose weighted count is ``weight`` (floats;
     only used to choose where to test, never for a verdict)."""
-    base = getattr(strategy, "_base", strategy)  # the policy mechanisms threshold like their base
-    if hasattr(base, "rhos"):  # DP-SIPS: kept by some round
+    base = _weighted(strategy)
+    if base is None:
+        raise TypeError(f"cannot audit the row mechanism {strategy!r}: it is none of dpselect's weighted mechanisms")
+    if isinstance(base, DPSIPS):  # kept by some round
         dropped = np.ones_like(weight)
-        for sigma, rho in zip(base.sigmas, base.rhos):
-            dropped *= np.array([1 - _q((rho / 2**32 - w) / float(sigma)) for w in weight])
+        for sigma, rho_units in zip(base.sigmas, base.rhos):
+            dropped *= np.array([1 - _q((rho_units / 2**32 - w) / float(sigma)) for w in weight])
         return 1 - dropped
     rho = base.rho_units / 2**32
-    if hasattr(base, "sigma"):
+    if isinstance(base, WeightedGaussian):
         return np.array([_q((rho - w) / float(base.sigma)) for w in weight])
     eps = float(base.params.epsilon_exact)
     return np.array([0.5 * math.exp(-eps * (rho - w)) if w <= rho else 1 - 0.5 * math.exp(-eps * (w - rho))
@@ -127,10 +147,21 @@ def _row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
 
 def added_weight(strategy: Any, kappa: int) -> float:
     """The weight one user with κ partitions adds to each of them (1 for count mechanisms)."""
-    weights = getattr(getattr(strategy, "_base", strategy), "weights", None)
-    if weights is None:
+    base = _weighted(strategy)
+    if base is None:
         return 1.0
-    return float(weights[kappa]) / 2**32
+    return float(base.weights[kappa]) / 2**32
+
+
+def release_floor(strategy: Any) -> int:
+    """The count a noisy count must exceed to be published: the TSGD release's threshold, the
+    noise bound k of the public and mixed releases (their private keys' threshold), 0 for a
+    mechanism that publishes no counts."""
+    if isinstance(strategy, TSGDRelease):
+        return int(strategy.release_threshold)
+    if isinstance(strategy, NoisyRelease):
+        return int(strategy.k)
+    return 0
 
 
 def keep_curve(target: Target, limit: int = 20_000) -> np.ndarray:
@@ -143,12 +174,11 @@ def keep_curve(target: Target, limit: int = 20_000) -> np.ndarray:
         while n_max < limit and _row_keep(strategy, np.array([float(n_max)]))[0] < 1 - 1e-9:
             n_max *= 2
         return _row_keep(strategy, np.arange(n_max + 1, dtype=np.float64))
-    cap = getattr(strategy, "count_cap", None)
+    cap = strategy.count_cap
     if cap is None:
-        k = getattr(strategy, "k", 0)
-        threshold = getattr(strategy, "release_threshold", k)
-        cap = int(threshold) + int(k) + 2
+        k = strategy.k if isinstance(strategy, NoisyRelease) else 0
+        cap = release_floor(strategy) + int(k) + 2
     n_max = min(int(cap) + 2, limit)
-    if not hasattr(strategy, "keep_probability") and hasattr(strategy, "_exact_above"):  # mixed: its private rule
+    if isinstance(strategy, MixedRelease):  # its private keys' rule
         return np.array([float(strategy._exact_above(n, strategy.k)) for n in range(n_max + 1)])
     return np.asarray(strategy.keep_probability(np.arange(n_max + 1, dtype=np.int64)), dtype=np.float64)

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from dpselect.audit._targets import Target, build_target
+from dpselect.audit._targets import Target, build_target, release_floor
 from dpselect.audit.results import Certificate, Check
 from dpselect.core.exact import as_fraction, exp_upper, normal_cdf_bounds
 from dpselect.mechanisms.base import NoRelease, TabledSelection
@@ -88,9 +88,9 @@ def _dispatch(target: Target) -> Any:
         return _certify_policy
     if isinstance(s, GaussianThresholding):
         return _certify_gaussian
-    if isinstance(s, NoisyRelease) or (hasattr(s, "table") and hasattr(s.table, "weights")):
+    if isinstance(s, NoisyRelease):
         return _certify_noisy
-    if isinstance(s, TabledSelection) or (hasattr(s, "table") and hasattr(s.table, "words")):
+    if isinstance(s, TabledSelection):
         return _certify_keep_table
     if isinstance(s, DPSIPS):
         return _certify_dp_sips
@@ -154,9 +154,7 @@ def _float_ratio(ratio: Fraction | None, epsilon: Fraction) -> tuple[float | Non
 
 def _handle_check(strategy: Any, table: Any) -> Check | None:
     """The kernel handle was loaded from these words: its shape must agree with them."""
-    handle = getattr(strategy, "_handle", None)
-    if handle is None:
-        return None
+    handle = strategy._handle
     same = (int(handle.length) == table.length and int(handle.limbs) == table.limbs
             and bool(handle.tail_certain) == bool(table.tail_certain))
     return Check("kernel handle matches the table", same,
@@ -284,10 +282,9 @@ def _certify_noisy(target: Target) -> _Result:
     checks.append(Check("kernel noise table = the certified weights", cumulative == [int(v) for v in expected]
                         and cumulative[-1] == total,
                         f"cumulative weights of x = -{k}..{k} (what WeightTableHandle loads) sum to {total}"))
-    noise = getattr(s, "_noise", None)
-    if noise is not None:
-        checks.append(Check("kernel handle size", int(noise.size) == 2 * k + 1,
-                            f"{noise.size} entries for 2k + 1 = {2 * k + 1}"))
+    noise = s._noise
+    checks.append(Check("kernel handle size", int(noise.size) == 2 * k + 1,
+                        f"{noise.size} entries for 2k + 1 = {2 * k + 1}"))
     worst_ratio = max(Fraction(weights[m - 1], weights[m]) for m in range(1, k + 1)) if k else Fraction(1)
     rules: list[tuple[str, int | None, bool]] = []
     if isinstance(s, PublicPartitions):
@@ -297,7 +294,7 @@ def _certify_noisy(target: Target) -> _Result:
         t_pub = s.public_threshold
         rules.append((f"public keys above {t_pub}", None if t_pub < -k else t_pub, True))
     else:
-        t = int(getattr(s, "release_threshold", k))
+        t = release_floor(s)
         rules.append((f"published above {t}", t, False))
     per_partition = Fraction(0)
     for label, threshold, listed in rules:

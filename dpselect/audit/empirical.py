@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.audit._events import Side, evaluate, split_alpha
-from dpselect.audit._targets import Target, added_weight, build_target, keep_curve
+from dpselect.audit._targets import Target, added_weight, build_target, keep_curve, release_floor
 from dpselect.audit.results import EmpiricalAudit, EventEstimate
 
 __all__ = ["empirical", "SCENARIOS"]
@@ -164,7 +164,7 @@ def _count_entry(target: Target) -> Callable[[npt.NDArray[np.int64], npt.NDArray
     import dpselect
 
     s = target.strategy
-    name = getattr(s, "name", "")
+    use = target.public_partitions
     if not target.by_name:
         def run_object(counts: npt.NDArray[np.int64], public: npt.NDArray[np.bool_] | None) -> Any:
             result = s.apply(counts, public=public) if public is not None else s.apply(counts)
@@ -174,21 +174,20 @@ def _count_entry(target: Target) -> Callable[[npt.NDArray[np.int64], npt.NDArray
                               **target.options)
 
     def run(counts: npt.NDArray[np.int64], public: npt.NDArray[np.bool_] | None) -> Any:
-        if name == "public":
+        if use == "only":
             return tuple(dpselect.release(counts, public=True, **kw))
-        if name == "mixed":
+        if use == "mixed":
             mask = np.zeros(counts.shape, bool) if public is None else public
             return tuple(dpselect.release(counts, public=mask, **kw))
         if target.releases_counts:
             return tuple(dpselect.release(counts, **kw))
-        return dpselect.select(counts, strategy=name, **kw), None
+        return dpselect.select(counts, strategy=target.label, **kw), None
     return run
 
 
 def _floor_value(target: Target) -> float:
     """The score of a partition that is not released, below every released noisy count."""
-    s = target.strategy
-    return float(getattr(s, "release_threshold", getattr(s, "k", 0)))
+    return float(release_floor(target.strategy))
 
 
 def _count_sides(target: Target, entry: Callable[..., Any], trials: int, count: int | None,
@@ -218,8 +217,7 @@ def _count_pair(target: Target, entry: Callable[..., Any], trials: int, n: int) 
 def _count_scenarios(target: Target, trials: int) -> list[_Scenario]:
     entry = _count_entry(target)
     kappa = target.kappa
-    name = getattr(target.strategy, "name", "")
-    listed = name == "public"
+    listed = target.public_partitions == "only"
     out: list[_Scenario] = []
     users = f"one user in {kappa} partition(s)"
     if not listed:
@@ -228,7 +226,7 @@ def _count_scenarios(target: Target, trials: int) -> list[_Scenario]:
     out.append(_Scenario("zero_vs_one", f"D: {users}, each of count 1; D': count 0 through the kernel",
                          lambda: (_count_sides(target, entry, trials, 1), _count_sides(target, entry, trials, 0)),
                          zero_check=not listed))
-    if name == "mixed":
+    if target.public_partitions == "mixed":
         out.append(_Scenario("public_zero_vs_one", f"D: {users} of public keys, count 1; D': the public keys, count 0",
                              lambda: (_count_sides(target, entry, trials, 1, public=True),
                                       _count_sides(target, entry, trials, 0, public=True))))
@@ -319,13 +317,13 @@ def _rows_call(target: Target, rows_entry: Callable[..., Any] | None) -> Callabl
     import dpselect
 
     entry = rows_entry or dpselect.select_partitions
-    name = getattr(target.strategy, "name", "")
+    use = target.public_partitions
     counts = target.releases_counts
 
     def call(table: Any, keys: list[int], **extra: Any) -> Any:
         kw: dict[str, Any] = dict(privacy_unit="user", by="key", counts=counts, **extra)
-        if name in ("public", "mixed"):
-            kw["public_partitions"] = keys if name == "public" else [-1]
+        if use != "none":
+            kw["public_partitions"] = keys if use == "only" else [-1]
         if target.by_name:
             return entry(table, epsilon=target.epsilon, delta=target.delta, max_partitions_contributed=target.kappa,
                          strategy=target.label, **target.options, **kw)
@@ -379,7 +377,7 @@ def _raw_row_scenarios(target: Target, groups: int, null_trials: int,
 
     def sides(base: int) -> tuple[Side, Side]:
         d = Side(_released(call(table(base, True), all_keys), groups, keys, floor))
-        if base == 0 and getattr(target.strategy, "name", "") != "public":
+        if base == 0 and target.public_partitions != "only":
             empty = {"kept": np.zeros(groups), "pattern": np.zeros(groups)}
             if target.releases_counts:
                 empty["sum"] = np.full(groups, keys * floor)

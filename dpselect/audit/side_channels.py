@@ -137,28 +137,27 @@ def _count_op(target: Target, counts: npt.NDArray[np.int64]) -> Callable[[Any], 
     import dpselect
 
     s = target.strategy
-    name = getattr(s, "name", "")
     if not target.by_name:
         return lambda rng: s.apply(counts, rng=rng)
     kw: dict[str, Any] = dict(epsilon=target.epsilon, delta=target.delta, max_partitions_contributed=target.kappa,
                               **target.options)
-    if name == "public":
+    if target.public_partitions == "only":
         return lambda rng: dpselect.release(counts, public=True, rng=rng, **kw)
-    if name == "mixed":
+    if target.public_partitions == "mixed":
         mask = np.zeros(counts.shape, bool)
         return lambda rng: dpselect.release(counts, public=mask, rng=rng, **kw)
     if target.releases_counts:
         return lambda rng: dpselect.release(counts, rng=rng, **kw)
-    return lambda rng: dpselect.select(counts, strategy=name, rng=rng, **kw)
+    return lambda rng: dpselect.select(counts, strategy=target.label, rng=rng, **kw)
 
 
 def _count_plan(target: Target, batch: int) -> list[Any]:
     s = target.strategy
     curve = keep_curve(target)
     n_keep, _ = pick_counts(curve, target.kappa, float(target.claimed_delta), 10_000)
-    cap = getattr(s, "count_cap", None)
+    cap = s.count_cap
     beyond = int(cap) if cap is not None else int(curve.size)
-    release_kernel = bool(getattr(s, "releases_counts", False))
+    release_kernel = target.releases_counts
 
     def full(n: int) -> npt.NDArray[np.int64]:
         return np.full(batch, n, dtype=np.int64)
@@ -260,9 +259,9 @@ def _schemas(target: Target, rows_entry: Callable[..., Any] | None) -> list[Sche
                 entry = f"aggregate ({frame_name})"
             else:
                 kw: dict[str, Any] = dict(privacy_unit="user", by="key", counts=target.releases_counts)
-                name = getattr(target.strategy, "name", "")
-                if name in ("public", "mixed"):
-                    kw["public_partitions"] = ["never-seen"] if name == "mixed" else ["common", "rare"]
+                use = target.public_partitions
+                if use != "none":
+                    kw["public_partitions"] = ["never-seen"] if use == "mixed" else ["common", "rare"]
                 select = rows_entry or dpselect.select_partitions
                 if target.by_name:
                     result = select(data, epsilon=target.epsilon, delta=target.delta,

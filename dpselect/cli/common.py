@@ -265,8 +265,15 @@ def strategy_names() -> list[str]:
 def api_flags(message: str) -> str:
     """A message from the Python API, with parameter names turned into the CLI's flags."""
     message = message.replace("takes the options", "takes only --option").replace("strategy '", "--strategy '")
-    message = re.sub(r"\bstrategy='(\w+)'", r"--strategy \1", message)
-    for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "epsilon", "delta"):
+    # strategy='release', 'public' or 'mixed' -> --strategy release, public or mixed
+    message = re.sub(r"\bstrategy=('\w+'(?:, '\w+')*(?:,? or '\w+')?)",
+                     lambda m: "--strategy " + m.group(1).replace("'", ""), message)
+    message = re.sub(r"^strategy\b", "--strategy", message)
+    message = re.sub(r"\bcounts=True", "--counts", message)
+    message = re.sub(r"^by\b", "--by", message)
+    message = re.sub(r"\ba by column\b", "a --by column", message)
+    for name in ("max_partitions_contributed", "pre_threshold", "public_threshold", "public_partitions",
+                 "privacy_unit", "count_column", "epsilon", "delta"):
         flag = f"--{name.replace('_', '-')}"
         message = message.replace(f"{name}=", f"{flag} ").replace(f" {name} ", f" {flag} ")
         if "_" in name:  # unmistakable for a word: replaced wherever it stands

@@ -9,7 +9,7 @@ import argparse
 import math
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpselect.cli.common import (
     EXIT_DATA,
@@ -31,12 +31,17 @@ from dpselect.cli.common import (
     strategy_names,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from dpselect.ingest.plan import SelectionPlan
+
 __all__ = ["check_parameters", "run"]
 
 
-def check_parameters(args: argparse.Namespace) -> Any:
-    """The strategy, after checking every value typed, with errors naming the flags."""
-    from dpselect.ingest.pipeline import build_strategy
+def check_parameters(args: argparse.Namespace) -> SelectionPlan:
+    """The selection's plan (:func:`dpselect.ingest.plan.plan_selection`, the checks of every
+    front end), after checking every value typed, with errors naming the flags."""
+    from dpselect.ingest.plan import plan_selection
+    from dpselect.mechanisms.registry import strategy_options
 
     if not math.isfinite(args.epsilon) or args.epsilon < 0:
         raise Fail(EXIT_USAGE, f"--epsilon must be a finite number >= 0, got {args.epsilon:g}")
@@ -45,36 +50,17 @@ def check_parameters(args: argparse.Namespace) -> Any:
     if args.delta == 0:
         raise Fail(EXIT_USAGE, f"--delta must be > 0: with delta = 0 no key can be released (Theorem 2 of "
                                f"{PAPER}: under pure DP the set of released keys cannot depend on the data)")
-    strategies = strategy_names()
     if args.strategy is None:
         args.strategy = "public" if args.public_partitions else "release"
-    if args.strategy not in strategies:
-        raise Fail(EXIT_USAGE, f"--strategy must be one of {', '.join(strategies)}; got {args.strategy!r}")
-    if args.public_partitions and args.strategy not in ("public", "mixed"):
-        raise Fail(EXIT_USAGE, "--public-partitions needs --strategy public or --strategy mixed")
-    if not args.public_partitions and args.strategy in ("public", "mixed"):
-        raise Fail(EXIT_USAGE, f"--strategy {args.strategy} needs --public-partitions FILE")
-    if args.public_threshold is not None and args.strategy != "mixed":
-        raise Fail(EXIT_USAGE, "--public-threshold applies to --strategy mixed only")
-    by = list(args.by)
-    twice = sorted({c for c in by if by.count(c) > 1})
-    if twice:
-        raise Fail(EXIT_USAGE, f"--by names {', '.join(repr(c) for c in twice)} more than once")
-    if args.privacy_unit in by:
-        raise Fail(EXIT_USAGE, f"--privacy-unit {args.privacy_unit!r} cannot also be a --by column")
-    if args.counts and (args.count_column in by or args.count_column == args.privacy_unit or not args.count_column):
-        raise Fail(EXIT_USAGE, f"--count-column {args.count_column!r} clashes with an input column; "
-                               "choose another name with --count-column")
-    if args.counts and args.strategy not in ("release", "public", "mixed", "auto"):
-        raise Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release, "
-                               f"public or mixed); --strategy {args.strategy} selects keys only")
     options: dict[str, Any] = {"neighbours": args.neighbours}
-    if args.pre_threshold != 1:
-        if args.strategy in ("public", "mixed", "auto"):
-            raise Fail(EXIT_USAGE, f"--pre-threshold does not apply to --strategy {args.strategy}")
-        options["pre_threshold"] = args.pre_threshold
-    if args.public_threshold is not None:
-        options["public_threshold"] = args.public_threshold
+    # --pre-threshold and --public-threshold are the options of some strategies, given as flags.
+    known = args.strategy in strategy_names()
+    for flag, name, value, unset in (("--pre-threshold", "pre_threshold", args.pre_threshold, 1),
+                                     ("--public-threshold", "public_threshold", args.public_threshold, None)):
+        if value != unset:
+            if known and name not in strategy_options(args.strategy):
+                raise Fail(EXIT_USAGE, f"{flag} does not apply to --strategy {args.strategy}")
+            options[name] = value
     for item in args.option:
         name, sep, text = item.partition("=")
         if not sep or not name or name in options:
@@ -84,17 +70,16 @@ def check_parameters(args: argparse.Namespace) -> Any:
         except ValueError:
             raise Fail(EXIT_USAGE, f"--option {name}: expected a number, got {text!r}") from None
     try:
-        strat = build_strategy(args.strategy, args.epsilon, args.delta, args.max_partitions_contributed,
-                               args.counts, **options)
+        return plan_selection(privacy_unit=args.privacy_unit, by=list(args.by), epsilon=args.epsilon, delta=args.delta,
+                              max_partitions_contributed=args.max_partitions_contributed, strategy=args.strategy,
+                              counts=args.counts, count_column=args.count_column if args.counts else None,
+                              null_privacy_units="drop" if args.drop_null_privacy_units else "error",
+                              public_partitions=bool(args.public_partitions), **options)
     except (ValueError, TypeError) as exc:
         raise Fail(EXIT_USAGE, api_flags(str(exc))) from exc
     except OverflowError as exc:  # a number too large for a computation of the strategy
         raise Fail(EXIT_USAGE, f"the parameters are out of range for --strategy {args.strategy} ({exc}): lower "
                                "--max-partitions-contributed or the --option values") from exc
-    if args.counts and not strat.releases_counts:
-        raise Fail(EXIT_USAGE, f"--counts needs a strategy that releases noisy counts (--strategy release, "
-                               f"public or mixed); --strategy {args.strategy} selects keys only")
-    return strat
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from dpselect.ingest.frames import result_schema
     from dpselect.ingest.pipeline import release_table
     from dpselect.io.progress import Progress
+    from dpselect.mechanisms.protocols import RowMechanism
     from dpselect.ingest.rows import (
         ColumnTypeError,
         NullPrivacyUnitError,
@@ -123,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
     pa = import_pyarrow()
     # Everything the user typed is checked before the input is touched.
-    strat = check_parameters(args)
-    by = list(args.by)
+    plan = check_parameters(args)
+    strat = plan.strategy
+    by = plan.by
     try:
         in_fmt = detect_format(args.input, args.input_format, "input")
     except ValueError as exc:
@@ -196,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             "out. Nothing was released."
         )) from exc
     try:
-        if hasattr(strat, "select_sets"):  # a row mechanism: every user's set, weighted
+        if isinstance(strat, RowMechanism):  # every user's set, weighted
             from dpselect.ingest.pipeline import release_rows
 
             progress.phase("bounding and weighting")
@@ -207,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
             public = None
             if args.public_partitions:
-                partitions, public = _with_public(args, partitions, strat)
+                partitions, public = _with_public(args, partitions, plan.only_public)
             progress.phase("selecting")
             released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
                                      schema=schema, public=public)
@@ -337,7 +324,7 @@ def _finish_output(args: argparse.Namespace, counter: Any, released: Any, to_std
     return EXIT_OK
 
 
-def _with_public(args: argparse.Namespace, partitions: Any, strat: Any) -> Any:
+def _with_public(args: argparse.Namespace, partitions: Any, only_public: bool) -> Any:
     """Join the --public-partitions file's keys to the counted partitions."""
     from dpselect.io.files import ColumnError, InputError, detect_format, open_batches
     from dpselect.ingest.public_keys import with_public_partitions
@@ -349,7 +336,7 @@ def _with_public(args: argparse.Namespace, partitions: Any, strat: Any) -> Any:
         fmt = detect_format(args.public_partitions, None, "input")
         source = open_batches(args.public_partitions, fmt, by, args.batch_size, args.block_size or 1 << 20)
         table = pa.Table.from_batches(list(source.batches), schema=source.schema)
-        return with_public_partitions(partitions, table, only_public=strat.name == "public")
+        return with_public_partitions(partitions, table, only_public=only_public)
     except (InputError, OSError, pa.ArrowException) as exc:
         raise Fail(EXIT_INPUT, f"--public-partitions {args.public_partitions!r}: {exc}") from exc
     except (ColumnError, ValueError, TypeError) as exc:

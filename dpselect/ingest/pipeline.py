@@ -4,9 +4,10 @@ Pipeline: check the columns' types from the schema → export the needed columns
 (:mod:`dpselect.ingest.frames`) → factorize keys and bound each user to κ partitions while counting
 distinct users in C (:mod:`dpselect.ingest.rows`) → the selection strategy decides (π_opt,
 Desfontaines et al., "Differentially private partition selection", PoPETs 2022, Theorems 1–2;
-the k-TSGD thresholded release, Theorem 6; or any
-:class:`dpselect.mechanisms.SelectionStrategy`) → the kept keys, sorted by key, in the caller's
-frame type. See docs/rows.md and docs/privacy/contribution-bounding.md.
+the k-TSGD thresholded release, Theorem 6; or any mechanism of
+:mod:`dpselect.mechanisms.protocols`) → the kept keys, sorted by key, in the caller's frame type.
+Every parameter is checked first, once, by :func:`dpselect.ingest.plan.plan_selection`. See
+docs/rows.md and docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from dataclasses import dataclass
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpselect.ingest.frames import from_arrow, result_schema, to_arrow
+from dpselect.ingest.plan import build_strategy, check_columns, plan_selection
+from dpselect.mechanisms.protocols import CountMechanism, RowMechanism
 from dpselect.rng import resolve_rng
 from dpselect.ingest.rows import (
-    NULL_PRIVACY_UNITS,
     NullPrivacyUnitsDropped,
     PartitionCounts,
     RowCounter,
@@ -31,8 +33,7 @@ from dpselect.ingest.rows import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.core.guarantee import PrivacyGuarantee
-    from dpselect.mechanisms import SelectionStrategy
-    from dpselect.mechanisms.public import MixedRelease
+    from dpselect.mechanisms import SelectionMechanism
 
 __all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
 
@@ -40,76 +41,7 @@ GUARANTEE_METADATA_KEY = b"dpselect.guarantee"
 PRIVATE_METADATA_KEY = b"dpselect.privacy_guaranteed"
 
 
-def check_columns(privacy_unit: object, by: object, count_column: object) -> list[str]:
-    """Validated ``by`` as a list of names (ValueError/TypeError naming the parameter)."""
-    if not isinstance(privacy_unit, str) or not privacy_unit:
-        raise TypeError(f"privacy_unit must be a column name (non-empty str), got {privacy_unit!r}")
-    names = [by] if isinstance(by, str) else by
-    if not isinstance(names, (list, tuple)) or not names:
-        raise TypeError(f"by must be a column name or a non-empty list of column names, got {by!r}")
-    if not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"by must contain only non-empty column names (str), got {by!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"by names a column more than once: {list(names)}")
-    if privacy_unit in names:
-        raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a partition column in by")
-    if not isinstance(count_column, str) or not count_column:
-        raise TypeError(f"count_column must be a non-empty str, got {count_column!r}")
-    if count_column in names:
-        raise ValueError(f"count_column {count_column!r} collides with a partition column in by; choose another name")
-    if count_column == privacy_unit:
-        raise ValueError(f"count_column {count_column!r} is the privacy_unit column's name; choose another name")
-    return list(names)
-
-
-def build_strategy(
-    strategy: str | SelectionStrategy,
-    epsilon: float | None,
-    delta: float | None,
-    max_partitions_contributed: int | None,
-    counts: bool,
-    allow_no_release: bool = False,
-    **options: Any,
-) -> SelectionStrategy:
-    """The strategy object, validated before any data is read. ``options`` (``neighbours``,
-    ``pre_threshold``, ``public_threshold``, ...) go to :func:`dpselect.make_strategy`.
-
-    A strategy given by name needs ``epsilon`` and ``delta`` (κ defaults to 1); a strategy
-    object already carries its parameters, so they must be left out (a κ that disagrees with
-    the object's is an error rather than silently ignored)."""
-    from dpselect.mechanisms import make_strategy
-
-    if not isinstance(allow_no_release, bool):
-        raise TypeError(f"allow_no_release must be a bool, got {type(allow_no_release).__name__}")
-    if isinstance(strategy, str):
-        if epsilon is None or delta is None:
-            raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
-        kappa = 1 if max_partitions_contributed is None else max_partitions_contributed
-        if strategy == "auto":  # raw rows: a row mechanism may be the best choice, unless counts are wanted
-            options = {**options, "rows": True, "with_counts": counts}
-        strat = make_strategy(strategy, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa,
-                              allow_no_release=allow_no_release, **options)
-    else:
-        if epsilon is not None or delta is not None:
-            raise ValueError("a strategy object carries its own epsilon and delta: do not pass them too")
-        if allow_no_release or options:
-            raise ValueError("allow_no_release and mechanism options apply to a strategy given by name; a "
-                             "strategy object is built with its own (pass them to make_strategy)")
-        strat = make_strategy(strategy)
-        if max_partitions_contributed is not None and max_partitions_contributed != strat.max_partitions_contributed:
-            raise ValueError(
-                f"max_partitions_contributed={max_partitions_contributed} disagrees with the strategy's "
-                f"{strat.max_partitions_contributed}; leave it out when passing a strategy object"
-            )
-    if counts and not strat.releases_counts:
-        raise ValueError(
-            f"counts=True needs a strategy that releases noisy counts (e.g. 'release'); "
-            f"strategy {getattr(strat, 'name', strategy)!r} only selects partitions"
-        )
-    return strat
-
-
-def release_rows(sets: Any, keys_of: Any, strat: Any, *, rng: object = None, schema: Any = None) -> Any:
+def release_rows(sets: Any, keys_of: Any, strat: RowMechanism, *, rng: object = None, schema: Any = None) -> Any:
     """Apply a row mechanism (weighted selection, DP-SIPS, policies) to the users' sets; the
     kept keys, sorted by key, as a pyarrow Table whose schema metadata carries the guarantee."""
     keep = strat.select_sets(sets, rng=rng)
@@ -131,7 +63,7 @@ def release_rows(sets: Any, keys_of: Any, strat: Any, *, rng: object = None, sch
 
 def release_table(
     partitions: PartitionCounts,
-    strat: SelectionStrategy,
+    strat: CountMechanism,
     *,
     counts: bool,
     count_column: str = "noisy_count",
@@ -153,11 +85,7 @@ def release_table(
     private = partitions.counts if public is None else partitions.counts[~public]
     if np.any(private <= 0):  # rows.py drops them; a zero must never reach a private selection
         raise AssertionError("a partition with no remaining user reached the selection step")
-    if public is not None:
-        result = cast("MixedRelease", strat).apply(partitions.counts, rng=rng, public=public) if strat.name == "mixed" \
-            else strat.apply(partitions.counts, rng=rng)
-    else:
-        result = strat.apply(partitions.counts, rng=rng)
+    result = strat.apply(partitions.counts, rng=rng, public=public)
     keep = np.asarray(result.keep, dtype=bool)
     table = partitions.keys.filter(arrow_from_numpy(np.asarray(keep, dtype=np.bool_)))
     if counts:
@@ -174,7 +102,7 @@ def release_table(
     if schema is not None:
         table = table.cast(schema)
     # The rows were bounded here, so κ is enforced, not assumed of the caller.
-    guarantee = result.guarantee.enforced() if hasattr(result.guarantee, "enforced") else result.guarantee
+    guarantee = result.guarantee.enforced()
     metadata = {
         GUARANTEE_METADATA_KEY: str(guarantee).encode(),
         PRIVATE_METADATA_KEY: b"true" if _is_private(result.privacy_guaranteed, guarantee) else b"false",
@@ -193,7 +121,7 @@ class ReleasedTable:
 
 def _is_private(privacy_guaranteed: bool, guarantee: PrivacyGuarantee) -> bool:
     """True only for dpselect's own certified mechanism run on the secure CSPRNG."""
-    return bool(privacy_guaranteed) and bool(getattr(guarantee, "is_dp", True))
+    return bool(privacy_guaranteed) and guarantee.is_dp
 
 
 def select_partitions(
@@ -204,7 +132,7 @@ def select_partitions(
     epsilon: float | None = None,
     delta: float | None = None,
     max_partitions_contributed: int | None = None,
-    strategy: str | SelectionStrategy | None = None,
+    strategy: str | SelectionMechanism | None = None,
     counts: bool = False,
     count_column: str = "noisy_count",
     null_privacy_units: str = "error",
@@ -231,9 +159,10 @@ def select_partitions(
     near the threshold are biased upward: only partitions whose noise pushed them over it are
     shown; docs/privacy/tsgd-release.md). ``strategy="pi_opt"`` keeps each partition with the
     optimal probability π_opt(n) (same paper, Theorems 1–2; docs/privacy/pi-opt.md) and
-    releases no counts. Any object implementing ``dpselect.mechanisms.SelectionStrategy`` is
-    accepted. The statement is in the result's metadata (pandas ``attrs``, Arrow schema
-    metadata ``dpselect.guarantee``), with κ described as enforced.
+    releases no counts. Any mechanism object :func:`dpselect.make_strategy` returns (a count or a
+    row mechanism) is accepted, and so is a ``dpselect.mechanisms.SelectionStrategy`` it wraps.
+    The statement is in the result's metadata (pandas ``attrs``, Arrow schema metadata
+    ``dpselect.guarantee``), with κ described as enforced.
 
     Parameters
     ----------
@@ -293,23 +222,12 @@ def select_partitions(
     partition) pair); with integer privacy units, instead of the pair set and the user codes,
     12 bytes a row while the rows are grouped by user; see docs/rows.md.
     """
-    names = check_columns(privacy_unit, by, count_column)
-    if not isinstance(counts, bool):
-        raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
-    if null_privacy_units not in NULL_PRIVACY_UNITS:
-        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
-    if strategy is None:
-        strategy = "public" if public_partitions is not None else "release"
-    if public_partitions is not None and getattr(strategy, "name", strategy) not in ("public", "mixed"):
-        raise ValueError("public_partitions needs strategy='public' (only the listed keys) or 'mixed' (the "
-                         f"listed keys and the data's own), got strategy={strategy!r}")
-    if public_partitions is None and getattr(strategy, "name", strategy) in ("public", "mixed"):
-        raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
-    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts, allow_no_release,
-                           **options)
-    if not isinstance(report, bool):
-        raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    half_width = _count_half_width(strat, counts, confidence_level)
+    plan = plan_selection(privacy_unit=privacy_unit, by=by, epsilon=epsilon, delta=delta,
+                          max_partitions_contributed=max_partitions_contributed, strategy=strategy, counts=counts,
+                          count_column=count_column, null_privacy_units=null_privacy_units,
+                          allow_no_release=allow_no_release, public_partitions=public_partitions is not None,
+                          confidence_level=confidence_level, report=report, **options)
+    names, strat, half_width = plan.by, plan.strategy, plan.ci_half_width
     rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, privacy_unit, names)
     schema = result_schema(table.schema, names, count_column if counts else None)
@@ -318,16 +236,14 @@ def select_partitions(
         schema = schema.append(pa.field(f"{count_column}_ci_low", pa.int64()))
         schema = schema.append(pa.field(f"{count_column}_ci_high", pa.int64()))
     if budget is not None:
-        _charge(budget, strat, epsilon, delta, names)
+        plan.charge(budget, f"select_partitions(by={names})")
     from_arrow(schema.empty_table(), kind)  # a result that cannot be converted back fails now, not after the work
     counter = RowCounter(privacy_unit, names, expected_rows=table.num_rows,
                          null_privacy_units=null_privacy_units)  # type: ignore[arg-type]
     counter.feed(table, final=True)  # the whole input: integer users are grouped in memory
     del table  # the exported columns are no longer needed: lower the peak
     pairs = counter.n_pairs
-    if hasattr(strat, "select_sets"):  # a row mechanism: it needs every user's set, not counts
-        if report:
-            raise ValueError(f"report=True needs a count-based strategy; {strat.name!r} selects from users' sets")
+    if isinstance(strat, RowMechanism):  # it needs every user's set, not counts
         sets, keys_of = counter.user_sets()
         warn_dropped(counter, privacy_unit)
         released = release_rows(sets, keys_of, strat, rng=rng, schema=schema)
@@ -340,7 +256,7 @@ def select_partitions(
     if public_partitions is not None:
         from dpselect.ingest.public_keys import with_public_partitions
 
-        partitions, public = with_public_partitions(partitions, public_partitions, only_public=strat.name == "public")
+        partitions, public = with_public_partitions(partitions, public_partitions, only_public=plan.only_public)
     released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
                              public=public, ci_half_width=half_width, keep_mask=report)
     out = from_arrow(released.table if report else released, kind)
@@ -353,36 +269,6 @@ def select_partitions(
     return out, SelectionReport.build(rows=counter.rows - counter.null_unit_rows, null_unit_rows=counter.null_unit_rows,
                                       pairs=pairs, users=counter.n_users, counts=partitions.counts[private],
                                       released=released.keep_mask[private], strategy=strat, kappa=strat.max_partitions_contributed)
-
-
-def _count_half_width(strat: Any, counts: bool, confidence_level: float | None) -> int | None:
-    """The half-width of the noisy counts' interval at ``confidence_level`` (None: not asked)."""
-    if confidence_level is None:
-        return None
-    if isinstance(confidence_level, bool) or not isinstance(confidence_level, float) or not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
-    table = getattr(strat, "table", None)
-    if not counts or table is None:
-        raise ValueError("confidence_level needs counts=True and a strategy that draws TSGD noise ('release', "
-                         f"'public', 'mixed'), got counts={counts}, strategy={getattr(strat, 'name', strat)!r}")
-    from dpselect.aggregation.intervals import tsgd_half_width
-
-    return tsgd_half_width(table, confidence_level)
-
-
-def _charge(budget: Any, strat: Any, epsilon: float | None, delta: float | None, names: list[str]) -> None:
-    """Charge the release's (ε, δ) to an accountant before any work."""
-    from dpselect.aggregation.budget import Budget
-    from dpselect.core.exact import as_fraction
-
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
-    params = getattr(strat, "params", None)
-    eps = as_fraction(epsilon) if epsilon is not None else getattr(params, "epsilon_exact", None)
-    dlt = as_fraction(delta) if delta is not None else getattr(params, "delta_exact", None)
-    if eps is None or dlt is None:
-        raise ValueError("budget= needs epsilon and delta (or a strategy that carries them)")
-    budget.charge(eps, dlt, what=f"select_partitions(by={names})")
 
 
 def warn_dropped(counter: RowCounter, privacy_unit: str) -> None:

@@ -1,4 +1,6 @@
-"""Every partition-selection mechanism behind one interface (docs/privacy/).
+"""Every partition-selection mechanism behind one interface (docs/privacy/): a
+:class:`CountMechanism` (``apply`` on counts) or a :class:`RowMechanism` (``select_sets`` on each
+user's set of partitions), :data:`SelectionMechanism` for either (:mod:`.protocols`).
 
 Count-based, on arrays of distinct-user counts (:func:`make_strategy` by name):
 
@@ -22,9 +24,16 @@ Internal: not part of the public API (the README's "What semver covers"); import
 from dpselect.mechanisms.base import (
     NoRelease,
     SelectionResult,
-    SelectionStrategy,
     TabledSelection,
     UserSuppliedStrategy,
+)
+from dpselect.mechanisms.protocols import (
+    CountMechanism,
+    IndependentSelection,
+    Mechanism,
+    RowMechanism,
+    SelectionMechanism,
+    SelectionStrategy,
 )
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.laplace import LaplaceThresholding
@@ -36,6 +45,11 @@ from dpselect.mechanisms.tsgd import TSGDRelease
 from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace
 
 __all__ = [
+    "Mechanism",
+    "CountMechanism",
+    "IndependentSelection",
+    "RowMechanism",
+    "SelectionMechanism",
     "SelectionResult",
     "SelectionStrategy",
     "TabledSelection",

@@ -1,10 +1,12 @@
-"""The one interface every partition-selection mechanism implements, and what they share.
+"""What the built-in partition-selection mechanisms share.
 
 A strategy is built from validated privacy parameters (its builder checks them, like Google's
 ``PartitionSelectionStrategy`` builders), owns the certified table or noise it samples from, and
-carries its privacy guarantee (like an OpenDP measurement carries its privacy map). Front ends
-(:func:`dpselect.select`, :func:`dpselect.release`, ``select_partitions``, the CLI) only talk
-to this interface.
+carries its privacy guarantee (like an OpenDP measurement carries its privacy map). It
+implements one of the interfaces of :mod:`dpselect.mechanisms.protocols`
+(:class:`~dpselect.mechanisms.protocols.CountMechanism` or
+:class:`~dpselect.mechanisms.protocols.RowMechanism`); front ends (:func:`dpselect.select`,
+:func:`dpselect.release`, ``select_partitions``, ``aggregate``, Spark, the CLI) only talk to those.
 
 Count-based mechanisms decide each partition from its number of distinct users n alone; most
 of them are :class:`TabledSelection`: keep with probability q[n] / 2^w from a certified
@@ -12,10 +14,11 @@ fixed-point table, sampled by the C kernel with an exact lazy Bernoulli draw.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -24,12 +27,15 @@ from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
 from dpselect.core.guarantee import PAPER, PrivacyGuarantee
 from dpselect.core.params import PrivacyParams
+from dpselect.mechanisms.protocols import (CountMechanism, IndependentSelection, PublicPartitionsUse, SelectionStrategy,
+                                           public_mask)
 from dpselect.rng import resolve_rng
 from dpselect.core.tables import KeepTable
 
 __all__ = [
     "SelectionResult",
     "SelectionStrategy",
+    "BuiltInMechanism",
     "TabledSelection",
     "NoRelease",
     "UserSuppliedStrategy",
@@ -95,57 +101,55 @@ def users_for_probability(probability: Callable[[int], Fraction], level: object,
     return hi
 
 
-@runtime_checkable
-class SelectionStrategy(Protocol):
-    """What every selection mechanism provides."""
+class BuiltInMechanism:
+    """A mechanism dpselect builds (every class of :mod:`dpselect.mechanisms`). Pickling one
+    (Spark ships it to its executors) records its constructor's arguments and builds it again
+    there, once per process: its kernel handles do not pickle, and building runs the same checks
+    and the same exact certification, so the copy is the same mechanism."""
 
-    name: str
-    params: PrivacyParams
+    _arguments: tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
 
-    @property
-    def max_partitions_contributed(self) -> int: ...
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        self._arguments = (args, tuple(sorted(kwargs.items())))
+        return self
 
-    @property
-    def count_cap(self) -> int | None:
-        """Counts >= count_cap are treated alike, so counting may stop there; None: exact
-        counts are needed (the strategy releases them)."""
-
-    @property
-    def releases_counts(self) -> bool: ...
-
-    @property
-    def guarantee(self) -> PrivacyGuarantee: ...
-
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult: ...
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, options = self._arguments
+        return rebuild, (type(self), args, options)
 
 
-class TabledSelection:
+@functools.lru_cache(maxsize=64)
+def _rebuilt(cls: type, args: tuple[Any, ...], options: tuple[tuple[str, Any], ...]) -> Any:
+    return cls(*args, **dict(options))
+
+
+def rebuild(cls: type, args: tuple[Any, ...], options: tuple[tuple[str, Any], ...]) -> Any:
+    """The mechanism ``cls(*args, **options)``, built once per process (mechanisms are immutable)."""
+    try:
+        hash((cls, args, options))
+    except TypeError:  # an unhashable argument: built each time
+        return cls(*args, **dict(options))
+    return _rebuilt(cls, args, options)
+
+
+class TabledSelection(BuiltInMechanism, IndependentSelection):
     """Keep/drop from a certified keep table: partition i is kept with probability
     q[min(n_i, N - 1)] / 2^w (OR-ed with n_i >= N when the table's tail is certain), each
     decision an exact Bernoulli draw in the C kernel. Subclasses build the table and state the
     guarantee; everything else — the kernel call, ``out=``, keep probabilities — is here."""
 
-    name: str
     releases_counts = False
     table: KeepTable
-    params: PrivacyParams
 
     def _load(self, table: KeepTable) -> None:
         self.table = table
         self._handle = table.handle()  # the kernel's private copy
 
     @property
-    def max_partitions_contributed(self) -> int:
-        return self.params.max_partitions_contributed
-
-    @property
     def count_cap(self) -> int:
         """Counts >= N behave alike (kept surely, or with the last entry's probability)."""
         return self.table.length
-
-    @property
-    def guarantee(self) -> PrivacyGuarantee:
-        raise NotImplementedError
 
     def keep_probability(self, counts: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """The kernel's exact keep probability for each count, rounded to float64."""
@@ -186,23 +190,29 @@ class TabledSelection:
         run_batched(kernel, arr, [keep], parallel=state is None)
         return keep
 
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
-        keep = self.select(counts, rng=rng)
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None,
+              public: npt.ArrayLike | None = None) -> SelectionResult:
+        arr = as_counts(counts)
+        public_mask(public, arr.shape, self.public_partitions, self.name)
+        keep = self.select(arr, rng=rng)
         return result_for(keep, None, self.guarantee, rng)
 
 
-class NoRelease:
+class NoRelease(BuiltInMechanism, IndependentSelection):
     """δ = 0 with allow_no_release=True: pure DP can release no data-dependent key set
-    (Theorem 2), so nothing is kept and no randomness is used."""
+    (Theorem 2), so nothing is kept and no randomness is used. It stands for the mechanism
+    ``name`` (which keys it would take, whether it would release counts)."""
 
-    def __init__(self, params: PrivacyParams, name: str, releases_counts: bool) -> None:
+    def __init__(self, params: PrivacyParams, name: str, releases_counts: bool,
+                 public_partitions: PublicPartitionsUse = "none") -> None:
         self.params = params
         self.name = name
-        self.releases_counts = releases_counts
+        self._releases_counts = releases_counts
+        self.public_partitions = public_partitions
 
     @property
-    def max_partitions_contributed(self) -> int:
-        return self.params.max_partitions_contributed
+    def releases_counts(self) -> bool:
+        return self._releases_counts
 
     @property
     def count_cap(self) -> int | None:
@@ -231,8 +241,10 @@ class NoRelease:
         users_for_probability(lambda n: Fraction(0), probability, 0)  # the same checks of probability
         return None
 
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None,
+              public: npt.ArrayLike | None = None) -> SelectionResult:
         arr = check_counts(counts)
+        public_mask(public, arr.shape, self.public_partitions, self.name)
         noisy = np.zeros(arr.shape, np.int64) if self.releases_counts else None
         return result_for(np.zeros(arr.shape, bool), noisy, self.guarantee, rng)
 
@@ -240,14 +252,15 @@ class NoRelease:
         return f"NoRelease({self.name!r}, delta=0: releases nothing; {self.params!r})"
 
 
-class UserSuppliedStrategy:
+class UserSuppliedStrategy(CountMechanism):
     """A strategy dpselect did not build, passed through ``make_strategy``. Its own privacy
     claim is relayed, labelled "user-supplied, not certified by dpselect", and its results
-    are checked for shape and type (a wrong result must not be published as if it were right)."""
+    are checked for shape and type (a wrong result must not be published as if it were right).
+    It selects from the data's keys only (no public partitions)."""
 
     def __init__(self, inner: SelectionStrategy) -> None:
         self.inner = inner
-        self.name = f"user-supplied {getattr(inner, 'name', type(inner).__name__)}"
+        self.name = f"user-supplied {inner.name}"
         self.params = inner.params
 
     @property
@@ -275,8 +288,10 @@ class UserSuppliedStrategy:
             certified=False, notes=f"Its own statement: {claim}",
         )
 
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None,
+              public: npt.ArrayLike | None = None) -> SelectionResult:
         arr = as_counts(counts)
+        public_mask(public, arr.shape, self.public_partitions, self.name)
         result = self.inner.apply(arr, rng=rng)
         keep = np.asarray(result.keep)
         if keep.dtype != np.bool_ or keep.shape != arr.shape:

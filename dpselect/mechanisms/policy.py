@@ -83,6 +83,11 @@ class _Policy(_RowMechanism):
     _update: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
     _draws: Callable[[npt.NDArray[np.int64], object | None], npt.NDArray[np.bool_]]
 
+    @property
+    def base(self) -> WeightedGaussian | WeightedLaplace:
+        """The weighted mechanism whose threshold ρ and noise this one uses."""
+        return self._base
+
     def _guarantee_text(self, mechanism: str) -> PrivacyGuarantee:
         return PrivacyGuarantee(
             mechanism=mechanism, epsilon=float(self.params.epsilon_exact), delta_exact=self._base.certified_delta,

@@ -25,7 +25,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.core.guarantee import PAPER, PrivacyGuarantee
-from dpselect.mechanisms.base import SelectionResult, result_for
+from dpselect._arrays import as_counts
+from dpselect.mechanisms.base import SelectionResult, check_counts, result_for
+from dpselect.mechanisms.protocols import IndependentSelection, public_mask
 from dpselect.mechanisms.tsgd import NoisyRelease
 from dpselect.core.params import PrivacyParams
 from dpselect.core.tables import tsgd_table
@@ -33,14 +35,17 @@ from dpselect.core.tables import tsgd_table
 __all__ = ["PublicPartitions", "MixedRelease"]
 
 
-class PublicPartitions(NoisyRelease):
+class PublicPartitions(NoisyRelease, IndependentSelection):
     """Every public partition with its TSGD-noised count, present in the data or not.
 
     Guarantee: the noisy counts of the listed partitions are (ε, δ)-DP for adding or removing one
     user (in at most κ partitions), δ the certified δ of the TSGD table composed over κ
-    (docs/privacy/public-partitions.md). No key set is selected: the keys are the caller's list."""
+    (docs/privacy/public-partitions.md). No key set is selected: the keys are the caller's list,
+    so every count it is given must be a listed key's (``apply``'s ``public`` mask, when given,
+    must be all True)."""
 
     name = "public"
+    public_partitions = "only"
 
     def __init__(self, params: PrivacyParams) -> None:
         self.params = params
@@ -65,8 +70,6 @@ class PublicPartitions(NoisyRelease):
         )
 
     def keep_probability(self, counts: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        from dpselect.mechanisms.base import check_counts
-
         return np.ones(check_counts(counts, "n").shape, np.float64)
 
     @property
@@ -78,8 +81,11 @@ class PublicPartitions(NoisyRelease):
                 rng: object | None = None) -> tuple[np.ndarray, np.ndarray]:
         return self._draw(counts, -self.k, True, out, rng)
 
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
-        keep, noisy = self.release(counts, rng=rng)
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None,
+              public: npt.ArrayLike | None = None) -> SelectionResult:
+        arr = as_counts(counts)
+        public_mask(public, arr.shape, self.public_partitions, self.name)
+        keep, noisy = self.release(arr, rng=rng)
         return result_for(keep, noisy, self.guarantee, rng)
 
     def __repr__(self) -> str:
@@ -95,6 +101,7 @@ class MixedRelease(NoisyRelease):
     false negatives); between, neither holds. Default: k (no false positives)."""
 
     name = "mixed"
+    public_partitions = "mixed"
 
     def __init__(self, params: PrivacyParams, public_threshold: int | None = None) -> None:
         self.params = params

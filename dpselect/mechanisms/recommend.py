@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from dpselect.core.params import validate_params
+from dpselect.mechanisms.base import TabledSelection
+from dpselect.mechanisms.gaussian import GaussianThresholding
+from dpselect.mechanisms.tsgd import TSGDRelease
+from dpselect.mechanisms.weighted import DPSIPS
 
 if TYPE_CHECKING:
     from dpselect.mechanisms.gaussian import GaussianThresholding
@@ -96,10 +100,9 @@ def _crossing(probability: Any, level: float, limit: int) -> float:
 
 def keep_curve_points(strategy: Any, levels: tuple[float, ...] = (0.05, 0.5, 0.95)) -> tuple[float, ...]:
     """Where a count-based strategy's exact keep probability reaches each level."""
-    probability = getattr(strategy, "exact_keep_probability", None)
-    if probability is None:
+    if not isinstance(strategy, (TabledSelection, TSGDRelease)):  # no keep curve rising with n to read
         return tuple(float("nan") for _ in levels)
-    return tuple(_crossing(probability, level, 1 << 40) for level in levels)
+    return tuple(_crossing(strategy.exact_keep_probability, level, 1 << 40) for level in levels)
 
 
 def recommend(
@@ -150,6 +153,7 @@ def recommend(
                                                 max_partitions_contributed=max_partitions_contributed))
         except ValueError:
             return base
+        assert isinstance(sips, DPSIPS)
         last = list(sips.thresholds.values())[-1]
         reason = (f"On raw rows, DP-SIPS ({sips.rounds} rounds, ratio {sips.ratio:g}; last-round threshold "
                   f"{last:.4g} on the weighted count): Gaussian thresholding's midpoint ({joint:.2f}) is at most "
@@ -173,9 +177,10 @@ def recommend(
         q05, mid, q95 = keep_curve_points(strategy)
         chosen_options = dict(options)
         if options.get("noise_share") == "optimal":
-            chosen_options["noise_share"] = cast("GaussianThresholding", strategy).noise_share
+            assert isinstance(strategy, GaussianThresholding)  # the one strategy with that option
+            chosen_options["noise_share"] = strategy.noise_share
         built.append(Candidate(label, name, chosen_options, q05, mid, q95, strategy.releases_counts,
-                               dict(getattr(strategy, "thresholds", {}))))
+                               dict(strategy.thresholds)))
     if not built:
         raise ValueError("no mechanism can run at these parameters; raise epsilon or delta, or lower "
                          "max_partitions_contributed")

@@ -1,24 +1,26 @@
 """Build any mechanism by name from validated parameters (Google's builders' role): one place
-that knows every count-based strategy, its options and its δ = 0 behaviour."""
+that knows every strategy, its options and its δ = 0 behaviour."""
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from dpselect.mechanisms.base import NoRelease, SelectionStrategy, UserSuppliedStrategy
+from dpselect.mechanisms.base import BuiltInMechanism, NoRelease, UserSuppliedStrategy
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.laplace import LaplaceThresholding
 from dpselect.mechanisms.pi_opt import PiOptSelection
+from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism, SelectionStrategy
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.public import MixedRelease, PublicPartitions
 from dpselect.mechanisms.tsgd import TSGDRelease
 from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
 from dpselect.core.params import PrivacyParams, validate_params
 
-__all__ = ["STRATEGIES", "ROW_STRATEGIES", "make_strategy", "BUILT_IN", "is_row_strategy"]
+__all__ = ["STRATEGIES", "ROW_STRATEGIES", "make_strategy", "BUILT_IN", "is_row_strategy", "strategy_options",
+           "COUNT_RELEASES"]
 
 # Count-based strategies: each decides a partition from its distinct-user count.
-STRATEGIES: dict[str, type] = {
+STRATEGIES: dict[str, type[CountMechanism]] = {
     "pi_opt": PiOptSelection,
     "release": TSGDRelease,
     "laplace": LaplaceThresholding,
@@ -28,7 +30,7 @@ STRATEGIES: dict[str, type] = {
 }
 # Row strategies: each needs every user's set of partitions, so they run on raw rows
 # (select_partitions, the CLI, or select_rows on code arrays), not on counts.
-ROW_STRATEGIES: dict[str, type] = {
+ROW_STRATEGIES: dict[str, type[RowMechanism]] = {
     "weighted_gaussian": WeightedGaussian,
     "weighted_laplace": WeightedLaplace,
     "dp_sips": DPSIPS,
@@ -49,13 +51,21 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "policy_gaussian": ("alpha",),
     "policy_laplace": ("alpha",),
 }
+_CLASSES: dict[str, Any] = {**STRATEGIES, **ROW_STRATEGIES}  # each built as cls(params, **options)
 BUILT_IN = (*STRATEGIES.values(), *ROW_STRATEGIES.values(), NoRelease)
+# The strategies that publish a noisy count with every released key.
+COUNT_RELEASES = ("release", "public", "mixed")
 
 
 def is_row_strategy(strategy: object) -> bool:
     """True for mechanisms that need each user's set of partitions (not just counts)."""
-    return strategy in ROW_STRATEGIES if isinstance(strategy, str) else hasattr(strategy, "select_sets")
-_RELEASES_COUNTS = {"release", "public", "mixed"}
+    return strategy in ROW_STRATEGIES if isinstance(strategy, str) else isinstance(strategy, RowMechanism)
+
+
+def strategy_options(name: str) -> tuple[str, ...]:
+    """The options the strategy ``name`` takes beyond the privacy parameters (none for "auto",
+    whose choice brings its own; none for a name that is not a strategy's)."""
+    return _OPTIONS.get(name, ())
 
 
 def _check_pre_threshold(value: object) -> int:
@@ -67,7 +77,7 @@ def _check_pre_threshold(value: object) -> int:
 
 
 def make_strategy(
-    strategy: str | SelectionStrategy,
+    strategy: str | SelectionMechanism | SelectionStrategy,
     *,
     epsilon: float | None = None,
     delta: float | None = None,
@@ -78,9 +88,12 @@ def make_strategy(
     rows: bool = False,
     with_counts: bool = False,
     **options: Any,
-) -> SelectionStrategy:
+) -> SelectionMechanism:
     """Build a strategy by name from validated parameters, or pass an already built strategy
-    through (then the parameters must be omitted).
+    through (then the parameters must be omitted). Returns a
+    :class:`~dpselect.mechanisms.protocols.CountMechanism` or a
+    :class:`~dpselect.mechanisms.protocols.RowMechanism`, accepted by every front end that
+    accepts its name.
 
     Names: "pi_opt", "release" (TSGD, noisy counts), "laplace", "gaussian", "public",
     "mixed", and "auto" (the one :func:`dpselect.recommend` picks) act on counts; the row
@@ -91,19 +104,20 @@ def make_strategy(
     ``sigma_accuracy`` (gaussian), ``public_threshold`` (mixed). ``neighbours="replace"`` gives
     bounded DP. ``rows=True`` tells "auto" that each user's set of partitions is available (raw
     rows), so it may choose a row mechanism; ``with_counts=True`` makes it choose one that releases
-    noisy counts. A strategy object dpselect did not build is wrapped in
+    noisy counts. A count strategy object dpselect did not build (any
+    :class:`~dpselect.mechanisms.protocols.SelectionStrategy`) is wrapped in
     :class:`UserSuppliedStrategy`: its guarantee is relayed as user-supplied, never certified."""
     if not isinstance(strategy, str):
+        if isinstance(strategy, UserSuppliedStrategy) or (isinstance(strategy, BuiltInMechanism)
+                                                          and isinstance(strategy, (CountMechanism, RowMechanism))):
+            _no_parameters(epsilon, delta, options)
+            return strategy
         if not isinstance(strategy, SelectionStrategy):
             raise TypeError(
-                f"strategy must be one of {sorted(STRATEGIES) + ['auto']} or a SelectionStrategy, "
-                f"got {type(strategy).__name__}"
+                f"strategy must be one of {sorted(STRATEGIES) + ['auto'] + sorted(ROW_STRATEGIES)}, a mechanism "
+                f"built by make_strategy, or a SelectionStrategy, got {type(strategy).__name__}"
             )
-        if epsilon is not None or delta is not None or options:
-            raise ValueError("a strategy object carries its own parameters: pass epsilon, delta and options "
-                             "to it, not here")
-        if isinstance(strategy, (*BUILT_IN, UserSuppliedStrategy)):
-            return strategy
+        _no_parameters(epsilon, delta, options)
         return UserSuppliedStrategy(strategy)
     if epsilon is None or delta is None:
         raise TypeError("epsilon and delta are required")
@@ -137,11 +151,18 @@ def make_strategy(
                 "2022: under pure DP the set of keys itself cannot depend on the data). Use delta > 0, or pass "
                 "allow_no_release=True to get an empty selection on purpose."
             )
-        return NoRelease(params, strategy, releases_counts=strategy in _RELEASES_COUNTS)
+        return NoRelease(params, strategy, releases_counts=strategy in COUNT_RELEASES,
+                         public_partitions=_CLASSES[strategy].public_partitions)
     return _built(strategy, params, tuple(sorted(options.items())))
 
 
+def _no_parameters(epsilon: object, delta: object, options: dict[str, Any]) -> None:
+    if epsilon is not None or delta is not None or options:
+        raise ValueError("a strategy object carries its own parameters: pass epsilon, delta and options "
+                         "to it, not here")
+
+
 @functools.lru_cache(maxsize=64)
-def _built(name: str, params: PrivacyParams, options: tuple[tuple[str, Any], ...]) -> SelectionStrategy:
+def _built(name: str, params: PrivacyParams, options: tuple[tuple[str, Any], ...]) -> SelectionMechanism:
     """Strategies are immutable, so one instance per parameter set serves every call."""
-    return {**STRATEGIES, **ROW_STRATEGIES}[name](params, **dict(options))
+    return _CLASSES[name](params, **dict(options))

@@ -12,7 +12,8 @@ import numpy.typing as npt
 from dpselect import _kernel
 from dpselect._arrays import as_counts, check_out, run_batched
 from dpselect.core.guarantee import PAPER, PrivacyGuarantee
-from dpselect.mechanisms.base import SelectionResult, check_counts, result_for, users_for_probability
+from dpselect.mechanisms.base import BuiltInMechanism, SelectionResult, check_counts, result_for, users_for_probability
+from dpselect.mechanisms.protocols import CountMechanism, IndependentSelection, public_mask
 from dpselect.core.params import PrivacyParams
 from dpselect.rng import resolve_rng
 from dpselect.core.tables import TSGDTable, tsgd_table
@@ -20,13 +21,12 @@ from dpselect.core.tables import TSGDTable, tsgd_table
 __all__ = ["TSGDRelease", "NoisyRelease"]
 
 
-class NoisyRelease:
+class NoisyRelease(BuiltInMechanism, CountMechanism):
     """Drawing n + X for every count from a certified TSGD table and publishing it by a rule:
     n + X > threshold, or always. The shared machinery of the TSGD release, public partitions
     and the mixed release."""
 
     table: TSGDTable
-    params: PrivacyParams
     releases_counts = True
     count_cap = None
 
@@ -38,10 +38,6 @@ class NoisyRelease:
     def k(self) -> int:
         """The noise is X ∈ [−k, k] (and k is the release threshold of the plain release)."""
         return self.table.k
-
-    @property
-    def max_partitions_contributed(self) -> int:
-        return self.params.max_partitions_contributed
 
     def _draw(self, counts: npt.ArrayLike, threshold: int, keep_all: bool,
               out: tuple[np.ndarray, np.ndarray] | None, rng: object | None) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +80,7 @@ class NoisyRelease:
         return self._upper_tail[t + self.k]
 
 
-class TSGDRelease(NoisyRelease):
+class TSGDRelease(NoisyRelease, IndependentSelection):
     """Thresholded release with k-truncated symmetric geometric noise.
 
     For every partition present, X ~ TSGD(ε', k) is drawn from the certified integer table
@@ -169,8 +165,11 @@ class TSGDRelease(NoisyRelease):
                 rng: object | None = None) -> tuple[np.ndarray, np.ndarray]:
         return self._draw(counts, self.release_threshold, False, out, rng)
 
-    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None) -> SelectionResult:
-        keep, noisy = self.release(counts, rng=rng)
+    def apply(self, counts: npt.ArrayLike, *, rng: object | None = None,
+              public: npt.ArrayLike | None = None) -> SelectionResult:
+        arr = as_counts(counts)
+        public_mask(public, arr.shape, self.public_partitions, self.name)
+        keep, noisy = self.release(arr, rng=rng)
         return result_for(keep, noisy, self.guarantee, rng)
 
     def __repr__(self) -> str:

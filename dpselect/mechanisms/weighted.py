@@ -35,8 +35,10 @@ from dpselect import _weighted
 from dpselect.core.exact import exp_lower
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.core.limits import MAX_WEIGHTED_THRESHOLD, epsilon_too_small, log_inverse
+from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.gaussian import (MAX_GAUSSIAN_EPSILON, agm_delta_upper, certified_sigma, gaussian_threshold,
                                           google_sigma)
+from dpselect.mechanisms.protocols import RowMechanism
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
 from dpselect.core.params import PrivacyParams, _composition_delta
 from dpselect.rng import resolve_rng
@@ -106,17 +108,11 @@ def _histogram(sets: UserSets, kappa: int, weights: npt.NDArray[np.int64], exclu
     return histogram
 
 
-class _RowMechanism:
+class _RowMechanism(BuiltInMechanism, RowMechanism):
     """What every row mechanism shares: parameters, guarantee plumbing, the entry point."""
 
-    name: str
-    params: PrivacyParams
     releases_counts = False
     certified_delta: Fraction
-
-    @property
-    def max_partitions_contributed(self) -> int:
-        return self.params.max_partitions_contributed
 
     def _guarantee(self, mechanism: str, reference: str) -> PrivacyGuarantee:
         p = self.params
@@ -126,9 +122,6 @@ class _RowMechanism:
                                 contribution_bound="enforced",  # every user's set is bounded inside
                                 certificate="with rational bounds on the noise's delta and the thresholds' tails; "
                                             "every decision is an exact draw on its tail probability")
-
-    def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
-        raise NotImplementedError
 
     def select_rows(self, users: npt.ArrayLike, partitions: npt.ArrayLike, n_partitions: int | None = None,
                     rng: object | None = None) -> npt.NDArray[np.bool_]:
@@ -381,9 +374,9 @@ class DPSIPS(_RowMechanism):
     rounds: int
     ratio: float
     sigma: Fraction
-    sigmas: list[Fraction]  # σ_j of round j
+    sigmas: list[Fraction]  # each round's σ_j
+    rhos: list[int]  # each round's threshold, in 2^-32 units
     weights: npt.NDArray[np.int64]
-    rhos: list[int]  # round j's threshold, in units of 2^-32
 
     def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.1, noise_share: float = 0.5) -> None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:

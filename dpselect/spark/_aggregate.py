@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
+from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
 from dpselect.spark._bounding import J, ReleaseKey, ValueSpec, index_identical_rows, keep_first, with_ranks
 from dpselect.spark._bounds import VALUES, histograms, sum_values
@@ -188,7 +189,7 @@ def aggregate(
     max_partitions_contributed: int | None = None,
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
-    strategy: str = "pi_opt",
+    strategy: str | CountMechanism = "pi_opt",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
@@ -203,9 +204,10 @@ def aggregate(
     (docs/privacy/aggregate.md): each user is bounded once (κ keys, then at most
     L∞ = ``max_contributions_per_partition`` rows in each kept key, uniform subsets drawn with
     the package CSPRNG on the executors), keys are selected by ``strategy`` on the bounded user
-    counts with the selection's share of ε and all of δ, a value column of a sum or mean given
-    no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its "bounds:<column>"
-    share; docs/privacy/approx-bounds.md), and every metric gets exact discrete Laplace noise of
+    counts with the selection's share of ε and all of δ (a mechanism built by
+    :func:`dpselect.make_strategy` spends its own (ε, δ), as on one machine), a value column
+    of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
+    "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete Laplace noise of
     scale κ·Δ/ε_m (Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
     units; a mean spends half its share on each of a sum of offsets and a row count). The budget
     is split by ``weights`` exactly as on one machine, and ``budget`` (a :class:`dpselect.Budget`)
@@ -247,7 +249,7 @@ def aggregate(
                           **({} if precision_bits is None else {"precision_bits": precision_bits}),
                           null_privacy_units=null_privacy_units)
     names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
-    auto_columns, shares, strat, sel_args = plan.auto_columns, plan.shares, plan.strategy, plan.strategy_args
+    auto_columns, shares, strat = plan.auto_columns, plan.shares, plan.strategy
     eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
     confidence_level = plan.confidence_level
     if auto_columns and bounds_scope == "partition":
@@ -259,8 +261,6 @@ def aggregate(
                          f"bounds are found privately ({auto_columns}): a user's kept values in a key are held in "
                          f"one Spark array, of at most {_MAX_LIST} values. Give those metrics bounds=(lower, upper), "
                          "or lower max_contributions_per_partition")
-    if sel_args is not None:
-        sel_args = (*sel_args, ())
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
     check_names(df, plan.input_columns(), plan.output_columns)
     check_no_speculation(df)
@@ -319,7 +319,7 @@ def aggregate(
         per_key = join_public(per_key, public, keys, stats, only_public=not report)
 
     release = Release(keys, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
-                       confidence_level, sel_args, spec, public is not None, report, labels=plan.metric_labels(),
+                       confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
                        unbounded=tuple(unbounded))
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:

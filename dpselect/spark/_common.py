@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from dpselect._optional import require
-from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, build_strategy
+from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY
+from dpselect.mechanisms.base import BuiltInMechanism
+from dpselect.mechanisms.protocols import CountMechanism, RowMechanism
 from dpselect.rng import SecureRNG, resolve_rng
 from dpselect.ingest.rows import NullPrivacyUnitsDropped
 
@@ -150,18 +152,6 @@ def arrow_of(wide: Any) -> Any:
     return pa.Array.from_buffers(pa.decimal128(SUM_DIGITS, 0), wide.shape[0], [None, pa.py_buffer(words.tobytes())])
 
 
-_STRATEGY_CACHE: dict[tuple[Any, ...], Any] = {}
-
-
-def executor_strategy(args: tuple[Any, ...]) -> Any:
-    """The strategy rebuilt on the executor (its kernel tables do not pickle), once per worker."""
-    strat = _STRATEGY_CACHE.get(args)
-    if strat is None:
-        name, epsilon, delta, kappa, counts, allow, options = args
-        strat = _STRATEGY_CACHE[args] = build_strategy(name, epsilon, delta, kappa, counts, allow, **dict(options))
-    return strat
-
-
 # ---------------------------------------------------------------- checks and plumbing
 
 def check_frame(df: Any, privacy_unit: str, names: list[str], values: Sequence[str] = ()) -> None:
@@ -282,20 +272,28 @@ def guarantee_of(df: Any) -> str | None:
     return None
 
 
-def check_strategy(strategy: object) -> str:
-    """The strategy's name, or NotImplementedError for what runs on one machine only (a row
-    mechanism, "auto", a strategy object), ValueError for an unknown name."""
+def check_strategy(strategy: object) -> Any:
+    """The strategy, a name or a mechanism object built by :func:`dpselect.make_strategy` (its
+    executors get a copy, built again from its parameters); NotImplementedError for what runs on
+    one machine only (a row mechanism, "auto", a strategy dpselect did not build), ValueError for
+    an unknown name."""
     from dpselect.mechanisms import ROW_STRATEGIES
 
     names = ", ".join(SPARK_STRATEGIES)
     if isinstance(strategy, str) and strategy in SPARK_STRATEGIES:
         return strategy
-    if isinstance(strategy, str) and (strategy in ROW_STRATEGIES or strategy == "auto"):
-        what = "is a row mechanism: it needs" if strategy != "auto" else "may choose a row mechanism, which needs"
-        raise NotImplementedError(f"strategy={strategy!r} {what} each user's whole set of keys in one place, which "
+    shown = strategy.name if isinstance(strategy, RowMechanism) else strategy
+    if isinstance(strategy, RowMechanism) or (isinstance(strategy, str) and (strategy in ROW_STRATEGIES
+                                                                            or strategy == "auto")):
+        what = "may choose a row mechanism, which needs" if strategy == "auto" else "is a row mechanism: it needs"
+        raise NotImplementedError(f"strategy={shown!r} {what} each user's whole set of keys in one place, which "
                                   f"dpselect.spark does not gather; on Spark use one of {names}, or run "
                                   "dpselect.select_partitions on one machine")
+    if isinstance(strategy, CountMechanism) and isinstance(strategy, BuiltInMechanism) \
+            and strategy.name in SPARK_STRATEGIES:
+        return strategy
     if not isinstance(strategy, str):
-        raise NotImplementedError(f"on Spark, strategy is given by name (one of {names}) with epsilon, delta and "
-                                  f"options, not as an object; got {type(strategy).__name__}")
+        raise NotImplementedError(f"on Spark, strategy is given by name (one of {names}) or as a mechanism built by "
+                                  f"dpselect.make_strategy, whose executors build it again from its parameters; got "
+                                  f"{type(strategy).__name__}, which dpselect did not build")
     raise ValueError(f"on Spark, strategy must be one of {names}, got {strategy!r}")

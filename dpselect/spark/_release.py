@@ -12,7 +12,8 @@ import numpy as np
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.core.exact import as_fraction
 from dpselect.rng import resolve_rng
-from dpselect.spark._common import KEEP, ERROR_MARK, executor_rng, executor_strategy, spark, wide_of
+from dpselect.mechanisms.protocols import CountMechanism
+from dpselect.spark._common import KEEP, ERROR_MARK, executor_rng, spark, wide_of
 
 __all__ = ["Release", "release_guarantee"]
 
@@ -27,7 +28,7 @@ class Release:
 
     def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
                  epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
-                 level: float | None, selection: tuple[Any, ...] | None, spec: tuple[bytes, int] | None,
+                 level: float | None, selection: CountMechanism | None, spec: tuple[bytes, int] | None,
                  public: bool = False, report: bool = False, labels: Mapping[str, str] | None = None,
                  unbounded: tuple[str, ...] = ()) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
@@ -36,6 +37,7 @@ class Release:
         self.labels = dict(labels) if labels is not None else {n: f"{n} = {m}" for n, m in self.metrics.items()}
         self.unbounded = tuple(unbounded)
         self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
+        # The selection (None with public partitions) is pickled for the executors and built again there.
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
     def schema(self, key_fields: list[Any]) -> Any:
@@ -67,7 +69,7 @@ class Release:
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        strategy = None if self.selection is None else executor_strategy(self.selection)
+        strategy = self.selection
         rng = executor_rng(self.spec, b"release")
         n_keys = len(self.names)
         for batch in batches:
@@ -123,7 +125,7 @@ def release_guarantee(release: Release, strat: Any, components: list[Component],
     steps = []
     selection_dp = True
     if strat is not None:
-        selection = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+        selection = strat.guarantee.enforced()
         if not generator.privacy_guaranteed:
             selection = selection.under_test_rng()
         steps.append(Component(f"selection of keys ({strat.name})", as_fraction(selection.epsilon),

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.ingest.pipeline import _count_half_width, build_strategy, check_columns
+from dpselect.ingest.plan import plan_selection
+from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
-from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._bounding import ReleaseKey, keep_first, with_ranks
 from dpselect.spark._common import (
     FIRSTS,
@@ -28,7 +28,6 @@ from dpselect.spark._common import (
     drop_null_units,
     executor_rng,
     key_names,
-    executor_strategy,
     materialise,
     rng_spec,
     sorted_by_key,
@@ -38,18 +37,6 @@ from dpselect.spark._public import PUBLIC, join_public, public_keys
 from dpselect.spark._report import selection_report
 
 __all__ = ["select_partitions"]
-
-
-def _charge(budget: Any, epsilon: float, delta: float, names: list[str]) -> None:
-    """Charge the release's (ε, δ), exactly as :func:`dpselect.select_partitions` does (each
-    float read exactly through its shortest repr, :func:`dpselect.core.exact.as_fraction`)."""
-    from dpselect.aggregation.budget import Budget
-    from dpselect.core.exact import as_fraction
-
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
-    budget.charge(as_fraction(epsilon), as_fraction(delta), what=f"spark.select_partitions(by={names})")
-
 
 
 def _select_per_key(data: Any, privacy_unit: str, names: list[str], kappa: int, key: ReleaseKey,
@@ -86,10 +73,10 @@ def select_partitions(
     *,
     privacy_unit: str,
     by: str | Sequence[str],
-    epsilon: float,
-    delta: float,
-    max_partitions_contributed: int = 1,
-    strategy: str | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    max_partitions_contributed: int | None = None,
+    strategy: str | CountMechanism | None = None,
     counts: bool = False,
     count_column: str = "noisy_count",
     null_privacy_units: str = "error",
@@ -114,8 +101,12 @@ def select_partitions(
     (ε/κ, 1 − (1 − δ)^{1/κ}) in the C kernel. ``strategy``: "release" (default; the k-TSGD
     thresholded release, with noisy counts if asked), "pi_opt", "laplace", "gaussian", and with
     ``public_partitions`` "public" (its default) or "mixed"; ``options`` go to
-    :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``, ``public_threshold``...).
-    The row mechanisms and "auto" run on one machine only (NotImplementedError).
+    :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``, ``public_threshold``...);
+    or one of those mechanisms built by :func:`dpselect.make_strategy`, which carries its own
+    ``epsilon``, ``delta`` and κ (then leave them out; the executors build it again from its
+    parameters). Every parameter is checked first by
+    :func:`dpselect.ingest.plan.plan_selection`, as on one machine. The row mechanisms, "auto"
+    and strategies dpselect did not build run on one machine only (NotImplementedError).
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data, as a Spark DataFrame with the ``by`` columns (the data's types), a list of keys, or a
@@ -143,30 +134,19 @@ def select_partitions(
     """
     sql = spark()
     types = sql.types
-    names = check_columns(privacy_unit, by, count_column)
-    if not isinstance(counts, bool):
-        raise TypeError(f"counts must be a bool, got {type(counts).__name__}")
-    if null_privacy_units not in NULL_PRIVACY_UNITS:
-        raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
-    if strategy is None:
-        strategy = "public" if public_partitions is not None else "release"
-    # The single machine's checks and messages, in its order.
-    if public_partitions is not None and getattr(strategy, "name", strategy) not in ("public", "mixed"):
-        raise ValueError("public_partitions needs strategy='public' (only the listed keys) or 'mixed' (the "
-                         f"listed keys and the data's own), got strategy={strategy!r}")
-    if public_partitions is None and getattr(strategy, "name", strategy) in ("public", "mixed"):
-        raise ValueError(f"strategy={getattr(strategy, 'name', strategy)!r} needs public_partitions")
-    name = check_strategy(strategy)
-    strat = build_strategy(name, epsilon, delta, max_partitions_contributed, counts, allow_no_release, **options)
+    if strategy is not None:
+        strategy = check_strategy(strategy)  # what runs on one machine only is refused first
+    plan = plan_selection(privacy_unit=privacy_unit, by=by, epsilon=epsilon, delta=delta,
+                          max_partitions_contributed=max_partitions_contributed, strategy=strategy, counts=counts,
+                          count_column=count_column, null_privacy_units=null_privacy_units,
+                          allow_no_release=allow_no_release, public_partitions=public_partitions is not None,
+                          confidence_level=confidence_level, report=report, **options)
+    names, strat, half_width = plan.by, plan.strategy, plan.ci_half_width
+    assert isinstance(strat, CountMechanism)  # check_strategy lets no row mechanism through
     kappa = strat.max_partitions_contributed
-    if not isinstance(report, bool):
-        raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    half_width = _count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
-    outputs = [*names, *([count_column] if counts else []),
-               *([f"{count_column}_ci_low", f"{count_column}_ci_high"] if half_width is not None else [])]
-    check_names(df, [privacy_unit, *names], outputs)
+    check_names(df, [privacy_unit, *names], plan.output_columns)
     check_no_speculation(df)
     key_fields = sorted((f for f in df.schema.fields if f.name in names), key=lambda f: names.index(f.name))
     public = None if public_partitions is None else public_keys(df, public_partitions, key_fields)
@@ -175,8 +155,7 @@ def select_partitions(
     if public is not None:
         public = public.select(*[column(n).alias(k) for n, k in zip(names, keys)])
     if budget is not None:
-        _charge(budget, epsilon, delta, names)
-    args = (name, epsilon, delta, kappa, counts, allow_no_release, tuple(sorted(options.items())))
+        plan.charge(budget, f"spark.select_partitions(by={names})")
     spec = rng_spec(generator)
     key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
 
@@ -185,7 +164,7 @@ def select_partitions(
     per_key = _select_per_key(data, UNIT, keys, kappa, key, null_privacy_units == "error", report, privacy_unit)
     stats = [USERS, PAIRS, FIRSTS, ROWS] if report else [USERS]
     if public is not None:  # with a report, every key of the data too (its totals count them)
-        per_key = join_public(per_key, public, keys, stats, only_public=name == "public" and not report)
+        per_key = join_public(per_key, public, keys, stats, only_public=plan.only_public and not report)
 
     out_fields = [types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)]
     if counts:
@@ -198,16 +177,16 @@ def select_partitions(
         extra = [types.StructField(c, types.BooleanType(), False) for c in (KEEP, PUBLIC)]
         extra += [types.StructField(c, types.LongType(), False) for c in stats]
         full = types.StructType([*out_fields, *extra])
-        decide = _Decide(args, spec, full.names, len(names), counts, half_width, public is not None, report)
+        decide = _Decide(strat, spec, full.names, len(names), counts, half_width, public is not None, report)
         decided = materialise(per_key.mapInArrow(decide, full))
         released = decided.filter(decided[KEEP]).select(*columns(schema.names))
     else:
-        decide = _Decide(args, spec, schema.names, len(names), counts, half_width, public is not None, report)
+        decide = _Decide(strat, spec, schema.names, len(names), counts, half_width, public is not None, report)
         released = materialise(per_key.mapInArrow(decide, schema))
-    guarantee = strat.guarantee.enforced() if hasattr(strat.guarantee, "enforced") else strat.guarantee
+    guarantee = strat.guarantee.enforced()
     if not generator.privacy_guaranteed:
         guarantee = guarantee.under_test_rng()
-    private = generator.privacy_guaranteed and bool(getattr(guarantee, "is_dp", True))
+    private = generator.privacy_guaranteed and guarantee.is_dp
     out = annotate(sorted_by_key(released, keys), dict(zip(keys, names)), str(guarantee), private)
     if not report:
         return out
@@ -223,27 +202,25 @@ class _Decide:
     batch by batch is the same mechanism as all keys at once. Out: the released keys (and noisy
     counts); with ``report``, every key with ``KEEP``, ``PUBLIC`` and its statistics."""
 
-    def __init__(self, args: tuple[Any, ...], spec: tuple[bytes, int] | None, out: list[str], n_keys: int,
+    def __init__(self, strategy: CountMechanism, spec: tuple[bytes, int] | None, out: list[str], n_keys: int,
                  counts: bool, half_width: int | None, public: bool, report: bool) -> None:
-        self.args, self.spec, self.out, self.n_keys = args, spec, out, n_keys
+        # Pickled for the executors, the strategy is built again there from its parameters.
+        self.strategy, self.spec, self.out, self.n_keys = strategy, spec, out, n_keys
         self.counts, self.half_width, self.public, self.report = counts, half_width, public, report
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        strategy = executor_strategy(self.args)
-        name = self.args[0]
+        strategy = self.strategy
         rng = executor_rng(self.spec, b"select")
         n = self.n_keys
         for batch in batches:
             users = batch.column(n).to_numpy(zero_copy_only=False).astype(np.int64)
             listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool) if self.public
                       else np.zeros(users.size, dtype=bool))
-            candidate = listed if name == "public" else listed | (users > 0)
-            if name == "mixed":  # the public keys are released above public_threshold, the others above k
-                result = strategy.apply(users[candidate], rng=rng, public=listed[candidate])
-            else:
-                result = strategy.apply(users[candidate], rng=rng)
+            candidate = listed if strategy.public_partitions == "only" else listed | (users > 0)
+            # With public partitions, "mixed" releases the public keys above public_threshold, the others above k.
+            result = strategy.apply(users[candidate], rng=rng, public=listed[candidate] if self.public else None)
             keep = np.zeros(users.size, dtype=bool)
             keep[candidate] = np.asarray(result.keep, dtype=bool)
             noisy = np.zeros(users.size, dtype=np.int64)
