@@ -1,5 +1,6 @@
 """The build (setup.py): the C kernel compiled once into a static library that every extension
-module links, compiles in parallel, and the generated C when Cython is absent.
+module links, compiles in parallel, the generated C when Cython is absent, and the OS entropy
+source built against headers that do not name getrandom (manylinux2014's).
 
 Building the package itself would be too slow for the suite (.ci/run builds the wheel and the
 sdist); these tests drive setup.py's commands on toy source trees, with a compiler that only
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -284,3 +286,69 @@ def test_a_real_build_gives_every_module_its_own_hidden_copy_of_the_kernel(tmp_p
         assert f"PyInit__{m}" in names and "dps_toy_bump" not in names, names
         table = subprocess.run(["nm", str(so)], capture_output=True, text=True, check=False)
         assert "no symbols" in table.stderr, f"{so.name} is not stripped"
+
+
+# --- the OS entropy source without getrandom in the headers ----------------------------------
+
+# Includes csrc/os_entropy.c itself, after every header it includes (so that theirs are no-ops
+# and the macro below only renames its own call), counting the opens of /dev/urandom.
+ENTROPY_HARNESS = """
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifdef HIDE_GETRANDOM /* as kernel headers before 3.17 (CentOS 7's, manylinux2014's) */
+#undef SYS_getrandom
+#undef __NR_getrandom
+#endif
+
+static int urandom_opens;
+static int counting_open(const char *path, int flags) {
+    if (strcmp(path, "/dev/urandom") == 0) urandom_opens++;
+    return open(path, flags);
+}
+#define open counting_open
+#include "os_entropy.c"
+#undef open
+
+int main(void) {
+    uint8_t buf[1000]; /* several getrandom requests of at most 256 bytes */
+    memset(buf, 0, sizeof buf);
+    if (dps_os_entropy(buf, sizeof buf) != 0) return 1;
+    int zeros = 0;
+    for (size_t i = 0; i < sizeof buf; i++) zeros += buf[i] == 0;
+    printf("%d %d\\n", urandom_opens, zeros);
+    return 0;
+}
+"""
+
+
+@source_tree
+@pytest.mark.skipif(not sys.platform.startswith("linux") or C_COMPILER is None,
+                    reason="compiles csrc/os_entropy.c for Linux with the C compiler")
+@pytest.mark.parametrize("defines, opens", [
+    pytest.param([], 0, id="getrandom"),
+    # manylinux2014's headers: still getrandom, by its number in the architecture's kernel ABI
+    pytest.param(["-DHIDE_GETRANDOM"], 0, id="old-headers",
+                 marks=pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64", "i686"),
+                                          reason="no getrandom number given for this architecture")),
+    # an architecture without one given, or a build that asks: /dev/urandom only
+    pytest.param(["-DHIDE_GETRANDOM", "-DDPS_NO_GETRANDOM"], 1, id="urandom"),
+])
+def test_os_entropy_builds_without_getrandom_in_the_headers(tmp_path, defines, opens):
+    harness = tmp_path / "harness.c"
+    harness.write_text(ENTROPY_HARNESS)
+    program = tmp_path / "harness"
+    built = subprocess.run([C_COMPILER, "-std=c11", "-O1", "-Wall", *defines, "-I", str(ROOT / "csrc"),
+                            str(harness), "-o", str(program)], env=CHILD_ENV, capture_output=True, text=True,
+                           check=False)
+    assert built.returncode == 0, built.stderr
+    done = subprocess.run([str(program)], env=CHILD_ENV, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    urandom_opens, zeros = map(int, done.stdout.split())
+    assert urandom_opens == opens
+    # 1000 bytes from the OS: about 4 zero bytes; 50 or more has probability below 1e-20.
+    assert zeros < 50
