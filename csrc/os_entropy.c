@@ -26,7 +26,31 @@ int dps_os_entropy(uint8_t *buf, size_t n) {
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The raw syscall works on old glibc (manylinux2014) that lacks the getrandom wrapper. */
+/* The raw syscall, not glibc's getrandom() wrapper (glibc >= 2.25), which old glibc lacks
+ * (manylinux2014's 2.17). Headers older than the syscall (kernel headers before 3.17, as on
+ * CentOS 7, where manylinux2014 wheels are built) do not name it either: its number is part of
+ * each architecture's stable kernel ABI, so it is given here for the architectures wheels are
+ * built for. A wheel built there must still wait for the kernel pool's initialisation on every
+ * kernel that has getrandom, instead of reading /dev/urandom everywhere. Elsewhere, and with
+ * -DDPS_NO_GETRANDOM (for the tests of this path), only /dev/urandom is read. */
+#if !defined(SYS_getrandom) && defined(__NR_getrandom)
+#define SYS_getrandom __NR_getrandom
+#endif
+#if !defined(SYS_getrandom)
+#if defined(__x86_64__) && !defined(__ILP32__)
+#define SYS_getrandom 318
+#elif defined(__i386__)
+#define SYS_getrandom 355
+#elif defined(__aarch64__)
+#define SYS_getrandom 278 /* asm-generic */
+#endif
+#endif
+#if defined(DPS_NO_GETRANDOM)
+#undef SYS_getrandom
+#endif
+
+/* Kernels before 3.17 (no getrandom) and builds that cannot name the syscall: the same pool,
+ * without getrandom's wait for its initialisation. */
 static int from_urandom(uint8_t *buf, size_t n) {
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -41,6 +65,7 @@ static int from_urandom(uint8_t *buf, size_t n) {
     return 0;
 }
 
+#if defined(SYS_getrandom)
 int dps_os_entropy(uint8_t *buf, size_t n) {
     while (n > 0) {
         size_t chunk = n > 256 ? 256 : n;
@@ -59,6 +84,9 @@ int dps_os_entropy(uint8_t *buf, size_t n) {
     }
     return 0;
 }
+#else
+int dps_os_entropy(uint8_t *buf, size_t n) { return from_urandom(buf, n); }
+#endif
 
 #else /* macOS >= 10.12, the BSDs: getentropy, at most 256 bytes a call */
 #include <unistd.h>

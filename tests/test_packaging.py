@@ -1,20 +1,19 @@
-"""Packaging: metadata, the one version, the unbuilt-tree error, and setup.py's Cython fallback.
+"""Packaging: metadata, the one version, the installed files and the unbuilt-tree error.
 
 The artefacts themselves (wheel without generated C and with stripped modules, sdist contents)
 are checked by .ci/run, which builds them; building here would be too slow for the suite.
+setup.py itself is tested in tests/test_build.py.
 Tests marked `source_tree` read files of the repository and are skipped when the tests run
 against an installed wheel from a copy of tests/.
 """
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -152,122 +151,3 @@ def test_other_import_errors_of_the_extension_are_not_masked(tmp_path):
     proc = run_python(root, "-c", "import dpselect")
     assert "No module named 'dpselect_missing_dependency'" in proc.stderr
     assert "source tree" not in proc.stderr
-
-
-# --- setup.py: building from the generated C when Cython is absent ----------------------------
-
-@pytest.fixture
-def setup_module(tmp_path, monkeypatch):
-    """setup.py loaded as a module (it calls setup() only as __main__) in a toy source tree."""
-    pytest.importorskip("setuptools")
-    for rel in ("dpselect/_a.pyx", "dpselect/_a.c", "dpselect/_x.pxd", "csrc/k.c"):
-        (tmp_path / rel).parent.mkdir(exist_ok=True)
-        (tmp_path / rel).write_text("")
-    for rel, mtime in (("dpselect/_a.pyx", 1000), ("dpselect/_x.pxd", 1000), ("dpselect/_a.c", 2000)):
-        os.utime(tmp_path / rel, (mtime, mtime))
-    monkeypatch.chdir(tmp_path)
-    # Make `from Cython.Build import cythonize` fail as if Cython were not installed.
-    monkeypatch.setitem(sys.modules, "Cython", None)
-    monkeypatch.setitem(sys.modules, "Cython.Build", None)
-
-    def load():
-        spec = importlib.util.spec_from_file_location("dpselect_setup", ROOT / "setup.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
-
-
-@source_tree
-def test_setup_builds_from_generated_c_without_cython(setup_module):
-    (ext,) = setup_module().extensions()
-    assert ext.name == "dpselect._a"
-    assert ext.sources == [os.path.join("dpselect", "_a.c"), os.path.join("csrc", "k.c")]
-
-
-@source_tree
-@pytest.mark.parametrize("newer", ["dpselect/_a.pyx", "dpselect/_x.pxd"])
-def test_setup_requires_cython_when_the_c_is_stale(setup_module, newer):
-    os.utime(newer, (3000, 3000))
-    with pytest.raises(SystemExit, match=r"Cython>=3.0 is needed .*dpselect/_a\.pyx"):
-        setup_module().extensions()
-
-
-@source_tree
-def test_setup_requires_cython_when_the_c_is_missing(setup_module):
-    os.remove(os.path.join("dpselect", "_a.c"))
-    with pytest.raises(SystemExit, match="missing or older"):
-        setup_module().extensions()
-
-
-# --- setup.py: parallel builds do not share object files ----------------------------------------
-
-@source_tree
-def test_parallel_build_gives_every_extension_its_own_objects(setup_module, tmp_path):
-    """Every extension compiles all of csrc/*.c; distutils names an object after its source, so
-    all of them wrote <build_temp>/csrc/k.o and `build_ext -j 2` could rewrite an object while
-    another module linked it. The compiler here only records its commands (no gcc), and two
-    modules compile the shared source at the same moment (a barrier): the build is really
-    parallel while it is checked."""
-    from setuptools import Distribution
-
-    module = setup_module()
-    names = ["dpselect._a", "dpselect._b", "dpselect._c", "dpselect._d"]
-    for name in names[1:]:
-        (tmp_path / f"{name.replace('.', '/')}.c").write_text("")
-    extensions = [module.extension(name, f"{name.replace('.', '/')}.c") for name in names]
-    dist = Distribution({"name": "toy", "ext_modules": extensions})
-    cmd = module.BuildExtPerModuleTemp(dist)
-    cmd.parallel, cmd.force, cmd.build_temp, cmd.build_lib = 2, True, str(tmp_path / "temp"), str(tmp_path / "lib")
-    cmd.ensure_finalized()
-    # the compiler class of the distutils that build_ext itself comes from (setuptools vendors one)
-    modules = [vars(sys.modules[k.__module__]) for k in type(cmd).__mro__ if k.__module__ in sys.modules]
-    new_compiler = next(m["new_compiler"] for m in modules if "new_compiler" in m)
-    compiler = new_compiler()
-    compiler.set_executables(compiler_so="cc", linker_so="cc -shared")
-    together = threading.Barrier(2, timeout=60)
-    lock = threading.Lock()
-    objects_of: dict[str, list[str]] = {}
-    compiled: list[str] = []
-
-    def spawn(cmdline, **kwargs) -> None:
-        cmdline = [str(a) for a in cmdline]
-        out = cmdline[cmdline.index("-o") + 1]
-        if "-c" in cmdline:
-            if os.path.join("csrc", "k.c") in cmdline:
-                together.wait()  # two modules inside the build of the shared source at once
-            with lock:
-                compiled.append(out)
-        else:
-            with lock:
-                objects_of[os.path.basename(out)] = [a for a in cmdline if a.endswith(".o")]
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text("")
-
-    compiler.spawn = compiler.call = spawn  # `call` in recent distutils, `spawn` before
-    cmd.compiler = compiler
-    cmd.build_extensions()
-    assert len(compiled) == len(set(compiled)) == 2 * len(names), "two modules wrote the same object file"
-    assert len(objects_of) == len(names)
-    for name in names:
-        (linked,) = [objs for so, objs in objects_of.items() if so.startswith(name.split(".")[1] + ".")]
-        own = os.path.join(str(tmp_path / "temp"), *name.split(".")) + os.sep
-        assert len(linked) == 2 and all(o.startswith(own) for o in linked), (name, linked)
-    assert cmd.build_temp == str(tmp_path / "temp")  # outside a module's build: the shared directory
-
-
-@source_tree
-@pytest.mark.parametrize("asked, expected", [(None, 7), (1, 1), ("3", 3)])
-def test_the_build_compiles_modules_in_parallel_unless_told(setup_module, monkeypatch, asked, expected):
-    """Every install builds six large generated C files: by default one per core at a time
-    (`build_ext -j N`, or `--parallel`, still decides)."""
-    from setuptools import Distribution
-
-    module = setup_module()
-    monkeypatch.setattr(os, "cpu_count", lambda: 7)
-    dist = Distribution({"name": "toy", "ext_modules": [module.extension("dpselect._a", "dpselect/_a.c")]})
-    cmd = module.BuildExtPerModuleTemp(dist)
-    cmd.parallel = asked
-    cmd.ensure_finalized()
-    assert cmd.parallel == expected
