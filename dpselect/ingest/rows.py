@@ -40,7 +40,6 @@ input of a selection mechanism, never something to publish.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
-
+from dpselect._workers import Lane
 from dpselect.ingest import _radix as _radix_rows
 from dpselect.rng import resolve_rng, shard_test_state
 
@@ -646,7 +645,7 @@ class RowCounter:
         there, here = (self._encode_keys, self._encode_users)
         if not keys_on_worker:
             there, here = here, there
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
+        with Lane() as worker:
             # The worker's encodes run _LOOKAHEAD pieces ahead, so it stays busy while this thread
             # creates the pair sets (filling ~10 bytes per expected pair) on the first batch.
             encoded = {j: worker.submit(there, pieces[j]) for j in range(min(_LOOKAHEAD, len(pieces)))}
@@ -693,7 +692,7 @@ class RowCounter:
             return (*self._encode_both(batch), batch)
         # The two columns' sides on two threads, piece by piece (see feed).
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
+        with Lane() as worker:
             futures = [worker.submit(self._encode_keys, piece) for piece in pieces]
             users = np.empty(batch.num_rows, dtype=np.uint32)
             partitions = np.empty(batch.num_rows, dtype=np.uint32)
@@ -717,10 +716,10 @@ class RowCounter:
 
     def _encode_both(self, batch: Any) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
         """User and partition codes of one piece, the keys on a second thread when the piece is
-        large enough for that to pay (starting a thread costs about 0.1 ms)."""
+        large enough for that to pay (below, handing the task over costs more than it saves)."""
         if batch.num_rows < _THREAD_ROWS:
             return self._encode_users(batch), self._encode_keys(batch)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-encode") as worker:
+        with Lane() as worker:
             keys = worker.submit(self._encode_keys, batch)
             try:
                 users = self._encode_users(batch)
@@ -800,7 +799,7 @@ class RowCounter:
         # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
         # shards' counts are added. The cap is applied again to the sum: saturating each term at
         # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
+        with Lane() as worker:
             other = worker.submit(counters[1].finish, *args, states[1])
             try:
                 counts = counters[0].finish(*args, states[0])

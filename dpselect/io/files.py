@@ -36,6 +36,7 @@ import numpy as np
 
 # The writers live in dpselect.io.outputs; re-exported here, where the CLI has always found them.
 from dpselect.io.outputs import OutputError, check_destination, write_outputs, write_table
+from dpselect._workers import start_thread
 from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
@@ -738,8 +739,7 @@ def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
                 except Exception:  # noqa: BLE001 - the source's own error was already handed over
                     pass
 
-    reader = threading.Thread(target=read, name="dpselect-reader", daemon=True)
-    reader.start()
+    reader = start_thread(read, "reader")  # may block on its input: a thread of its own
     try:
         while True:
             kind, item = slots.get()
