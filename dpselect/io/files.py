@@ -21,23 +21,36 @@ from __future__ import annotations
 
 import atexit
 import io
-import json
 import os
-import queue
 import re
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 # The writers live in dpselect.io.outputs; re-exported here, where the CLI has always found them.
 from dpselect.io.outputs import OutputError, check_destination, write_outputs, write_table
-from dpselect._workers import start_thread
 from dpselect.ingest.rows import import_pyarrow
+from dpselect.io._batches import coalesce, read_ahead
+from dpselect.io._formats import INPUT_FORMATS, OUTPUT_FORMATS, csv_delimiter, detect_format
+from dpselect.io._ids import decimal_ids
+from dpselect.io._jsonl import jsonl_source
+from dpselect.io._memory import IN_MEMORY_ENV, in_memory_budget
+from dpselect.io._parquet import parquet_source
+from dpselect.io._source import (
+    DEFAULT_BLOCK_SIZE,
+    BatchSource,
+    ColumnError,
+    InputError,
+    ValueColumnError,
+    check_columns,
+    one_line,
+    open_text,
+    to_numbers,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -60,81 +73,6 @@ __all__ = [
     "write_outputs",
     "write_table",
 ]
-
-INPUT_FORMATS = ("csv", "parquet", "jsonl")
-OUTPUT_FORMATS = ("csv", "parquet", "jsonl")
-_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
-# pyarrow's default. The streaming CSV reader keeps about 32 + (threads) blocks in flight
-# (read-ahead), so this bounds the reader's memory; a row must fit in one block.
-DEFAULT_BLOCK_SIZE = 1 << 20
-
-# Overrides the memory an input may take to be counted whole (bytes; 0: always stream), see
-# in_memory_budget. For tests and for hosts whose available memory the kernel misreports.
-IN_MEMORY_ENV = "DPSELECT_IN_MEMORY_BYTES"
-
-class InputError(Exception):
-    """The input cannot be opened or parsed."""
-
-
-class ColumnError(Exception):
-    """A needed column is missing from the input, or ambiguous."""
-
-
-class ValueColumnError(Exception):
-    """A numeric value column of ``path`` holds something that is not a number of its type.
-    ``column`` names it (None if the reader could not tell which), ``detail`` says what."""
-
-    def __init__(self, column: str | None, path: str, detail: str) -> None:
-        self.column, self.path, self.detail = column, path, detail
-        where = f"value column {column!r}" if column is not None else "a value column"
-        super().__init__(f"{where} of {path!r}: {detail}")
-
-
-def _strip_compression(name: str) -> tuple[str, str | None]:
-    """(name without a compression suffix, pyarrow codec name or None)."""
-    lower = name.lower()
-    for suffix, codec in _COMPRESSED.items():
-        if lower.endswith(suffix):
-            return lower[: -len(suffix)], codec
-    return lower, None
-
-
-def detect_format(path: str, explicit: str | None, role: str) -> str:
-    """The format named explicitly, or the one the file name says (``x.csv.gz`` is csv)."""
-    allowed = INPUT_FORMATS if role == "input" else OUTPUT_FORMATS
-    if explicit is not None:
-        if explicit not in allowed:
-            raise ValueError(f"--{role}-format must be one of {', '.join(allowed)}; got {explicit!r}")
-        return explicit
-    name, _ = _strip_compression(path)
-    for suffix, fmt in ((".csv", "csv"), (".tsv", "csv"), (".parquet", "parquet"), (".pq", "parquet"),
-                        (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
-        if name.endswith(suffix):
-            return fmt
-    raise ValueError(
-        f"cannot tell the {role} format from the name {path!r}; "
-        f"pass --{role}-format with one of {', '.join(allowed)}"
-    )
-
-
-def csv_delimiter(path: str) -> str:
-    """Tab for ``.tsv`` (under any compression suffix), else comma."""
-    name, _ = _strip_compression(path)
-    return "\t" if name.endswith(".tsv") else ","
-
-
-@dataclass
-class BatchSource:
-    """Record batches of the needed columns, their schema (fixed before the first row), and
-    how far into the input they are."""
-
-    batches: Iterator[Any]
-    schema: Any  # pyarrow schema of the needed columns, as every batch will have it
-    progress: Callable[[], float | None]  # fraction of the input consumed, if known
-    rows: int | None = None  # rows in the input, where the format says (Parquet metadata)
-
-    def __repr__(self) -> str:
-        return f"BatchSource(columns={self.schema.names})"
 
 
 def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
@@ -161,23 +99,17 @@ def open_batches(path: str, fmt: str, columns: Sequence[str], batch_rows: int,
     value_types = dict(value_types or {})
     try:
         if fmt == "parquet":
-            source = _parquet(path, columns, batch_rows, value_types)
+            source = parquet_source(path, columns, batch_rows, value_types)
         elif fmt == "csv":
             source = _csv(path, columns, block_size, value_types)
         else:
-            source = _jsonl(path, columns, block_size, value_types)
+            source = jsonl_source(path, columns, block_size, value_types)
     except (ColumnError, InputError, ValueColumnError):
         raise
     except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+        raise InputError(f"cannot read {path!r} as {fmt}: {one_line(exc)}") from exc
     source.batches = _reading(path, fmt, source.batches)
     return source
-
-
-def _one_line(exc: BaseException) -> str:
-    """An exception's message on one line (pyarrow's span several: "...\nDeserializing page
-    header failed."), for an error message that is one line."""
-    return re.sub(r"\s*\n\s*", "; ", str(exc).strip())
 
 
 def _reading(path: str, fmt: str, batches: Iterator[Any]) -> Iterator[Any]:
@@ -189,61 +121,11 @@ def _reading(path: str, fmt: str, batches: Iterator[Any]) -> Iterator[Any]:
     except (ColumnError, InputError, ValueColumnError):
         raise
     except (pa.ArrowException, OSError, EOFError) as exc:
-        raise InputError(f"cannot read {path!r} as {fmt}: {_one_line(exc)}") from exc
+        raise InputError(f"cannot read {path!r} as {fmt}: {one_line(exc)}") from exc
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
             close()
-
-
-def _check_columns(path: str, available: Sequence[str], columns: Sequence[str]) -> None:
-    missing = [c for c in columns if c not in available]
-    if missing:
-        raise ColumnError(
-            f"column(s) {', '.join(repr(c) for c in missing)} not found in {path!r}; "
-            f"available columns: {', '.join(repr(c) for c in available)}"
-        )
-    ambiguous = [c for c in columns if list(available).count(c) > 1]
-    if ambiguous:
-        raise ColumnError(
-            f"column(s) {', '.join(repr(c) for c in ambiguous)} appear more than once in the header "
-            f"of {path!r}; rename the duplicates so each needed column is unambiguous"
-        )
-
-
-def _parquet(path: str, columns: Sequence[str], batch_rows: int, value_types: dict[str, Any]) -> BatchSource:
-    import pyarrow.parquet as pq
-
-    pa = import_pyarrow()
-    handle = pq.ParquetFile(path)
-    _check_columns(path, handle.schema_arrow.names, columns)
-    declared = [handle.schema_arrow.field(c) for c in columns]
-    schema = pa.schema([f.with_type(value_types[f.name]) if f.name in value_types else f for f in declared])
-    total = handle.metadata.num_rows
-    done = [0]
-
-    def convert(batch: Any, before: int) -> Any:
-        if not value_types:
-            return batch
-        arrays = []
-        for f in schema:
-            array = batch.column(f.name)
-            if f.name in value_types and array.type != f.type:
-                # A safe cast: no truncation, no overflow.
-                array = _numbers(array, f.type, f.name, path, lambda i: f"in row {before + i + 1}")
-            arrays.append(array)
-        return pa.record_batch(arrays, schema=schema)
-
-    def batches() -> Iterator[Any]:
-        try:
-            for batch in handle.iter_batches(batch_size=batch_rows, columns=list(columns)):
-                before = done[0]
-                done[0] += batch.num_rows
-                yield convert(batch.select(list(columns)), before)
-        finally:
-            handle.close()
-
-    return BatchSource(batches(), schema, lambda: done[0] / total if total else None, rows=total)
 
 
 class _LineTally:
@@ -364,26 +246,13 @@ class _CountingReader(io.RawIOBase):
             super().close()
 
 
-def _open_text(path: str) -> tuple[Any, Any]:
-    """(decompressed stream, the file on disk) for a possibly compressed text file."""
-    pa = import_pyarrow()
-    _, codec = _strip_compression(path)
-    raw = pa.OSFile(path, "rb")
-    try:
-        stream = pa.CompressedInputStream(raw, codec) if codec else raw
-    except BaseException:
-        raw.close()
-        raise
-    return stream, raw
-
-
 def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     """The header's column names, from the first block only."""
     import pyarrow.csv as pcsv
 
     pa = import_pyarrow()
 
-    stream, raw = _open_text(path)
+    stream, raw = open_text(path)
     try:
         # In Arrow's memory, not a Python bytes object: the reader below may drop its last
         # reference on one of pyarrow's threads, and a buffer backed by a Python object needs the
@@ -419,36 +288,6 @@ def _csv_header(path: str, delimiter: str, block_size: int) -> list[str]:
     return names
 
 
-def _numbers(array: Any, typ: Any, column: str, path: str, where: Callable[[int], str]) -> Any:
-    """``array`` (text, or numbers of another type) as ``typ``, or ValueColumnError naming the
-    column, the first value that does not convert and ``where(its index)``. Text is read as
-    written: a decimal integer for int64 (no sign '+', no hexadecimal), a decimal or exponent
-    number, nan or inf for float64."""
-    pa = import_pyarrow()
-    import pyarrow.compute as pc
-
-    def converts(part: Any) -> bool:
-        try:
-            part.cast(typ)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return False
-        if pa.types.is_string(part.type) and pa.types.is_integer(typ):
-            return bool(pc.all(pc.match_substring_regex(part, r"^-?[0-9]+$")).as_py() in (True, None))
-        return True
-
-    if converts(array):
-        return array.cast(typ)
-    lo, hi = 0, len(array)  # the first value that does not convert: in [lo, hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if converts(array.slice(lo, mid - lo)):
-            lo = mid
-        else:
-            hi = mid
-    value = array[lo].as_py()
-    raise ValueColumnError(column, path, f"the value {value!r} {where(lo)} cannot be read as {typ}")
-
-
 def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str],
                           value_columns: Collection[str] = ()) -> ValueColumnError | InputError | None:
     """What a pyarrow CSV conversion error means, naming the column from the header: a value
@@ -461,7 +300,7 @@ def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str],
     match = re.search(r"CSV column #(\d+)", text)
     index = int(match.group(1)) if match else -1
     column = header[index] if 0 <= index < len(header) else None
-    detail = _one_line(re.sub(r"^In CSV column #\d+: ", "", text))
+    detail = one_line(re.sub(r"^In CSV column #\d+: ", "", text))
     if column is None or column in value_columns:
         return ValueColumnError(column, path, detail)
     return InputError(f"cannot read {path!r} as csv: column {column!r}: {detail} (the input must be UTF-8 text)")
@@ -474,9 +313,9 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
 
     delimiter = csv_delimiter(path)
     header = _csv_header(path, delimiter, block_size)
-    _check_columns(path, header, columns)
+    check_columns(path, header, columns)
     size = os.path.getsize(path)
-    stream, raw = _open_text(path)
+    stream, raw = open_text(path)
     source = _CountingReader(stream, raw)
     # Keys are read as text: no type guess from the first block can be contradicted by a
     # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
@@ -514,7 +353,7 @@ def _csv(path: str, columns: Sequence[str], block_size: int, value_types: dict[s
         if not value_types:
             return batch
         return pa.record_batch([
-            _numbers(batch.column(c), value_types[c], c, path,
+            to_numbers(batch.column(c), value_types[c], c, path,
                      lambda i: f"in data row {before + i + 1} (after the header)") if c in value_types
             else batch.column(c) for c in columns], schema=schema)
 
@@ -612,271 +451,3 @@ def _finish_csv_readers() -> None:
         reader.finish()
     for source in list(_LIVE_SOURCES):
         source.stop(wait=_STOP_WAIT_S)
-
-
-def _jsonl(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
-    """JSON lines, possibly compressed. Parsed with the json module so that each needed value is
-    kept as text, as written (a number's literal, a string's content; true/false; an array or
-    object as compact JSON): pyarrow's reader infers types from the values, so one unreleased
-    2.5 would turn every released 1 into 1.0, and one string among numbers would fail the run.
-    A value column is converted from that text to its number type (a JSON number, or a string
-    holding one; null or a missing field is a null)."""
-    pa = import_pyarrow()
-    size = os.path.getsize(path)
-    stream, raw = _open_text(path)
-    schema = pa.schema([pa.field(c, value_types.get(c, pa.string())) for c in columns])
-    position = [0]
-    # One decoder for every line (json.loads with hooks would build one per call).
-    decode = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=str).decode
-
-    def as_text(value: Any, line: str, name: str) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        # An array or object: its compact JSON text (parsed again without the number hooks,
-        # so numbers inside it are written as numbers).
-        return json.dumps(json.loads(line)[name], separators=(",", ":"), ensure_ascii=False)
-
-    def column(objs: list[dict[str, Any]], lines: list[str], name: str, first: int) -> Any:
-        values = [obj.get(name) for obj in objs]
-        try:
-            text = pa.array(values, pa.string())
-        except (pa.ArrowTypeError, pa.ArrowInvalid):  # booleans, arrays or objects among them
-            text = pa.array([as_text(v, line, name) for v, line in zip(values, lines)], pa.string())
-        if name not in value_types:
-            return text
-        return _numbers(text, value_types[name], name, path, lambda i: f"on line {first + i} (or after it, past empty lines)")
-
-    def parse(text: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:
-        objs: list[dict[str, Any]] = []
-        kept: list[str] = []
-        for offset, line in enumerate(text.split("\n")):
-            try:
-                obj = decode(line)
-            except ValueError as exc:
-                if not line.strip():
-                    continue  # an empty line
-                raise InputError(f"{path!r} line {first + offset}: not valid JSON ({exc})") from exc
-            if type(obj) is not dict:
-                raise InputError(f"{path!r} line {first + offset}: expected a JSON object, got {type(obj).__name__}")
-            objs.append(obj)
-            kept.append(line)
-        return objs, kept
-
-    def batches() -> Iterator[Any]:
-        number = 1  # of the first line not yet parsed
-        tail = b""
-        try:
-            while True:
-                chunk = bytes(stream.read(block_size))
-                try:
-                    position[0] = raw.tell()
-                except (OSError, ValueError):
-                    pass
-                data = tail + chunk
-                if chunk:  # parse whole lines only; the tail waits for the next block
-                    cut = data.rfind(b"\n")
-                    if cut < 0:
-                        tail = data
-                        continue
-                    data, tail = data[:cut], data[cut + 1:]
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    bad = number + data[: exc.start].count(b"\n")
-                    raise InputError(f"{path!r} line {bad}: not UTF-8 text") from exc
-                number += data.count(b"\n") + 1
-                first = number - data.count(b"\n") - 1
-                objs, lines = parse(text, first) if text else ([], [])
-                if objs:
-                    # One batch per block, holding only the needed columns: the parsed
-                    # objects (every field of every line) are dropped at once.
-                    yield pa.record_batch([column(objs, lines, c, first) for c in columns], schema=schema)
-                if not chunk:
-                    break
-        finally:
-            stream.close()
-            if raw is not stream:
-                raw.close()
-
-    return BatchSource(batches(), schema, lambda: min(1.0, position[0] / size) if size else None)
-
-
-def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
-    """The same batches, the next one read (parsed, decompressed) on a thread of its own while
-    the caller counts the current one. Exceptions of the reader come out here, in order; when
-    the caller stops early (an error, a signal), the reader stops after its current batch."""
-    done = object()
-    slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item: tuple[str, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
-        try:
-            for batch in batches:
-                if not put(("batch", batch)):
-                    return
-            put(("end", done))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            put(("error", exc))
-        finally:
-            # Close the source here and now (pyarrow's reader, the file), not when it is garbage
-            # collected: that may be at interpreter exit, when pyarrow's threads still reading
-            # ahead can no longer call back into Python (a fatal error, SIGABRT).
-            close = getattr(batches, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - the source's own error was already handed over
-                    pass
-
-    reader = start_thread(read, "reader")  # may block on its input: a thread of its own
-    try:
-        while True:
-            kind, item = slots.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise item
-            yield item
-    finally:
-        stop.set()
-        # A reader blocked on a slow input (a pipe) must not hold up an exit: it is a daemon.
-        reader.join(timeout=1.0)
-
-
-def _meminfo_available() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes (Linux), None elsewhere."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _cgroup_room() -> int | None:
-    """What this process's cgroup (v2) may still allocate, when it has a memory limit: a
-    container's limit is not in /proc/meminfo, which shows the host's memory."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            path = next((line.strip().split(":", 2)[2] for line in f if line.startswith("0::")), None)
-        if path is None:
-            return None
-        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
-        with open(os.path.join(base, "memory.max")) as f:
-            limit = f.read().strip()
-        if limit == "max":
-            return None
-        with open(os.path.join(base, "memory.current")) as f:
-            used = int(f.read().strip())
-        return max(0, int(limit) - used)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def in_memory_budget() -> int:
-    """Bytes the CLI may hold to count an input whole (the needed columns in Arrow layout plus
-    the grouping's bytes a row), rather than streaming it: half of the memory available when the
-    run starts (the smaller of MemAvailable and what a cgroup limit leaves), so the whole-input
-    path never pushes a job into swap or the OOM killer; 0 (always stream) where neither can be
-    read. ``DPSELECT_IN_MEMORY_BYTES`` overrides it (0 streams every input)."""
-    override = os.environ.get(IN_MEMORY_ENV)
-    if override is not None:
-        try:
-            value = int(override)
-        except ValueError:
-            raise ValueError(f"{IN_MEMORY_ENV} must be a whole number of bytes >= 0, got {override!r}") from None
-        if value < 0:
-            raise ValueError(f"{IN_MEMORY_ENV} must be a whole number of bytes >= 0, got {override!r}")
-        return value
-    rooms = [room for room in (_meminfo_available(), _cgroup_room()) if room is not None]
-    return min(rooms) // 2 if rooms else 0
-
-
-# 10 ** k for k = 0..19: the canonical decimal text of a magnitude m of L digits has
-# 10 ** (L - 1) <= m < 10 ** L (and "0" has one digit).
-_POWERS_OF_TEN = np.array([10 ** k for k in range(20)], dtype=np.uint64)
-
-
-def _decimal_chunk(array: Any) -> Any:
-    """One string array of ids as int64, or None unless every value is the canonical decimal text
-    of an int64 (digits, an optional leading '-', no leading zero, no '+', no '-0', no space)."""
-    pa = import_pyarrow()
-    n = len(array)
-    if array.null_count or not n:
-        return None
-    _, offsets_buffer, data_buffer = array.buffers()
-    wide = pa.types.is_large_string(array.type)
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[array.offset: array.offset + n + 1]
-    lengths = np.diff(offsets)
-    if int(lengths.min()) < 1 or int(lengths.max()) > 20:
-        return None
-    data = np.frombuffer(data_buffer, dtype=np.uint8)[int(offsets[0]): int(offsets[-1])] \
-        if data_buffer is not None else np.zeros(0, dtype=np.uint8)
-    # Only digits and '-': rules out '+', spaces, hexadecimal, exponents, whatever else a
-    # number parser may accept; with them, a text is canonical iff it has its value's length.
-    if not bool(np.all((data - np.uint8(48) < 10) | (data == 45))):
-        return None
-    try:
-        values = array.cast(pa.int64())  # a '-' anywhere but first, or a value out of range, fails
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    v = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset: values.offset + n]
-    negative = v < 0
-    magnitude = v.view(np.uint64).copy()
-    np.negative(magnitude, out=magnitude, where=negative)  # modulo 2**64: exact, also for -2**63
-    digits = lengths - negative
-    if int(digits.min()) < 1 or int(digits.max()) > 19:
-        return None
-    ok = (magnitude < _POWERS_OF_TEN[digits]) & ((digits == 1) | (magnitude >= _POWERS_OF_TEN[digits - 1]))
-    return values if bool(np.all(ok)) else None
-
-
-def decimal_ids(column: Any) -> Any:
-    """A text column of ids (as the CSV reader gives privacy units) as int64 when every value is
-    the canonical decimal text of an int64, else None. The map from canonical text to number is
-    one to one, so the same rows have the same person either way ("007" and "7" are two people:
-    such a column stays text); an integer column lets a whole input be grouped by radix buckets
-    (dpselect.ingest._radix). A column with nulls stays text (the counter refuses or drops them)."""
-    pa = import_pyarrow()
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        return None
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    converted = []
-    for chunk in chunks:
-        if len(chunk) == 0:
-            continue
-        values = _decimal_chunk(chunk)
-        if values is None:
-            return None
-        converted.append(values)
-    return pa.chunked_array(converted, type=pa.int64())
-
-
-def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:
-    """Group consecutive batches into tables of at least ``min_rows()`` rows (the last may be
-    smaller): a reader's small blocks become batches large enough that the per-batch overhead
-    (thread hand-off, Arrow calls) is small beside the per-row work."""
-    pa = import_pyarrow()
-    pending: list[Any] = []
-    rows = 0
-    for batch in batches:
-        pending.append(batch)
-        rows += batch.num_rows
-        if rows >= min_rows():
-            yield pa.Table.from_batches(pending)
-            pending, rows = [], 0
-    if pending:
-        yield pa.Table.from_batches(pending)

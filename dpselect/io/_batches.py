@@ -1,0 +1,82 @@
+"""Batches in flight between a reader and the counter: read ahead on a thread of the reader's own
+(:func:`read_ahead`), and grouped into tables large enough to pay for their hand-off
+(:func:`coalesce`). Public names are re-exported by :mod:`dpselect.io.files`."""
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dpselect._workers import start_thread
+from dpselect.ingest.rows import import_pyarrow
+
+__all__ = ["coalesce", "read_ahead"]
+
+
+def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
+    """The same batches, the next one read (parsed, decompressed) on a thread of its own while
+    the caller counts the current one. Exceptions of the reader come out here, in order; when
+    the caller stops early (an error, a signal), the reader stops after its current batch."""
+    done = object()
+    slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(("batch", batch)):
+                    return
+            put(("end", done))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put(("error", exc))
+        finally:
+            # Close the source here and now (pyarrow's reader, the file), not when it is garbage
+            # collected: that may be at interpreter exit, when pyarrow's threads still reading
+            # ahead can no longer call back into Python (a fatal error, SIGABRT).
+            close = getattr(batches, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - the source's own error was already handed over
+                    pass
+
+    reader = start_thread(read, "reader")  # may block on its input: a thread of its own
+    try:
+        while True:
+            kind, item = slots.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        # A reader blocked on a slow input (a pipe) must not hold up an exit: it is a daemon.
+        reader.join(timeout=1.0)
+
+
+def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:
+    """Group consecutive batches into tables of at least ``min_rows()`` rows (the last may be
+    smaller): a reader's small blocks become batches large enough that the per-batch overhead
+    (thread hand-off, Arrow calls) is small beside the per-row work."""
+    pa = import_pyarrow()
+    pending: list[Any] = []
+    rows = 0
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= min_rows():
+            yield pa.Table.from_batches(pending)
+            pending, rows = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
