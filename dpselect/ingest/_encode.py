@@ -269,7 +269,6 @@ class CompositeKey:
         return len(self.combiners[-1]) if self.combiners else len(self.columns[0])
 
     def encode_codes(self, per_column: list[npt.NDArray[np.uint32]]) -> npt.NDArray[np.uint32]:
-        pa = import_pyarrow()
         codes = per_column[0]
         for combiner, right in zip(self.combiners, per_column[1:]):
             word = (codes.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
@@ -278,7 +277,6 @@ class CompositeKey:
 
     def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:
         """The key values of the given composite codes, one array per column."""
-        pa = import_pyarrow()
         component = [np.empty(0, dtype=np.int64)] * len(self.columns)
         current = codes
         for i in range(len(self.combiners) - 1, -1, -1):

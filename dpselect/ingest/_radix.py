@@ -84,48 +84,22 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     virtual machine). Then each thread groups half of the buckets."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
     pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
-
-    def count_and_layout() -> None:
-        for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
-            radix.count(n, offset, values, width)
-        radix.layout()
-
-    def place(piece: Any) -> None:
-        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-            radix.scatter_users(n, offset, values, width, places=False)
-
-    def put_codes(piece: Any, codes: npt.NDArray[np.uint32]) -> None:
-        start = 0
-        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-            radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
-            start += n
-
     # The worker's tasks run one at a time, in the order given (pieces are placed in row order);
     # on an error, the tasks not started are cancelled and a running one is awaited.
     with Lane() as worker:
-        laid_out = worker.submit(count_and_layout)
+        laid_out = worker.submit(_count_and_layout, radix, batch, privacy_unit)
         placed: dict[int, Future[None]] = {
-            j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
+            j: worker.submit(_place, radix, privacy_unit, pieces[j]) for j in range(min(lookahead, len(pieces)))}
         handed: Future[None] | None = None  # the last scatter of codes given to the worker
         for i, piece in enumerate(pieces):
             if i + lookahead < len(pieces):
-                placed[i + lookahead] = worker.submit(place, pieces[i + lookahead])
+                placed[i + lookahead] = worker.submit(_place, radix, privacy_unit, pieces[i + lookahead])
             codes = encode_keys(piece)
             if i == 0:
                 laid_out.result()  # its error, if any, rather than the pieces' that follow
             # The codes need no place from the users side: no waiting for it.
             ahead = i + 1 not in placed or placed[i + 1].done()
-            if ahead and (handed is None or handed.done()):
-                if handed is not None:
-                    handed.result()
-                # The worker has the next piece placed already: it takes this scatter too
-                # (one scatter of codes at a time).
-                handed = worker.submit(put_codes, piece, codes)
-            else:
-                if handed is not None:
-                    handed.result()  # one scatter of codes at a time
-                    handed = None
-                put_codes(piece, codes)
+            handed = _scatter_codes(worker, handed, ahead, radix, privacy_unit, piece, codes)
         if handed is not None:
             handed.result()
         laid_out.result()
@@ -138,6 +112,43 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
         other.result()
     radix.compact()
     return radix
+
+
+def _count_and_layout(radix: _count.RadixPairs, batch: Any, privacy_unit: str) -> None:
+    """Count the users of every bucket (one pass over the column), then lay the buckets out."""
+    for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
+        radix.count(n, offset, values, width)
+    radix.layout()
+
+
+def _place(radix: _count.RadixPairs, privacy_unit: str, piece: Any) -> None:
+    """Place one piece's users in their buckets, in row order."""
+    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+        radix.scatter_users(n, offset, values, width, places=False)
+
+
+def _put_codes(radix: _count.RadixPairs, privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> None:
+    """Put one piece's partition codes where its rows' users went (reading the users again)."""
+    start = 0
+    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+        radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
+        start += n
+
+
+def _scatter_codes(worker: Lane, handed: Future[None] | None, worker_ahead: bool, radix: _count.RadixPairs,
+                   privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> Future[None] | None:
+    """Scatter one piece's codes, one scatter of codes at a time (``handed``: the one on the
+    worker, if any): on the worker when it has the next piece placed already (``worker_ahead``)
+    and its last scatter done, else here. Returns the scatter now on the worker, if any."""
+    if worker_ahead and (handed is None or handed.done()):
+        if handed is not None:
+            handed.result()
+        # The worker has the next piece placed already: it takes this scatter too.
+        return worker.submit(_put_codes, radix, privacy_unit, piece, codes)
+    if handed is not None:
+        handed.result()  # one scatter of codes at a time
+    _put_codes(radix, privacy_unit, piece, codes)
+    return None
 
 
 def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | None,

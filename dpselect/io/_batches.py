@@ -3,6 +3,7 @@
 (:func:`coalesce`). Public names are re-exported by :mod:`dpselect.io.files`."""
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -18,39 +19,10 @@ def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
     """The same batches, the next one read (parsed, decompressed) on a thread of its own while
     the caller counts the current one. Exceptions of the reader come out here, in order; when
     the caller stops early (an error, a signal), the reader stops after its current batch."""
-    done = object()
     slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
-
-    def put(item: tuple[str, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
-        try:
-            for batch in batches:
-                if not put(("batch", batch)):
-                    return
-            put(("end", done))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            put(("error", exc))
-        finally:
-            # Close the source here and now (pyarrow's reader, the file), not when it is garbage
-            # collected: that may be at interpreter exit, when pyarrow's threads still reading
-            # ahead can no longer call back into Python (a fatal error, SIGABRT).
-            close = getattr(batches, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - the source's own error was already handed over
-                    pass
-
-    reader = start_thread(read, "reader")  # may block on its input: a thread of its own
+    # May block on its input: a thread of its own.
+    reader = start_thread(functools.partial(_read_into, batches, slots, stop), "reader")
     try:
         while True:
             kind, item = slots.get()
@@ -63,6 +35,39 @@ def read_ahead(batches: Iterator[Any]) -> Iterator[Any]:
         stop.set()
         # A reader blocked on a slow input (a pipe) must not hold up an exit: it is a daemon.
         reader.join(timeout=1.0)
+
+
+def _read_into(batches: Iterator[Any], slots: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+    """The reader's side of :func:`read_ahead`: every batch, then the end or the error, into
+    ``slots``, until ``stop`` is set; then the source is closed."""
+    try:
+        for batch in batches:
+            if not _put(slots, stop, ("batch", batch)):
+                return
+        _put(slots, stop, ("end", None))
+    except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+        _put(slots, stop, ("error", exc))
+    finally:
+        # Close the source here and now (pyarrow's reader, the file), not when it is garbage
+        # collected: that may be at interpreter exit, when pyarrow's threads still reading
+        # ahead can no longer call back into Python (a fatal error, SIGABRT).
+        close = getattr(batches, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - the source's own error was already handed over
+                pass
+
+
+def _put(slots: queue.Queue[tuple[str, Any]], stop: threading.Event, item: tuple[str, Any]) -> bool:
+    """Hand ``item`` over once there is room, unless the consumer stops first (False)."""
+    while not stop.is_set():
+        try:
+            slots.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 def coalesce(batches: Iterator[Any], min_rows: Callable[[], int]) -> Iterator[Any]:

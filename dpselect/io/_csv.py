@@ -217,43 +217,13 @@ def _csv_conversion_error(exc: BaseException, path: str, header: Sequence[str],
 def csv_source(path: str, columns: Sequence[str], block_size: int, value_types: dict[str, Any]) -> BatchSource:
     """CSV, possibly compressed (by extension), read block by block with pyarrow."""
     pa = import_pyarrow()
-    import pyarrow.csv as pcsv
-
     delimiter = csv_delimiter(path)
     header = _csv_header(path, delimiter, block_size)
     check_columns(path, header, columns)
     size = os.path.getsize(path)
     stream, raw = open_text(path)
     source = _CountingReader(stream, raw)
-    # Keys are read as text: no type guess from the first block can be contradicted by a
-    # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
-    # columns are read as text too, then converted to the number type asked for batch by batch
-    # (a value that does not convert is reported with its row, and the reader stops cleanly).
-    # Ctrl-C must stop the run the way SIGTERM does, through Python's handler once open_csv has
-    # returned: pyarrow's own temporary SIGINT handler cancels open_csv midway, leaving tasks of
-    # its thread pools behind, which abort the process at exit ("terminate called").
-    pa.enable_signal_handlers(False)
-    try:
-        reader = pcsv.open_csv(
-            source,
-            read_options=pcsv.ReadOptions(block_size=block_size, use_threads=True),
-            parse_options=pcsv.ParseOptions(delimiter=delimiter),
-            convert_options=pcsv.ConvertOptions(
-                include_columns=list(columns),
-                include_missing_columns=False,
-                column_types={c: pa.string() for c in columns},
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-    except BaseException as exc:
-        source.stop()  # pyarrow may already be reading ahead: end the input for it
-        source.close()
-        conversion = _csv_conversion_error(exc, path, header, value_types) if isinstance(exc, pa.ArrowInvalid) else None
-        if conversion is not None:
-            raise conversion from exc
-        raise
+    reader = _open_reader(source, path, header, columns, delimiter, block_size, value_types)
     schema = pa.schema([pa.field(c, value_types.get(c, pa.string())) for c in columns])
     consumed = [0]
 
@@ -287,25 +257,75 @@ def csv_source(path: str, columns: Sequence[str], block_size: int, value_types: 
                 converted = convert(batch.select(list(columns)), rows)
                 rows += batch.num_rows
                 yield converted
-            expected = source.tally.lines - source.tally.empty - 1  # minus the header
-            if source.eof and rows != expected:
-                raise InputError(
-                    f"{path!r}: read {rows} rows but the file has {expected} non-empty lines after the "
-                    "header: a quoted value spans several lines (an unterminated quote, or a line break "
-                    "inside quotes, which dpselect does not read). Fix the quoting; nothing was released."
-                )
+            _check_every_line_read(source, rows, path)
         except pa.ArrowInvalid as exc:
-            if "straddling" in str(exc):
-                raise InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
-                                 "raise it with --block-size") from exc
-            conversion = _csv_conversion_error(exc, path, header, value_types)
-            if conversion is not None:
-                raise conversion from exc
+            error = _read_error(exc, path, header, value_types, block_size)
+            if error is not None:
+                raise error from exc
             raise
         finally:
             guard.finish()
 
     return BatchSource(batches(), schema, position)
+
+
+def _open_reader(source: _CountingReader, path: str, header: Sequence[str], columns: Sequence[str], delimiter: str,
+                 block_size: int, value_types: dict[str, Any]) -> Any:
+    """pyarrow's streaming reader of the needed columns, all read as text; on a failure, the
+    input ended for pyarrow's read-ahead and closed, and a conversion error named after its
+    column."""
+    pa = import_pyarrow()
+    import pyarrow.csv as pcsv
+
+    # Keys are read as text: no type guess from the first block can be contradicted by a
+    # later one, and "007" and "7" stay different keys. An empty cell is a null. Value
+    # columns are read as text too, then converted to the number type asked for batch by batch
+    # (a value that does not convert is reported with its row, and the reader stops cleanly).
+    # Ctrl-C must stop the run the way SIGTERM does, through Python's handler once open_csv has
+    # returned: pyarrow's own temporary SIGINT handler cancels open_csv midway, leaving tasks of
+    # its thread pools behind, which abort the process at exit ("terminate called").
+    pa.enable_signal_handlers(False)
+    try:
+        return pcsv.open_csv(
+            source,
+            read_options=pcsv.ReadOptions(block_size=block_size, use_threads=True),
+            parse_options=pcsv.ParseOptions(delimiter=delimiter),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=list(columns),
+                include_missing_columns=False,
+                column_types={c: pa.string() for c in columns},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except BaseException as exc:
+        source.stop()  # pyarrow may already be reading ahead: end the input for it
+        source.close()
+        conversion = _csv_conversion_error(exc, path, header, value_types) if isinstance(exc, pa.ArrowInvalid) else None
+        if conversion is not None:
+            raise conversion from exc
+        raise
+
+
+def _check_every_line_read(source: _CountingReader, rows: int, path: str) -> None:
+    """At the end of the file, every non-empty line after the header must have been one row."""
+    expected = source.tally.lines - source.tally.empty - 1  # minus the header
+    if source.eof and rows != expected:
+        raise InputError(
+            f"{path!r}: read {rows} rows but the file has {expected} non-empty lines after the "
+            "header: a quoted value spans several lines (an unterminated quote, or a line break "
+            "inside quotes, which dpselect does not read). Fix the quoting; nothing was released."
+        )
+
+
+def _read_error(exc: BaseException, path: str, header: Sequence[str], value_types: dict[str, Any],
+                block_size: int) -> InputError | ValueColumnError | None:
+    """What a pyarrow error while reading means for the user (None: nothing more to say)."""
+    if "straddling" in str(exc):
+        return InputError(f"{path!r}: a row is longer than the block size ({block_size} bytes); "
+                          "raise it with --block-size")
+    return _csv_conversion_error(exc, path, header, value_types)
 
 
 class _CsvReader:
