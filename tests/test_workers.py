@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpselect import _workers
+from dpselect.testing import ALLOW_ENV
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dpselect"
 
@@ -144,6 +145,37 @@ def test_a_forked_child_uses_a_pool_of_its_own_and_the_parent_keeps_its_own() ->
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "parent ok"
+
+
+def test_rows_are_counted_from_an_atexit_handler() -> None:
+    """After the interpreter's threads are shut down (atexit handlers run then), no pool takes new
+    work: the counter's two-thread steps run on the calling thread instead of failing ("cannot
+    schedule new futures after interpreter shutdown")."""
+    script = textwrap.dedent("""
+        import atexit, warnings
+        import pyarrow as pa
+        from dpselect.ingest.rows import RowCounter
+        from dpselect.testing import InsecureDeterministicRNG
+
+        warnings.simplefilter("ignore")
+        t = pa.table({"user": pa.array([i % 5000 for i in range(40_000)]),
+                      "key": pa.array([i % 37 for i in range(40_000)])})
+
+        def count(final):
+            counter = RowCounter("user", ["key"])
+            counter.feed(t, final=final)
+            result = counter.finish(2, None, rng=InsecureDeterministicRNG(1))
+            return result.counts.tolist()
+
+        expected = [count(False), count(True)]
+        atexit.register(lambda: print("at exit", [count(False), count(True)] == expected, flush=True))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")]),
+           ALLOW_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "at exit True", out.stderr
 
 
 # Ways to start a thread, a pool or a process, or to hook fork(), anywhere in the package.
