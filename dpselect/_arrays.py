@@ -3,22 +3,18 @@ any shape (one strided batch, in C order), split big batches across cores, and r
 clearly."""
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from dpselect import _workers
 from dpselect._kernel import NegativeCountError, first_negative
 
 __all__ = ["as_counts", "check_out", "run_batched"]
 
 # Below this many elements a second thread costs more than it saves.
 PARALLEL_MIN = 1 << 19
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
 
 
 def as_counts(counts: npt.ArrayLike, name: str = "counts") -> np.ndarray:
@@ -80,30 +76,10 @@ def _flat_view(a: np.ndarray) -> np.ndarray | None:
         return view
 
 
-def _forget_pool_after_fork() -> None:
-    """Threads do not survive fork(): a child must build its own pool, never wait on the
-    parent's (whose workers do not exist in the child)."""
-    global _POOL, _POOL_LOCK
-    _POOL = None
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1),
-                                       thread_name_prefix="dpselect")
-        return _POOL
-
-
 def _threads_for(n: int, parallel: bool) -> int:
     if not parallel or n < PARALLEL_MIN:
         return 1
-    return max(1, min(os.cpu_count() or 1, n // (PARALLEL_MIN // 2), 8))
+    return max(1, min(_workers.cores(), n // (PARALLEL_MIN // 2), 8))
 
 
 def _chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
@@ -121,28 +97,10 @@ def _run_all(
     work: Callable[..., _T], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
 ) -> list[_T]:
     """work(*views) on every piece, in piece order: on this thread, or (parallel) the first
-    here and the rest on the pool. Every piece finishes before an error is raised (the first
-    piece's wins). When the pool cannot take work (interpreter shutdown: an ``atexit`` handler
-    calling dpselect), the pieces simply run here."""
-    futures: list[Future[_T] | None] = []
-    if parallel and len(pieces) > 1:
-        try:
-            pool = _pool()
-            for _, views in pieces[1:]:
-                futures.append(pool.submit(work, *views))
-        except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
-            pass
-    futures += [None] * (len(pieces) - 1 - len(futures))
-    results: list[_T] = []
-    errors: list[BaseException] = []
-    for (_, views), future in zip(pieces, [None, *futures]):
-        try:
-            results.append(work(*views) if future is None else future.result())
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
-    return results
+    here and the rest on the package's worker pool (:func:`dpselect._workers.run_pieces`: every
+    piece finishes before an error is raised, the first piece's wins; pieces the pool cannot
+    take run here)."""
+    return _workers.run_pieces(work, [views for _, views in pieces], parallel)
 
 
 def _negative_error(counts: np.ndarray, flat: int) -> ValueError:

@@ -7,7 +7,7 @@ one or two key columns, then counted with a huge κ and no cap. Property: no cra
 counts are a pure-Python reference's distinct users per key; rows with a null privacy unit are
 dropped and counted. A TypeError is accepted only when the batches' types differ.
 
-The pieces of a batch are made tiny (dpselect.ingest.rows._PIECE_ROWS, _THREAD_ROWS) so that the
+The pieces of a batch are made tiny (dpselect.ingest._counter._PIECE_ROWS, _THREAD_ROWS) so that the
 two-thread pipeline of RowCounter.feed runs on inputs of a few dozen rows."""
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ import _harness  # noqa: F401  (sys.path, environment)
 import atheris
 
 with atheris.instrument_imports(include=["dpselect"]):
+    import dpselect.ingest._counter as counter_module
     import dpselect.ingest.rows as rows
 
 import pyarrow as pa
 
-rows._PIECE_ROWS = 16
-rows._THREAD_ROWS = 8
+counter_module._PIECE_ROWS = 16
+counter_module._THREAD_ROWS = 8
 
 KAPPA = 2 ** 63  # no user loses a partition
 

@@ -23,7 +23,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pcsv = pytest.importorskip("pyarrow.csv")
 
 from dpselect import cli
-from dpselect.io.files import _LineTally
+from dpselect.io._csv import _LineTally
 from dpselect.io.progress import Progress
 from dpselect.mechanisms import make_strategy
 

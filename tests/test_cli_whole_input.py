@@ -71,13 +71,13 @@ def test_extremes_slices_chunks_nulls_and_other_types():
 
 def test_the_budget_is_half_the_available_memory_unless_overridden(monkeypatch):
     monkeypatch.delenv(IN_MEMORY_ENV, raising=False)
-    monkeypatch.setattr("dpselect.io.files._meminfo_available", lambda: 8 << 30)
-    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: None)
+    monkeypatch.setattr("dpselect.io._memory._meminfo_available", lambda: 8 << 30)
+    monkeypatch.setattr("dpselect.io._memory._cgroup_room", lambda: None)
     assert in_memory_budget() == 4 << 30
-    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: 1 << 30)  # a container's limit
+    monkeypatch.setattr("dpselect.io._memory._cgroup_room", lambda: 1 << 30)  # a container's limit
     assert in_memory_budget() == 1 << 29
-    monkeypatch.setattr("dpselect.io.files._meminfo_available", lambda: None)
-    monkeypatch.setattr("dpselect.io.files._cgroup_room", lambda: None)
+    monkeypatch.setattr("dpselect.io._memory._meminfo_available", lambda: None)
+    monkeypatch.setattr("dpselect.io._memory._cgroup_room", lambda: None)
     assert in_memory_budget() == 0  # unknown: stream
     monkeypatch.setenv(IN_MEMORY_ENV, "12345")
     assert in_memory_budget() == 12345

@@ -326,7 +326,7 @@ def test_the_csv_header_is_parsed_from_arrow_memory_not_a_python_object(tmp_path
     handed to pyarrow's CSV reader must be Arrow's own (no Python parent)."""
     import gzip
 
-    from dpselect.io import files
+    from dpselect.io import _csv as files
 
     path = tmp_path / f"rows.csv{suffix}"
     text = b"user,key\n1,a\n2,b\n"

@@ -1,8 +1,8 @@
 """The radix grouping without places (RadixPairs.scatter_user_codes, csrc/radix_pairs.h): codes
 put where their users go by reading the users again give the same groups as the places path,
 whatever the order in which the two sides run; misuse is refused. And the whole-input path's
-shared worker thread: results do not depend on it, calls from several threads or after a fork
-work."""
+worker threads (the package pool): results do not depend on them, calls from several threads or
+after a fork work."""
 from __future__ import annotations
 
 import itertools
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpselect.ingest import _radix as _radix_rows
+from dpselect import _workers
 from dpselect._count import RadixPairs
 from dpselect.ingest.pipeline import select_partitions
 from dpselect.testing import InsecureDeterministicRNG
@@ -128,24 +128,24 @@ def test_whole_input_calls_from_several_threads_match_calls_one_at_a_time():
     assert got == expected and all(e for e in expected)
 
 
-def test_whole_input_calls_share_one_worker_thread():
-    def radix_threads() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name.startswith("dpselect-radix")}
+def test_whole_input_calls_share_the_package_worker_pool():
+    def worker_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("dpselect-worker")}
 
     table = _table(20_000, 5)
     _select(table, 1)
-    first = radix_threads()
-    assert len(first) == 1
+    first = worker_threads()
+    assert 1 <= len(first) <= _workers.pool_size() and first <= set(_workers.threads())
     for _ in range(3):
         _select(table, 1)
-        assert radix_threads() == first
+        assert worker_threads() <= set(_workers.threads()) and len(worker_threads()) <= _workers.pool_size()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_whole_input_call_in_a_forked_child_uses_its_own_worker():
     table = _table(20_000, 6)
-    expected = _select(table, 3)  # the parent's worker now exists
-    assert _radix_rows._WORKER is not None
+    expected = _select(table, 3)  # the parent's workers now exist
+    assert _workers.threads()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: a worker of the parent's would never run its tasks

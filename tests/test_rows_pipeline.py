@@ -12,7 +12,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from dpselect.ingest import rows  # noqa: E402
+from dpselect.ingest import _counter as rows  # noqa: E402
 from dpselect.io.files import read_ahead  # noqa: E402
 from dpselect.ingest.rows import RowCounter, arrow_from_numpy  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402

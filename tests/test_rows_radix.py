@@ -12,7 +12,7 @@ pa = pytest.importorskip("pyarrow")
 
 from dpselect.ingest import _radix as _radix_rows  # noqa: E402  (after the skip without pyarrow)
 
-from dpselect.ingest import rows  # noqa: E402  (after the skip without pyarrow)
+from dpselect.ingest import _counter as rows  # noqa: E402  (after the skip without pyarrow)
 from dpselect.ingest.pipeline import select_partitions  # noqa: E402
 from dpselect.ingest.rows import NullPrivacyUnitError, RowCounter  # noqa: E402
 from dpselect.testing import InsecureDeterministicRNG  # noqa: E402

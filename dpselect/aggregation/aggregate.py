@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _bound
+from dpselect._workers import Lane
 from dpselect.aggregation.bounds import NotEnoughDataError, approx_bounds, approx_bounds_per_partition
 from dpselect.aggregation.bounds import check_parameters as check_bounds_parameters
 from dpselect.aggregation.budget import Budget
@@ -70,7 +70,7 @@ def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32]
         return _bound.bound_rows(users, partitions, n_users, n_partitions, kappa, linf, units, states[shard],
                                  _SHARD_MASK, shard, users_before=True, kept=kept)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-bound") as worker:
+    with Lane() as worker:
         other = worker.submit(run, 1)
         try:
             mine = run(0)

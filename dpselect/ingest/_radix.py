@@ -18,17 +18,15 @@ value, so with the deterministic test generator the results depend only on the d
 """
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from types import TracebackType
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
+from dpselect._workers import Lane
 
 # The buckets are split in two halves: each is grouped, and later bounded, by its own thread.
 SHARDS = 2
@@ -55,56 +53,6 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
     columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
                   for chunk in _chunks(batch.column(name)))
     return 2 * ROW_BYTES * batch.num_rows <= 3 * columns
-
-
-# One worker thread for the whole process, started on first use: starting a thread for each call
-# (twice, grouping and bounding) cost a good part of a small input's time, more on a busy
-# machine, where the new thread must wait for a core before the call can go on. One worker, so
-# that the tasks of a call run in the order they were given (pieces are placed in row order).
-_WORKER: ThreadPoolExecutor | None = None
-_WORKER_LOCK = threading.Lock()
-
-
-def _forget_worker_after_fork() -> None:
-    """Threads do not survive fork(): a child must start its own worker, never wait on the
-    parent's."""
-    global _WORKER, _WORKER_LOCK
-    _WORKER = None
-    _WORKER_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_worker_after_fork)
-
-
-def _worker() -> ThreadPoolExecutor:
-    global _WORKER
-    with _WORKER_LOCK:
-        if _WORKER is None:
-            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpselect-radix")
-        return _WORKER
-
-
-class _Tasks:
-    """The tasks one call gives the worker. On leaving the block, those not started are
-    cancelled and those running are waited for (as a pool of the call's own would on shutdown),
-    so no task of a failed call still touches its grouping when the error reaches the caller.
-    Tasks never wait for other tasks, so calls from several threads share the worker safely."""
-
-    def __init__(self) -> None:
-        self._futures: list[Future[Any]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
-        future = _worker().submit(fn, *args)
-        self._futures.append(future)
-        return future
-
-    def __enter__(self) -> _Tasks:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        running = [future for future in self._futures if not future.cancel()]
-        wait(running)
 
 
 def _chunks(column: Any) -> list[Any]:
@@ -136,46 +84,22 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     virtual machine). Then each thread groups half of the buckets."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
     pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
-
-    def count_and_layout() -> None:
-        for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
-            radix.count(n, offset, values, width)
-        radix.layout()
-
-    def place(piece: Any) -> None:
-        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-            radix.scatter_users(n, offset, values, width, places=False)
-
-    def put_codes(piece: Any, codes: npt.NDArray[np.uint32]) -> None:
-        start = 0
-        for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-            radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
-            start += n
-
-    with _Tasks() as worker:  # on an error, the tasks not started are cancelled, a running one awaited
-        laid_out = worker.submit(count_and_layout)
+    # The worker's tasks run one at a time, in the order given (pieces are placed in row order);
+    # on an error, the tasks not started are cancelled and a running one is awaited.
+    with Lane() as worker:
+        laid_out = worker.submit(_count_and_layout, radix, batch, privacy_unit)
         placed: dict[int, Future[None]] = {
-            j: worker.submit(place, pieces[j]) for j in range(min(lookahead, len(pieces)))}
+            j: worker.submit(_place, radix, privacy_unit, pieces[j]) for j in range(min(lookahead, len(pieces)))}
         handed: Future[None] | None = None  # the last scatter of codes given to the worker
         for i, piece in enumerate(pieces):
             if i + lookahead < len(pieces):
-                placed[i + lookahead] = worker.submit(place, pieces[i + lookahead])
+                placed[i + lookahead] = worker.submit(_place, radix, privacy_unit, pieces[i + lookahead])
             codes = encode_keys(piece)
             if i == 0:
                 laid_out.result()  # its error, if any, rather than the pieces' that follow
             # The codes need no place from the users side: no waiting for it.
             ahead = i + 1 not in placed or placed[i + 1].done()
-            if ahead and (handed is None or handed.done()):
-                if handed is not None:
-                    handed.result()
-                # The worker has the next piece placed already: it takes this scatter too
-                # (one scatter of codes at a time).
-                handed = worker.submit(put_codes, piece, codes)
-            else:
-                if handed is not None:
-                    handed.result()  # one scatter of codes at a time
-                    handed = None
-                put_codes(piece, codes)
+            handed = _scatter_codes(worker, handed, ahead, radix, privacy_unit, piece, codes)
         if handed is not None:
             handed.result()
         laid_out.result()
@@ -190,11 +114,48 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     return radix
 
 
+def _count_and_layout(radix: _count.RadixPairs, batch: Any, privacy_unit: str) -> None:
+    """Count the users of every bucket (one pass over the column), then lay the buckets out."""
+    for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
+        radix.count(n, offset, values, width)
+    radix.layout()
+
+
+def _place(radix: _count.RadixPairs, privacy_unit: str, piece: Any) -> None:
+    """Place one piece's users in their buckets, in row order."""
+    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+        radix.scatter_users(n, offset, values, width, places=False)
+
+
+def _put_codes(radix: _count.RadixPairs, privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> None:
+    """Put one piece's partition codes where its rows' users went (reading the users again)."""
+    start = 0
+    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
+        radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
+        start += n
+
+
+def _scatter_codes(worker: Lane, handed: Future[None] | None, worker_ahead: bool, radix: _count.RadixPairs,
+                   privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> Future[None] | None:
+    """Scatter one piece's codes, one scatter of codes at a time (``handed``: the one on the
+    worker, if any): on the worker when it has the next piece placed already (``worker_ahead``)
+    and its last scatter done, else here. Returns the scatter now on the worker, if any."""
+    if worker_ahead and (handed is None or handed.done()):
+        if handed is not None:
+            handed.result()
+        # The worker has the next piece placed already: it takes this scatter too.
+        return worker.submit(_put_codes, radix, privacy_unit, piece, codes)
+    if handed is not None:
+        handed.result()  # one scatter of codes at a time
+    _put_codes(radix, privacy_unit, piece, codes)
+    return None
+
+
 def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | None,
           states: list[Any]) -> npt.NDArray[np.int64]:
     """Counts per partition code after bounding every user (each half of the buckets on its own
     thread with its own CSPRNG stream, ``states[shard]``), summed and capped again."""
-    with _Tasks() as worker:
+    with Lane() as worker:
         other = worker.submit(radix.finish, 1, SHARDS, n_partitions, kappa, cap, states[1])
         try:
             counts = radix.finish(0, SHARDS, n_partitions, kappa, cap, states[0])

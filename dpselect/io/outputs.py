@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from dpselect.cli.signals import signals_held
 from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
@@ -183,6 +182,10 @@ def write_outputs(items: Sequence[tuple[Any, str | None, str]], protected: Seque
                     raise OutputError(f"cannot write {where.shown}: {getattr(exc, 'strerror', None) or exc}") from exc
             log.partial.remove(where.shown)
             log.written.append(where.shown)
+        # Imported here, not at the top: dpselect.cli imports this module, and dpselect.io.files
+        # (which imports this module) must import on its own, before dpselect.cli.
+        from dpselect.cli.signals import signals_held
+
         # One step: a reader never finds a new guarantee or report beside an old release.
         with signals_held():
             while staged:

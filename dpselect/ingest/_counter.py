@@ -1,0 +1,406 @@
+"""RowCounter: rows fed in batches → distinct users per partition, each user bounded to κ of them.
+
+The columns are encoded to dense codes (:mod:`dpselect.ingest._encode`); the distinct (user,
+partition) pairs are kept in C pair sets (:class:`dpselect._count.PairCounter`), or, for a whole
+input with integer privacy units, grouped by user through radix buckets
+(:mod:`dpselect.ingest._radix`); then every user keeps at most κ of their partitions, chosen
+uniformly with the package CSPRNG, and the counts saturate at the strategy's cap. The whole path
+is described in :mod:`dpselect.ingest.rows`, which re-exports the public names, and argued in
+docs/privacy/contribution-bounding.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect import _count
+from dpselect._workers import Lane
+from dpselect.ingest import _radix as _radix_rows
+from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes
+from dpselect.ingest._encode import hash_seed as _hash_seed  # module-level: the radix grouping's seed
+from dpselect.ingest._nulls import NULL_PRIVACY_UNITS, NullPolicy, NullPrivacyUnitError, null_count, without_null_units
+from dpselect.ingest._types import check_column_types, import_pyarrow
+from dpselect.rng import resolve_rng, shard_test_state
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = ["MAX_CODES", "PartitionCounts", "RowCounter"]
+
+# Codes are 32-bit in the kernel: at most this many distinct users, and distinct partitions.
+MAX_CODES = _count.CODE_LIMIT
+
+# Rows per step of the encoding pipeline in RowCounter.feed: large enough that the per-piece
+# Python work is negligible, small enough that the two threads overlap for most of a batch.
+_PIECE_ROWS = 1 << 18
+
+# How many pieces ahead the worker of RowCounter.feed encodes.
+_LOOKAHEAD = 4
+
+# Pieces smaller than this are encoded on one thread.
+_THREAD_ROWS = 1 << 14
+
+# The pair set is split in two by user code parity (the low bit): the two threads of
+# RowCounter.feed each fill one half from the same rows, and RowCounter.finish bounds the two
+# halves' users at once. Every user's pairs are in one half, which is all bounding needs.
+_SHARD_MASK = 1
+_SHARDS = 2
+
+# Largest pre-size of the pair set taken from a hint (RowCounter.expect_rows): 2^24 pairs, a
+# table of 2^25 slots (256 MiB). Above it the set grows as it fills.
+_PRESIZE_CAP = 1 << 24
+
+
+@dataclass(frozen=True, repr=False)
+class PartitionCounts:
+    """Exact (NOT private) distinct-user counts after bounding, one entry per partition with a
+    count >= 1. ``keys`` holds the key columns (an Arrow table, one column per ``by`` name)."""
+
+    keys: pa.Table
+    counts: npt.NDArray[np.int64]
+
+    def __repr__(self) -> str:
+        # No values: these counts are exact, and a repr ends up in logs.
+        return (f"PartitionCounts({self.keys.num_rows} partitions by {self.keys.schema.names}; "
+                "exact counts, NOT private: input of a selection, never to publish)")
+
+
+def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
+                       ) -> tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]:
+    """One grouping by user from the shards' groupings: every shard's non-empty users in its
+    order, shard after shard (a shard indexes users by code, so the other shards' codes are
+    empty there)."""
+    lengths = [np.diff(ends, prepend=np.uintp(0)) for ends, _ in groups]
+    kept = np.concatenate([n[n > 0] for n in lengths]).astype(np.uintp, copy=False)
+    return np.cumsum(kept, dtype=np.uintp), np.concatenate([grouped for _, grouped in groups])
+
+
+class RowCounter:
+    """Feed rows in batches (Arrow tables or record batches), then :meth:`finish` once.
+
+    ``expected_rows`` pre-sizes the C pair set (an upper bound on distinct pairs); leave it 0
+    when streaming. ``null_privacy_units`` says what rows with a null privacy unit do:
+    ``"error"`` (default) makes :meth:`finish` raise :class:`NullPrivacyUnitError` with their
+    number; ``"drop"`` leaves them out (:attr:`null_unit_rows` counts them)."""
+
+    def __init__(self, privacy_unit: str, by: Sequence[str], expected_rows: int = 0,
+                 null_privacy_units: NullPolicy = "error") -> None:
+        if not by:
+            raise ValueError("by must name at least one partition column")
+        if null_privacy_units not in NULL_PRIVACY_UNITS:
+            raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
+        self.privacy_unit = privacy_unit
+        self.by = list(by)
+        self.null_privacy_units: NullPolicy = null_privacy_units
+        self._users = KeyFactorizer(privacy_unit)
+        self._key = CompositeKey(self.by)
+        if isinstance(expected_rows, bool) or not isinstance(expected_rows, int) or expected_rows < 0:
+            raise ValueError(f"expected_rows must be an int >= 0, got {expected_rows!r}")
+        self._expected_rows = expected_rows
+        # Created at the first feed; one pair set per shard of the users (see _SHARD_MASK).
+        self._counters: list[_count.PairCounter] | None = None
+        # Instead, for a whole input with integer privacy units (feed(..., final=True)).
+        self._radix: _count.RadixPairs | None = None
+        self._radix_sizes: tuple[int, int] | None = None  # its (users, pairs), kept after finish
+        self._fed_final = False
+        self._finished = False
+        self._schema: Any = None
+        self.rows = 0  # rows fed, including rows with a null privacy unit
+        self.null_unit_rows = 0  # of which had a null privacy unit (dropped, or the error)
+
+    def __repr__(self) -> str:
+        state = "finished" if self._finished else f"{self.rows} rows fed"
+        return (f"RowCounter(privacy_unit={self.privacy_unit!r}, by={self.by}, {state}, "
+                f"{self.n_users} users, {self.n_partitions} partitions, {self.n_pairs} pairs)")
+
+    @property
+    def n_users(self) -> int:
+        return self._radix_sizes[0] if self._radix_sizes is not None else len(self._users)
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self._key)
+
+    @property
+    def n_pairs(self) -> int:
+        if self._radix_sizes is not None:
+            return self._radix_sizes[1]
+        return 0 if self._counters is None else sum(c.n_pairs for c in self._counters)
+
+    def key_types(self) -> list[Any]:
+        """The Arrow type of each ``by`` column's values (None before the first batch)."""
+        return [c.type for c in self._key.columns]
+
+    def expect_rows(self, rows: int) -> None:
+        """A hint, before the first :meth:`feed`, of how many rows will come (e.g. from a file's
+        metadata): the pair set is then sized once instead of doubling its way up, each
+        doubling moving every pair. Ignored after the first feed; capped, so that a wrong hint
+        (many rows, few distinct pairs) costs at most a few hundred MiB."""
+        if self._counters is None and rows > 0:
+            self._expected_rows = max(self._expected_rows, min(int(rows), _PRESIZE_CAP))
+
+    def _pair_counters(self) -> list[_count.PairCounter]:
+        if self._counters is None:
+            # Codes are dense and in first-appearance order, so each parity holds about half.
+            per_shard = -(-self._expected_rows // _SHARDS)
+            self._counters = [_count.PairCounter(per_shard) for _ in range(_SHARDS)]
+        return self._counters
+
+    def check_schema(self, schema: Any) -> None:
+        """Check the columns' presence and types (see :func:`check_column_types`) and fix the
+        key types. :meth:`feed` does it for the first batch; call it earlier to fail before
+        any reading."""
+        names = [self.privacy_unit, *self.by]
+        missing = [n for n in names if n not in schema.names]
+        if missing:
+            raise ValueError(f"missing column(s) {missing} (privacy_unit / by); available: {schema.names}")
+        check_column_types(schema, self.privacy_unit, self.by)
+        if self._schema is None:
+            self._schema = schema
+            for factorizer, name in zip(self._key.columns, self.by):
+                factorizer.declare(schema.field(name).type)
+
+    def feed(self, batch: pa.Table | pa.RecordBatch, *, final: bool = False) -> None:
+        """Add the rows of one batch (columns ``privacy_unit`` and every ``by`` name).
+
+        ``final=True`` says no batch follows (the whole input is in memory, as in
+        ``select_partitions``): when it is also the first batch and the privacy units are
+        integers, the rows are grouped by user through radix buckets (:mod:`dpselect.ingest._radix`)
+        rather than inserted into the streaming pair sets: same results in distribution, several
+        times fewer cache misses, memory proportional to the rows while grouping."""
+        self._check_open()
+        if not isinstance(final, bool):
+            raise TypeError(f"final must be a bool, got {type(final).__name__}")
+        first = self.rows == 0
+        self.check_schema(batch.schema)
+        self._fed_final = final
+        rows = self._countable_rows(batch)
+        if rows is None:
+            return
+        if final and first and _radix_rows.eligible(rows, self.privacy_unit, self.by):
+            self._radix = _radix_rows.group(rows, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
+                                            self._encode_keys)
+            self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
+            return
+        if rows.num_rows <= _PIECE_ROWS:
+            # One piece: the two columns at once, then both shards.
+            users, partitions = self._encode_both(rows)
+            for shard, counter in enumerate(self._pair_counters()):
+                counter.feed(users, partitions, _SHARD_MASK, shard)
+            return
+        self._feed_pieces(rows)
+
+    def _check_open(self) -> None:
+        """Refuse a batch after :meth:`finish`, or after a batch fed with ``final=True``."""
+        import_pyarrow()
+        if self._finished:
+            raise RuntimeError("this RowCounter has already been finished")
+        if self._fed_final:
+            raise RuntimeError("this RowCounter was fed a batch with final=True: no batch may follow it")
+
+    def _countable_rows(self, batch: Any) -> Any:
+        """The rows of ``batch`` to count, None when there are none: counts its rows and those
+        with a null privacy unit, which are dropped (policy "drop") or, under "error", make the
+        whole batch wait for :meth:`finish` to refuse (only the number of such rows matters)."""
+        if batch.num_rows == 0:
+            return None
+        self.rows += batch.num_rows
+        units = batch.column(self.privacy_unit)
+        nulls = null_count(units)
+        if not nulls:
+            return batch
+        self.null_unit_rows += nulls
+        if self.null_privacy_units == "error":
+            return None  # finish() will refuse: only the number of such rows matters now
+        batch = without_null_units(batch, units)
+        return batch if batch.num_rows else None
+
+    def _feed_pieces(self, batch: Any) -> None:
+        """A batch of several pieces (``_PIECE_ROWS`` rows each) into the pair sets."""
+        pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
+        # A pipeline on two cores (the C code releases the GIL). For each piece, the worker
+        # encodes one column side while this thread encodes the other, then the piece's pairs
+        # are inserted, each user shard into its own set. Byte keys (strings, binaries, wide
+        # values) cost about twice an integer column: the worker encodes them and this thread
+        # encodes the users and inserts both shards. Otherwise the two sides cost the same: the
+        # worker encodes the users and inserts shard 1, this thread the keys and shard 0; its
+        # queue then alternates "encode piece i + _LOOKAHEAD" and "insert piece i, shard 1", so
+        # at most _LOOKAHEAD + 1 pieces' codes are alive.
+        keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
+        there, here = (self._encode_keys, self._encode_users)
+        if not keys_on_worker:
+            there, here = here, there
+        # The worker's tasks run one at a time, in the order given: codes follow row order.
+        with Lane() as worker:
+            # The worker's encodes run _LOOKAHEAD pieces ahead, so it stays busy while this thread
+            # creates the pair sets (filling ~10 bytes per expected pair) on the first batch.
+            encoded = {j: worker.submit(there, pieces[j]) for j in range(min(_LOOKAHEAD, len(pieces)))}
+            inserts = []
+            counters = self._pair_counters()
+            try:
+                for i, piece in enumerate(pieces):
+                    if i + _LOOKAHEAD < len(pieces):
+                        encoded[i + _LOOKAHEAD] = worker.submit(there, pieces[i + _LOOKAHEAD])
+                    mine = here(piece)
+                    theirs = encoded.pop(i).result()
+                    users, partitions = (mine, theirs) if keys_on_worker else (theirs, mine)
+                    if keys_on_worker:
+                        counters[1].feed(users, partitions, _SHARD_MASK, 1)
+                    else:
+                        inserts.append(worker.submit(counters[1].feed, users, partitions, _SHARD_MASK, 1))
+                    counters[0].feed(users, partitions, _SHARD_MASK, 0)
+                for future in inserts:
+                    future.result()
+            finally:
+                pending: list[Any] = [*encoded.values(), *inserts]
+                for future in pending:
+                    future.cancel()
+
+    def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
+        """The user and partition code of every row of ``batch`` (one code per distinct value,
+        kept across calls), for a caller that bounds rows itself (a grouped release needs each
+        row, not only the distinct pairs). Rows with a null privacy unit are refused or dropped
+        as in :meth:`feed`; the third value is the batch the codes describe (filtered when rows
+        were dropped), to read value columns from. Decode partition codes with :meth:`keys_of`."""
+        self._check_open()
+        self.check_schema(batch.schema)
+        self.rows += batch.num_rows
+        units = batch.column(self.privacy_unit)
+        nulls = null_count(units)
+        if nulls:
+            self.null_unit_rows += nulls
+            self.check_null_units()
+            batch = without_null_units(batch, units)
+        if batch.num_rows <= _PIECE_ROWS:
+            return (*self._encode_both(batch), batch)
+        # The two columns' sides on two threads, piece by piece (see feed).
+        pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
+        with Lane() as worker:
+            futures = [worker.submit(self._encode_keys, piece) for piece in pieces]
+            users = np.empty(batch.num_rows, dtype=np.uint32)
+            partitions = np.empty(batch.num_rows, dtype=np.uint32)
+            try:
+                for i, (piece, future) in enumerate(zip(pieces, futures)):
+                    start = i * _PIECE_ROWS
+                    users[start:start + piece.num_rows] = self._encode_users(piece)
+                    partitions[start:start + piece.num_rows] = future.result()
+            finally:
+                for future in futures:
+                    future.cancel()
+        return users, partitions, batch
+
+    def keys_of(self, codes: npt.NDArray[np.int64]) -> Any:
+        """The ``by`` values of the given partition codes, as an Arrow table."""
+        pa = import_pyarrow()
+        if self.n_partitions == 0 or len(codes) == 0:
+            return pa.table({name: pa.array([], type=t if t is not None else pa.null())
+                             for name, t in zip(self.by, self.key_types())})
+        return pa.table(dict(zip(self.by, self._key.key_columns(np.asarray(codes, dtype=np.int64)))))
+
+    def _encode_both(self, batch: Any) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+        """User and partition codes of one piece, the keys on a second thread when the piece is
+        large enough for that to pay (below, handing the task over costs more than it saves)."""
+        if batch.num_rows < _THREAD_ROWS:
+            return self._encode_users(batch), self._encode_keys(batch)
+        with Lane() as worker:
+            keys = worker.submit(self._encode_keys, batch)
+            try:
+                users = self._encode_users(batch)
+            finally:
+                partitions = keys.result()
+        return users, partitions
+
+    @staticmethod
+    def _is_bytes(batch: Any, name: str) -> bool:
+        """Whether a column's values are compared as bytes (strings, binaries, wide values) row
+        by row; a dictionary column is encoded by its integer indices."""
+        return encoded_as_bytes(batch.schema.field(name).type)
+
+    def _encode_users(self, piece: Any) -> npt.NDArray[np.uint32]:
+        return self._users.encode(piece.column(self.privacy_unit))
+
+    def _encode_keys(self, piece: Any) -> npt.NDArray[np.uint32]:
+        """Partition codes of one piece of rows (composite over every ``by`` column)."""
+        codes = [factorizer.encode(piece.column(name)) for factorizer, name in zip(self._key.columns, self.by)]
+        return np.ascontiguousarray(self._key.encode_codes(codes))
+
+    def check_null_units(self) -> None:
+        """Raise :class:`NullPrivacyUnitError` if rows with a null privacy unit were fed and the
+        policy is ``"error"``. :meth:`finish` calls it first."""
+        if self.null_unit_rows and self.null_privacy_units == "error":
+            raise NullPrivacyUnitError(self.privacy_unit, self.null_unit_rows)
+
+    def user_sets(self) -> tuple[Any, Any]:
+        """For mechanisms that need each user's whole set (weighted selection, DP-SIPS): the
+        distinct pairs grouped by user (``dpselect.mechanisms.weighted.UserSets``), and a function
+        from a keep mask over partition codes to the kept keys (an Arrow table). No randomness is
+        used here: the mechanism bounds each user itself."""
+        pa = import_pyarrow()
+        from dpselect.mechanisms.weighted import UserSets
+
+        if self._finished:
+            raise RuntimeError("this RowCounter has already been finished")
+        self.check_null_units()
+        self._finished = True
+        if self._radix is not None:
+            ends, grouped = self._radix.groups()
+            self._radix = None
+        else:
+            ends, grouped = _merge_user_groups([c.group(self.n_partitions) for c in self._pair_counters()])
+        sets = UserSets(ends, grouped, self.n_partitions)
+
+        def keys_of(keep: np.ndarray) -> Any:
+            kept = np.flatnonzero(keep)
+            if self.n_partitions == 0:
+                arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]
+            else:
+                arrays = self._key.key_columns(kept)
+            return pa.table(dict(zip(self.by, arrays)))
+
+        return sets, keys_of
+
+    def finish(self, max_partitions_contributed: int, count_cap: int | None, rng: object = None) -> PartitionCounts:
+        """Bound every user to ``max_partitions_contributed`` partitions (uniform choice, package
+        CSPRNG), count distinct users per partition saturating at ``count_cap`` (None: exact),
+        and return the partitions whose count is at least 1."""
+        if self._finished:
+            raise RuntimeError("this RowCounter has already been finished")
+        self.check_null_units()  # before any randomness is drawn
+        rng = resolve_rng(rng)
+        rng._announce()
+        self._finished = True
+        states = [rng._test_state] + [shard_test_state(rng._test_state, shard) for shard in range(1, _SHARDS)]
+        args = (self.n_partitions, max_partitions_contributed, count_cap)
+        if self._radix is not None:
+            counts = _radix_rows.bound(self._radix, *args, states)
+            self._radix = None
+            return self._partition_counts(counts)
+        counters = self._pair_counters()
+        # Each shard's users are bounded by their own thread with their own stream (a fresh
+        # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
+        # shards' counts are added. The cap is applied again to the sum: saturating each term at
+        # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
+        with Lane() as worker:
+            other = worker.submit(counters[1].finish, *args, states[1])
+            try:
+                counts = counters[0].finish(*args, states[0])
+            finally:
+                counts_other = other.result()
+        counts += counts_other
+        if count_cap is not None:
+            np.minimum(counts, count_cap, out=counts)
+        return self._partition_counts(counts)
+
+    def _partition_counts(self, counts: npt.NDArray[np.int64]) -> PartitionCounts:
+        """The partitions whose count is at least 1, with their keys."""
+        pa = import_pyarrow()
+        present = np.flatnonzero(counts > 0)
+        if self.n_partitions == 0:
+            key_arrays = [pa.array([], type=t if t is not None else pa.null()) for t in self.key_types()]
+        else:
+            key_arrays = self._key.key_columns(present)
+        return PartitionCounts(keys=pa.table(dict(zip(self.by, key_arrays))), counts=counts[present])
