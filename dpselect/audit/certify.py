@@ -34,7 +34,7 @@ import numpy as np
 
 from dpselect.audit._targets import Target, build_target
 from dpselect.audit.results import Certificate, Check
-from dpselect.core.exact import as_fraction, exp_upper, normal_cdf_bounds
+from dpselect.core.exact import as_fraction, exp_upper, normal_cdf_bounds, normal_tail_upper
 from dpselect.mechanisms.base import NoRelease, TabledSelection
 from dpselect.mechanisms.gaussian import GaussianThresholding, agm_delta_upper
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
@@ -333,11 +333,6 @@ def _certify_noisy(target: Target) -> _Result:
 
 # ------------------------------------------------------------------ Gaussian thresholding
 
-def _tail_upper(z: Fraction, bits: int = 256) -> Fraction:
-    """An upper bound on P[Z > z], Z standard normal."""
-    return 1 - normal_cdf_bounds(z, bits)[0]
-
-
 def _certify_gaussian(target: Target) -> _Result:
     s = target.strategy
     checks, p = _budget_checks(target)
@@ -348,7 +343,7 @@ def _certify_gaussian(target: Target) -> _Result:
     checks.append(Check("analytic Gaussian delta of sigma (L2 sensitivity sqrt(affected partitions))", True,
                         f"sigma {float(sigma):.6g}: delta_AGM <= {float(agm):.6g} (Balle and Wang, ICML 2018, "
                         "Theorem 8, rational bounds)"))
-    tail = _tail_upper((threshold - 1) / sigma)
+    tail = normal_tail_upper((threshold - 1) / sigma)
     checks.append(Check("a one-user partition passes the threshold with probability <= delta_p", tail <= delta_p,
                         f"P[1 + Z > T] <= {float(tail):.6g} <= delta_p {float(delta_p):.6g} (T = {float(threshold):.6g})"))
     table = s.table
@@ -424,7 +419,7 @@ def _gaussian_threshold_delta(rho_units: int, sigma: Fraction, weights: Any, kap
     worst = Fraction(0)
     for m in range(1, kappa + 1):
         gap = Fraction(rho_units - int(weights[m]), _WEIGHT_ONE)
-        tail = _tail_upper(gap / sigma)
+        tail = normal_tail_upper(gap / sigma)
         worst = max(worst, composed_delta(tail, m)[0])
     return worst
 
