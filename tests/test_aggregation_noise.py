@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpselect import _noise
-from dpselect.aggregation._expbounds import exp_neg_bounds
+from dpselect.core.exact import exp_neg_bounds
 from dpselect.aggregation.grid import Grid
 from dpselect.aggregation.noise import (
     DiscreteGaussianNoise,

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpselect.aggregation import _bounds_sparse, _expbounds
+from dpselect.aggregation import _bounds_sparse
 from dpselect.aggregation._bounds_sparse import LazyUniform, PassRate, geometric_skip, passing_empty_cells
-from dpselect.aggregation._expbounds import exp_neg_interval
+from dpselect.core import exact as _expbounds  # the e^x bounds' home
+from dpselect.core.exact import exp_neg_interval
 from dpselect.aggregation.bounds import approx_bounds_per_partition
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.testing import InsecureDeterministicRNG

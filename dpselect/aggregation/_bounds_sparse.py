@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation._bounds_thresholds import smallest_true
-from dpselect.aggregation._expbounds import exp_neg_interval, fixed_power
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.core.exact import exp_neg_interval, fixed_power
 from dpselect.rng import SecureRNG
 
 __all__ = ["DENSE_RATE", "LazyUniform", "PassRate", "geometric_skip", "pass_rate", "passing_cells",

@@ -18,8 +18,7 @@ import math
 from fractions import Fraction
 from typing import Callable
 
-from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.core.params import power_lower
+from dpselect.core.exact import exp_neg_bounds, power_lower
 
 __all__ = [
     "MAX_SCALE",
@@ -144,7 +143,7 @@ def tail_upper(scale: Fraction, k: int, bits: int) -> Fraction:
 
 def certified(scale: Fraction, k: int, p: Fraction, bins: int, bits: int) -> bool:
     """(1 − P[X ≥ k])^(2B) ≥ p, proven with an upper bound on the tail and a lower bound on the
-    power (dpselect.core.params.power_lower rounds every product down)."""
+    power (dpselect.core.exact.power_lower rounds every product down)."""
     tail = tail_upper(scale, k, bits)
     if tail >= 1:
         return False

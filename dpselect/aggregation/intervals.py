@@ -29,8 +29,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.core.exact import _inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
+from dpselect.core.exact import as_fraction, exp_neg_bounds, inv_sqrt_2pi_bounds, normal_tail_upper, sqrt_bounds
 from dpselect.core.tables import TSGDTable
 
 __all__ = [
@@ -148,13 +147,6 @@ def discrete_laplace_half_width(scale: object, level: float | Fraction) -> int |
 
 # ------------------------------------------------------------------ discrete Gaussian
 
-def _sqrt_bounds(x: Fraction, bits: int) -> tuple[Fraction, Fraction]:
-    """Rational bounds lo ≤ √x ≤ hi of width about 2^-bits."""
-    scale = 1 << bits
-    lo = math.isqrt(math.floor(x * scale * scale))
-    return Fraction(lo, scale), Fraction(lo + 1, scale)
-
-
 # Below this σ², tails are summed term by term (they fall fast enough for a few dozen terms to
 # carry all the mass); above it, a midpoint-rule integral bound is tight.
 _DIRECT_SIGMA2 = Fraction(64)
@@ -174,8 +166,8 @@ def discrete_gaussian_tail_upper(sigma2: Fraction, h: int, bits: int = 128) -> F
       rational bounds on Φ and on π."""
     sigma2 = Fraction(sigma2)
     a = h + 1
-    inv_low, inv_high = _inv_sqrt_2pi_bounds(bits + 16)  # bounds on 1/√(2π)
-    sigma_lo, sigma_hi = _sqrt_bounds(sigma2, bits + 16)
+    inv_low, inv_high = inv_sqrt_2pi_bounds(bits + 16)  # bounds on 1/√(2π)
+    sigma_lo, sigma_hi = sqrt_bounds(sigma2, bits + 16)
 
     def f_up(x: int) -> Fraction:
         return exp_neg_bounds(Fraction(x * x) / (2 * sigma2), bits + 16)[1]
@@ -185,8 +177,7 @@ def discrete_gaussian_tail_upper(sigma2: Fraction, h: int, bits: int = 128) -> F
 
     def integral_upper(c: Fraction) -> Fraction:  # ≥ ∫_c^∞ f, for c ≥ 0
         z_lo = c / sigma_hi  # ≤ c/σ, so 1 − Φ(z_lo) ≥ 1 − Φ(c/σ)
-        phi_lo, _ = normal_cdf_bounds(z_lo, bits + 16)
-        return sigma_hi / inv_low * (1 - phi_lo)
+        return sigma_hi / inv_low * normal_tail_upper(z_lo, bits + 16)
 
     # Terms with x²/(2σ²) above ``negligible`` are below 2^-(bits + 32): summing them one by one
     # would cost long exp series for nothing; the integral bound covers them.

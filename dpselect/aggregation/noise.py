@@ -30,8 +30,7 @@ import numpy.typing as npt
 
 from dpselect import _noise
 from dpselect._arrays import _chunks, _run_all
-from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.core.exact import as_fraction, exp_upper
+from dpselect.core.exact import as_fraction, atanh_lower, exp_neg_bounds, exp_upper
 from dpselect.core.guarantee import delta_upper_float, format_delta
 from dpselect.aggregation.intervals import (
     discrete_gaussian_half_width,
@@ -213,23 +212,6 @@ def representable_sigma2(target: object) -> Fraction:
 # ------------------------------------------------------------------ zCDP to (ε, δ)
 
 _ALPHA_BITS = 24  # α is rounded to a multiple of 2^-24 before it is certified
-_ATANH_BITS = 256
-_ATANH_TERMS = 4000
-
-
-def _atanh_lower(u: Fraction) -> Fraction:
-    """A rational ≤ atanh(u) for 0 < u < 1: a partial sum of Σ u^(2j+1)/(2j+1), every term
-    floored to 2^-256 (all terms are positive, so each truncation rounds down)."""
-    one = 1 << _ATANH_BITS
-    u_fixed = u.numerator * one // u.denominator  # ≤ u·2^F
-    u2 = u_fixed * u_fixed // one
-    power, total = u_fixed, 0
-    for j in range(_ATANH_TERMS):
-        if power == 0:
-            break
-        total += power // (2 * j + 1)
-        power = power * u2 // one
-    return Fraction(total, one)
 
 
 def _log_delta_float(rho: float, eps: float, alpha: float) -> float:
@@ -253,10 +235,14 @@ def _best_alpha(rho: float, eps: float) -> float:
 @functools.lru_cache(maxsize=1024)
 def _zcdp_delta(rho: Fraction, eps: Fraction, alpha: Fraction) -> Fraction:
     # ln(1 − 1/α) = −2 atanh(1/(2α − 1)) ≤ −2·(a lower bound of the atanh series)
-    log_upper = -2 * _atanh_lower(1 / (2 * alpha - 1))
+    log_upper = -2 * atanh_lower(1 / (2 * alpha - 1))
     exponent = (alpha - 1) * (alpha * rho - eps) + alpha * log_upper
     if exponent <= 0:
         bound = exp_neg_bounds(-exponent, 128)[1]
+    elif math.floor(exponent / Fraction("0.69315")) >= (alpha - 1).numerator.bit_length():
+        # e^exponent ≥ 2^⌊exponent/0.69315⌋ ≥ α − 1 (0.69315 > ln 2): δ = 1, without e^exponent
+        # (which would cost 1.44·exponent bits: hours for an α far from the best one)
+        return Fraction(1)
     else:
         bound = exp_upper(Fraction(math.ceil(exponent * 2**160), 2**160), 128)  # short dyadic ≥ exponent
     return min(Fraction(1), bound / (alpha - 1))

@@ -10,10 +10,8 @@ from typing import Any
 
 from dpselect.audit._targets import Target
 from dpselect.audit.results import Check
-from dpselect.core.exact import normal_cdf_bounds
 
-__all__ = ["Result", "budget_checks", "composed_delta", "composition_check", "float_ratio", "handle_check",
-           "tail_upper"]
+__all__ = ["Result", "budget_checks", "composed_delta", "composition_check", "float_ratio", "handle_check"]
 
 # Exact powers (1 − δ')^m up to this many affected partitions; Bonferroni bounds beyond.
 _EXACT_POWER_LIMIT = 4096
@@ -82,7 +80,3 @@ def handle_check(strategy: Any, table: Any) -> Check | None:
                  f"handle: {handle.length} entries x {handle.limbs} limb(s), tail certain {handle.tail_certain}; "
                  f"table: {table.length} x {table.limbs}, {table.tail_certain}")
 
-
-def tail_upper(z: Fraction, bits: int = 256) -> Fraction:
-    """An upper bound on P[Z > z], Z standard normal."""
-    return 1 - normal_cdf_bounds(z, bits)[0]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from dpselect.audit._certify_common import Result, composed_delta, tail_upper
+from dpselect.audit._certify_common import Result, composed_delta
+from dpselect.core.exact import normal_tail_upper
 from dpselect.audit._targets import Target
 from dpselect.audit.results import Check
 from dpselect.core.verify import exp_lower_by_squaring
@@ -36,7 +37,7 @@ def _gaussian_threshold_delta(rho_units: int, sigma: Fraction, weights: Any, kap
     worst = Fraction(0)
     for m in range(1, kappa + 1):
         gap = Fraction(rho_units - int(weights[m]), _WEIGHT_ONE)
-        tail = tail_upper(gap / sigma)
+        tail = normal_tail_upper(gap / sigma)
         worst = max(worst, composed_delta(tail, m)[0])
     return worst
 

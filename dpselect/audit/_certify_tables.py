@@ -16,11 +16,10 @@ from dpselect.audit._certify_common import (
     composition_check,
     float_ratio,
     handle_check,
-    tail_upper,
 )
 from dpselect.audit._targets import Target, release_floor
 from dpselect.audit.results import Check
-from dpselect.core.exact import exp_upper, normal_cdf_bounds
+from dpselect.core.exact import exp_upper, normal_cdf_bounds, normal_tail_upper
 from dpselect.core.tables import EPSILON_CAP
 from dpselect.core.verify import CertificationError, exp_lower_by_squaring, keep_numerators, release_delta, verify_keep_table
 from dpselect.mechanisms.gaussian import agm_delta_upper
@@ -204,7 +203,7 @@ def certify_gaussian(target: Target) -> Result:
     checks.append(Check("analytic Gaussian delta of sigma (L2 sensitivity sqrt(affected partitions))", True,
                         f"sigma {float(sigma):.6g}: delta_AGM <= {float(agm):.6g} (Balle and Wang, ICML 2018, "
                         "Theorem 8, rational bounds)"))
-    tail = tail_upper((threshold - 1) / sigma)
+    tail = normal_tail_upper((threshold - 1) / sigma)
     checks.append(Check("a one-user partition passes the threshold with probability <= delta_p", tail <= delta_p,
                         f"P[1 + Z > T] <= {float(tail):.6g} <= delta_p {float(delta_p):.6g} (T = {float(threshold):.6g})"))
     table = s.table

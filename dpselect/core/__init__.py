@@ -1,7 +1,7 @@
 """The certified core: what every mechanism's guarantee rests on.
 
 - :mod:`dpselect.core.exact`: exact (rational and interval) arithmetic, the one home of the
-  certified e^x bounds;
+  certified bounds (e^x, powers, square roots, the normal distribution's CDF and tails, atanh);
 - :mod:`dpselect.core.theory`: the paper's closed forms (pi_opt's keep probabilities, the TSGD
   release's calibration) in exact arithmetic;
 - :mod:`dpselect.core.tables`: the quantized tables the C kernel samples from, built and

@@ -23,7 +23,7 @@ from fractions import Fraction
 from numbers import Integral, Real
 from typing import Literal
 
-from dpselect.core.exact import as_fraction
+from dpselect.core.exact import as_fraction, power_lower
 
 __all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper"]
 
@@ -74,24 +74,6 @@ class PrivacyParams:
                 f"{', neighbours=replace' if self.neighbours == 'replace' else ''}; "
                 f"per partition epsilon'={float(self.partition_epsilon):.6g}, "
                 f"delta'={float(self.partition_delta):.6g})")
-
-
-def power_lower(base: Fraction, exponent: int, bits: int = _POWER_BITS) -> Fraction:
-    """A rational L <= base^exponent for 0 <= base <= 1 and exponent >= 0: binary powering with
-    every product rounded down to ``bits`` fractional bits (all factors are non-negative, so
-    rounding down each one rounds the product down)."""
-    if not 0 <= base <= 1 or exponent < 0:
-        raise ValueError("power_lower needs 0 <= base <= 1 and exponent >= 0")
-    one = 1 << bits
-    b = base.numerator * one // base.denominator
-    result = one
-    while exponent:
-        if exponent & 1:
-            result = (result * b) >> bits
-        exponent >>= 1
-        if exponent:
-            b = (b * b) >> bits
-    return Fraction(result, one)
 
 
 def composed_delta_upper(partition_delta: Fraction, kappa: int, split: str) -> Fraction:

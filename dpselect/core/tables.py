@@ -78,7 +78,7 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _builder_exp_lower(eps: Fraction, bits: int) -> int:
-    """a with a / 2^bits <= e^{ε'}, deliberately 2^-(bits - 24) relative below the Taylor bound:
+    """a with a / 2^bits <= e^{ε'}, deliberately 2^-(bits - 24) relative below the exact bound:
     the independent verifier's own bound is far more accurate than that margin, so a table built
     with it always passes verification (at a utility cost of ~N · 2^-(bits - 24), negligible)."""
     a = math.floor(exp_lower(eps, bits + 32) * 2**bits)

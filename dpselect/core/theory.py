@@ -114,25 +114,9 @@ def _poly(*terms: tuple[int, Fraction]) -> _Poly:
     return poly
 
 
-def _power_bounds(lo: Fraction, hi: Fraction, exponent: int, bits: int) -> tuple[int, int]:
-    """floor/ceil of lo^e · 2^bits and hi^e · 2^bits for 1 <= lo <= hi (binary powering, every
-    product rounded outward)."""
-    one = 1 << bits
-    lo_b, hi_b = lo.numerator * one // lo.denominator, -((-hi.numerator * one) // hi.denominator)
-    r_lo, r_hi = one, one
-    e = exponent
-    while e:
-        if e & 1:
-            r_lo, r_hi = (r_lo * lo_b) >> bits, -((-(r_hi * hi_b)) >> bits)
-        e >>= 1
-        if e:
-            lo_b, hi_b = (lo_b * lo_b) >> bits, -((-(hi_b * hi_b)) >> bits)
-    return r_lo, r_hi
-
-
 def _sign_at_exp(poly: _Poly, eps: Fraction) -> int:
     """The sign of poly(e^eps), exactly (see the comment above)."""
-    from dpselect.core.exact import exp_lower, exp_upper
+    from dpselect.core.exact import exp_bounds, fixed_power
 
     terms = {e: c for e, c in poly.items() if c != 0}
     if not terms:
@@ -149,11 +133,11 @@ def _sign_at_exp(poly: _Poly, eps: Fraction) -> int:
     magnitude = eps.denominator.bit_length() - eps.numerator.bit_length()  # ≈ log2(1/ε)
     bits = 96 + max(0, magnitude) + max(terms).bit_length()
     while bits <= 1 << 16:
-        y_lo, y_hi = exp_lower(eps, bits + 8), exp_upper(eps, bits + 8)
+        y_lo, y_hi = exp_bounds(eps, bits + 8)
         low = high = Fraction(0)
-        for e, c in terms.items():
-            p_lo, p_hi = _power_bounds(y_lo, y_hi, e, bits)
-            a, b = Fraction(p_lo, 1 << bits) * c, Fraction(p_hi, 1 << bits) * c
+        for e, c in terms.items():  # y^e bounded by binary powering, every product rounded outward
+            a = fixed_power(y_lo, e, bits, upper=False) * c
+            b = fixed_power(y_hi, e, bits, upper=True) * c
             low, high = low + min(a, b), high + max(a, b)
         if low > 0:
             return 1

@@ -39,6 +39,8 @@ class CertificationError(RuntimeError):
     """A table failed its exact privacy check: never sample from it (a bug, not a user error)."""
 
 
+# Deliberately not dpselect.core.exact's bounds, the package's one home of e^x bounds otherwise:
+# the builders use those, and a bug in a bound shared by a builder and its checker would pass both.
 def exp_lower_by_squaring(x: Fraction, accuracy_bits: int = _VERIFY_ACCURACY_BITS) -> Fraction:
     """A rational E <= e^x for x >= 0, within relative 2^-accuracy_bits of it.
 

@@ -24,7 +24,7 @@ import math
 from fractions import Fraction
 from statistics import NormalDist
 
-from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds
+from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds, normal_tail_upper, sqrt_bounds
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
 from dpselect.core.params import PrivacyParams, composed_delta_upper, _composition_delta
@@ -79,17 +79,11 @@ def google_sigma(epsilon: float, delta: float, l2: float, accuracy: float = 1e-3
 
 # ------------------------------------------------------------------ certificates (rational bounds)
 
-def _sqrt_bounds(kappa: int) -> tuple[Fraction, Fraction]:
-    root = math.isqrt(kappa << (2 * _SQRT_BITS))
-    low = Fraction(root, 1 << _SQRT_BITS)
-    return low, (low if root * root == kappa << (2 * _SQRT_BITS) else low + Fraction(1, 1 << _SQRT_BITS))
-
-
 def agm_delta_upper(sigma: Fraction, epsilon: Fraction, kappa: int) -> Fraction:
     """A rational upper bound on the exact δ of the Gaussian mechanism with noise σ and L2
     sensitivity √κ at ε (Balle–Wang Theorem 8): Φ(a − b) − e^ε Φ(−a − b), a = √κ/(2σ),
     b = εσ/√κ, each term bounded on the safe side."""
-    s_lo, s_hi = _sqrt_bounds(kappa)
+    s_lo, s_hi = sqrt_bounds(Fraction(kappa), _SQRT_BITS)
     a_hi = s_hi / (2 * sigma)
     b_lo, b_hi = epsilon * sigma / s_hi, epsilon * sigma / s_lo
     first = normal_cdf_bounds(a_hi - b_lo)[1]
@@ -119,26 +113,21 @@ def predicted_threshold(epsilon: float, delta_noise: float, delta_p: float, kapp
     return 1 + sigma * z, sigma
 
 
-def _upper_tail_upper(z: Fraction) -> Fraction:
-    """An upper bound on P[Z > z] for Z ~ N(0, 1)."""
-    return 1 - normal_cdf_bounds(z)[0]
-
-
 def gaussian_threshold(sigma: Fraction, delta_p: Fraction) -> Fraction:
     """T = 1 + σ z with z a dyadic rational just above Φ⁻¹(1 − δ_p), proven: P[Z > z] <= δ_p."""
     guess = -NormalDist().inv_cdf(float(delta_p)) if float(delta_p) > 0 else 38.0
     scale = 1 << 64
     z = Fraction(math.ceil(guess * (1 + 1e-12) * scale) + 1, scale)
-    while _upper_tail_upper(z) > delta_p:  # the float guess was short: step up
+    while normal_tail_upper(z) > delta_p:  # the float guess was short: step up
         z += Fraction(max(1, int(abs(z) * scale) >> 30), scale)
     low = Fraction(math.floor(guess * (1 - 1e-12) * scale) - 1, scale)
-    if _upper_tail_upper(low) <= delta_p:
+    if normal_tail_upper(low) <= delta_p:
         low = z  # nothing to refine
     while z - low > Fraction(1, 1 << 52):  # bisect: z stays proven, low stays unproven
         middle = Fraction(math.floor((low + z) / 2 * scale), scale)
         if middle <= low:
             break
-        if _upper_tail_upper(middle) <= delta_p:
+        if normal_tail_upper(middle) <= delta_p:
             z = middle
         else:
             low = middle

@@ -6,9 +6,9 @@ Bernoulli(p): a uniform U from the CSPRNG is compared with an interval [p_lo, p_
 in double precision with a wide safety margin (relative 2^-30, a million times the documented
 error of the C library's erfc and of numpy's exp); when U falls inside the interval — rarely, with
 probability at most the interval's width — the comparison is finished with more random bits
-against integer-arithmetic bounds on p (:func:`dpselect.core.exact.normal_cdf_bounds`,
-:func:`dpselect.core.exact.exp_lower`) refined until they separate. No floating-point value ever
-decides an outcome on its own (docs/privacy/weighted.md).
+against integer-arithmetic bounds on p (:func:`dpselect.core.exact.normal_tail_bounds`,
+:func:`dpselect.core.exact.exp_neg_interval`) refined until they separate. No floating-point value
+ever decides an outcome on its own (docs/privacy/weighted.md).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _weighted
-from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds
+from dpselect.core.exact import exp_neg_interval, normal_tail_bounds
 from dpselect.rng import resolve_rng
 
 __all__ = ["gaussian_tail_draws", "laplace_tail_draws"]
@@ -85,8 +85,7 @@ def gaussian_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, sigma: 
     q_lo, q_hi = q * (1 - _MARGIN), np.minimum(q * (1 + _MARGIN) + _TINY, 0.5)
 
     def exact(i: int, bits: int) -> tuple[Fraction, Fraction]:
-        low, high = normal_cdf_bounds(Fraction(int(distance[i]), 1 << unit_bits) / sigma, bits)
-        return 1 - high, 1 - low  # P[Z > d] = 1 − Φ(d/σ)
+        return normal_tail_bounds(Fraction(int(distance[i]), 1 << unit_bits) / sigma, bits)  # P[Z > d]
 
     return _draw(q_lo, q_hi, z < 0, exact, rng)
 
@@ -101,8 +100,8 @@ def laplace_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, epsilon:
 
     def exact(i: int, bits: int) -> tuple[Fraction, Fraction]:
         arg = abs(Fraction(int(distance[i]), 1 << unit_bits) * epsilon)
-        low = Fraction(1, 2) / exp_upper(arg, bits + 8)
-        high = Fraction(1, 2) / exp_lower(arg, bits + 8)
+        # absolute precision at any distance: the cost does not grow with it
+        low, high = (bound / 2 for bound in exp_neg_interval(arg, bits + 8))
         return (low, high) if distance[i] >= 0 else (1 - high, 1 - low)
 
     return _draw(h_lo, h_hi, x < 0, exact, rng)

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _weighted
-from dpselect.core.exact import exp_lower
+from dpselect.core.exact import exp_lower, sqrt_bounds
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.core.limits import MAX_WEIGHTED_THRESHOLD, epsilon_too_small, log_inverse
 from dpselect.mechanisms.base import BuiltInMechanism
@@ -399,7 +399,7 @@ class DPSIPS(_RowMechanism):
         # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         # Round j: μ_j² = f_j μ², i.e. σ_j = σ / sqrt(f_j) (rounded up: more noise, still composing to ≤ μ²).
-        self.sigmas = [_sqrt_up(sigma * sigma / f) for f in fractions]
+        self.sigmas = [sqrt_bounds(sigma * sigma / f, 64)[1] for f in fractions]
         self.weights = _weights(params.max_partitions_contributed, "l2")
         self.rhos = []
         for f, sigma_j in zip(fractions, self.sigmas):
@@ -431,12 +431,3 @@ class DPSIPS(_RowMechanism):
 
     def __repr__(self) -> str:
         return f"DPSIPS({self.params!r}, rounds={self.rounds}, ratio={self.ratio:g})"
-
-
-def _sqrt_up(x: Fraction) -> Fraction:
-    """A dyadic rational >= sqrt(x)."""
-    bits = 64
-    root = math.isqrt(math.ceil(x * 4**bits))
-    if root * root < x * 4**bits:
-        root += 1
-    return Fraction(root, 2**bits)

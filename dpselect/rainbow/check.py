@@ -54,9 +54,9 @@ def as_fraction_upper(value: float) -> Fraction:
 def exp_lower_bound(epsilon: float) -> Fraction:
     """A certified rational lower bound E <= e^epsilon with denominator 2**128.
 
-    E is a Taylor partial sum of e^x (all terms positive, so every partial sum is below e^x) at
-    x = min(as_fraction_lower(epsilon), 64), floored to a multiple of 2**-128. It is within
-    ~2**-120 relative of e^x (``dpselect.core.exact.exp_lower``).
+    E is e^x at x = min(as_fraction_lower(epsilon), 64) rounded down to a multiple of 2**-128
+    (``dpselect.core.exact.exp_lower``, from certified integer bounds on e^x), so within 2**-128
+    of e^x, and 2**-128 relative as e^x >= 1.
     """
     epsilon = check_epsilon(epsilon)
     x = min(as_fraction_lower(epsilon), Fraction(_EPSILON_CAP))
