@@ -33,6 +33,7 @@ from dpselect.aggregation.result import AggregateResult
 from dpselect.aggregation.values import ValueColumn, check_value_types
 from dpselect.aggregation.wide import Wide, sums_by_code
 from dpselect.core.exact import as_fraction
+from dpselect.errors import DPSelectWarning
 from dpselect.ingest.frames import FrameKind, from_arrow, result_schema, to_arrow
 from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
 from dpselect.ingest.public_keys import public_table, with_public_partitions
@@ -46,12 +47,12 @@ _SHARD_MASK = 1  # users split by code parity between two threads, as in dpselec
 INTERVALS_METADATA_KEY = b"dpselect.intervals"
 
 
-class NothingReleased(UserWarning):
+class NothingReleased(DPSelectWarning):
     """No key passed the selection. The warning's figure (how many users a key needs) comes from
     the parameters alone."""
 
 
-class BoundingDroppedMostRows(UserWarning):
+class BoundingDroppedMostRows(DPSelectWarning):
     """Contribution bounding removed most of the rows. The figure is exact and NOT differentially
     private: it is for the data holder, never part of the release."""
 

@@ -52,6 +52,7 @@ from dpselect.aggregation._bounds_thresholds import (
 )
 from dpselect.aggregation.noise import DiscreteLaplaceNoise, NoiseGuarantee
 from dpselect.core.exact import as_fraction
+from dpselect.errors import DPSelectError
 from dpselect.rng import resolve_rng
 
 __all__ = [
@@ -80,7 +81,7 @@ _INT_TOP = 2**63
 _DBL_MAX = np.finfo(np.float64).max
 
 
-class NotEnoughDataError(ValueError):
+class NotEnoughDataError(DPSelectError, ValueError):
     """No bin passed the threshold, even after relaxing the success probability."""
 
 

@@ -20,11 +20,12 @@ from typing import Mapping
 
 from dpselect.core.exact import as_fraction
 from dpselect.core.guarantee import format_delta
+from dpselect.errors import DPSelectError
 
 __all__ = ["Budget", "BudgetExceededError", "Charge"]
 
 
-class BudgetExceededError(ValueError):
+class BudgetExceededError(DPSelectError, ValueError):
     """A charge would spend more than the budget has left (nothing was charged)."""
 
 

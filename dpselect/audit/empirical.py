@@ -38,6 +38,7 @@ import numpy.typing as npt
 from dpselect.audit._events import Side, evaluate, split_alpha
 from dpselect.audit._targets import Target, added_weight, build_target, keep_curve
 from dpselect.audit.results import EmpiricalAudit, EventEstimate
+from dpselect.errors import DPSelectError
 
 __all__ = ["empirical", "SCENARIOS"]
 
@@ -115,7 +116,7 @@ def empirical(mechanism: Any, epsilon: float | None = None, delta: float | None 
                           seconds=time.perf_counter() - start)
 
 
-class _Skip(Exception):
+class _Skip(DPSelectError):
     """A scenario that cannot run here (a missing optional dependency)."""
 
 

@@ -50,6 +50,7 @@ import numpy.typing as npt
 from dpselect import _count
 
 from dpselect.ingest import _radix as _radix_rows
+from dpselect.errors import DPSelectError, DPSelectWarning
 from dpselect.rng import resolve_rng, shard_test_state
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,7 +110,7 @@ def import_pyarrow() -> Any:
     return pyarrow
 
 
-class ColumnTypeError(TypeError):
+class ColumnTypeError(DPSelectError, TypeError):
     """A privacy-unit or key column has a type dpselect cannot use. Raised from the schema
     alone, before any row is read. ``column`` names the column, ``reason`` says why."""
 
@@ -118,7 +119,7 @@ class ColumnTypeError(TypeError):
         super().__init__(f"{role} column {column!r} has type {typ}: {reason}")
 
 
-class NullPrivacyUnitError(ValueError):
+class NullPrivacyUnitError(DPSelectError, ValueError):
     """Rows whose privacy unit is null: they belong to no known person. ``rows`` is how many."""
 
     def __init__(self, column: str, rows: int) -> None:
@@ -132,7 +133,7 @@ class NullPrivacyUnitError(ValueError):
         )
 
 
-class NullPrivacyUnitsDropped(UserWarning):
+class NullPrivacyUnitsDropped(DPSelectWarning):
     """Rows with a null privacy unit were dropped (``null_privacy_units="drop"``). The count in
     the message is exact and NOT differentially private: it is for the data holder only."""
 

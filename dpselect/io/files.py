@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 # The writers live in dpselect.io.outputs; re-exported here, where the CLI has always found them.
+from dpselect.errors import DPSelectError
 from dpselect.io.outputs import OutputError, check_destination, write_outputs, write_table
 from dpselect.ingest.rows import import_pyarrow
 
@@ -71,15 +72,15 @@ DEFAULT_BLOCK_SIZE = 1 << 20
 # in_memory_budget. For tests and for hosts whose available memory the kernel misreports.
 IN_MEMORY_ENV = "DPSELECT_IN_MEMORY_BYTES"
 
-class InputError(Exception):
+class InputError(DPSelectError):
     """The input cannot be opened or parsed."""
 
 
-class ColumnError(Exception):
+class ColumnError(DPSelectError):
     """A needed column is missing from the input, or ambiguous."""
 
 
-class ValueColumnError(Exception):
+class ValueColumnError(DPSelectError):
     """A numeric value column of ``path`` holds something that is not a number of its type.
     ``column`` names it (None if the reader could not tell which), ``detail`` says what."""
 

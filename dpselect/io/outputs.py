@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from dpselect.cli.signals import signals_held
+from dpselect.errors import DPSelectError
 from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
 _TEST_SIGNAL_ENV = "DPSELECT_TEST_SIGTERM_AT"
 
 
-class OutputError(Exception):
+class OutputError(DPSelectError):
     """The output cannot be written."""
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpselect._optional import require
+from dpselect.errors import DPSelectError
 
 from ._validate import SUM_TOLERANCE, check_delta, check_epsilon
 from .line import line_probabilities
@@ -43,7 +44,7 @@ __all__ = [
 _BOUNDARY_TOLERANCE = 1e-12
 
 
-class InvalidBoundaryError(ValueError):
+class InvalidBoundaryError(DPSelectError, ValueError):
     """The boundary distributions violate DP across an edge between two regions, so no DP
     mechanism with that boundary exists (docs/privacy/rainbow.md, "Graphs": validity precondition)."""
 
