@@ -57,7 +57,7 @@ class InsecureDeterministicRNG(SecureRNG):
         self._uses = 0
         self._test_state = _rng.TestState(key, stream, _rng.ACK_INSECURE)
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
         self._uses += 1
         warnings.warn(
             f"dpselect is using InsecureDeterministicRNG (use {self._uses} of this generator): "

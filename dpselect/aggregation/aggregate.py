@@ -64,7 +64,7 @@ def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32]
     """The kernel on both user shards at once (one thread each, one stream each); the shards'
     counts added, their 128-bit sums merged exactly."""
     kept = np.zeros(users.size, dtype=np.uint8)
-    states = [rng._test_state, shard_test_state(rng._test_state, 1)]
+    states = [rng.test_state, shard_test_state(rng.test_state, 1)]
 
     def run(shard: int) -> Any:
         return _bound.bound_rows(users, partitions, n_users, n_partitions, kappa, linf, units, states[shard],
@@ -173,7 +173,7 @@ def aggregate(
         listed = public_table(public_partitions, result_schema(table.schema, plan.by, None))
     if budget is not None:
         budget.charge(plan.epsilon, plan.delta, what=f"aggregate({plan.describe()})")
-    generator._announce()
+    generator.announce()
     return _release(plan, table, kind, grids, integer, listed, generator)
 
 

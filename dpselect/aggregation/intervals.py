@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation._expbounds import exp_neg_bounds
-from dpselect.core.exact import _inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
+from dpselect.core.exact import inv_sqrt_2pi_bounds, as_fraction, normal_cdf_bounds
 from dpselect.core.tables import TSGDTable
 
 __all__ = [
@@ -174,7 +174,7 @@ def discrete_gaussian_tail_upper(sigma2: Fraction, h: int, bits: int = 128) -> F
       rational bounds on Φ and on π."""
     sigma2 = Fraction(sigma2)
     a = h + 1
-    inv_low, inv_high = _inv_sqrt_2pi_bounds(bits + 16)  # bounds on 1/√(2π)
+    inv_low, inv_high = inv_sqrt_2pi_bounds(bits + 16)  # bounds on 1/√(2π)
     sigma_lo, sigma_hi = _sqrt_bounds(sigma2, bits + 16)
 
     def f_up(x: int) -> Fraction:

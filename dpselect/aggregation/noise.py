@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _noise
-from dpselect._arrays import _chunks, _run_all
+from dpselect._arrays import chunks, run_all
 from dpselect.aggregation._expbounds import exp_neg_bounds
 from dpselect.core.exact import as_fraction, exp_upper
 from dpselect.core.guarantee import delta_upper_float, format_delta
@@ -355,13 +355,13 @@ def _add(kernel: Callable[..., np.ndarray], values: npt.ArrayLike, out: np.ndarr
     elif not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be C-contiguous and writable")
     generator = resolve_rng(rng)
-    generator._announce()
-    state = generator._test_state
+    generator.announce()
+    state = generator.test_state
     # Big batches run on several cores, each thread on its own secure state (never the test
     # generator, whose single stream must stay in order).
-    pieces = _chunks((arr.reshape(-1), out.reshape(-1)), parallel=state is None)
+    pieces = chunks((arr.reshape(-1), out.reshape(-1)), parallel=state is None)
     try:
-        _run_all(lambda v, o: kernel(v, o, state), pieces, parallel=state is None)
+        run_all(lambda v, o: kernel(v, o, state), pieces, parallel=state is None)
     except BaseException:
         out[...] = 0  # another piece may have finished: nothing noisy is left behind
         raise

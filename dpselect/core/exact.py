@@ -90,7 +90,7 @@ def _arctan_inverse_scaled(x: int, one: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _inv_sqrt_2pi_bounds(bits: int) -> tuple[Fraction, Fraction]:
+def inv_sqrt_2pi_bounds(bits: int) -> tuple[Fraction, Fraction]:
     """Rational bounds on 1/sqrt(2π) of width about 2^-bits: π by Machin's formula
     π = 16 arctan(1/5) − 4 arctan(1/239) in integers with an error bound, then an integer square
     root with rounding on each side."""
@@ -127,7 +127,7 @@ def normal_cdf_bounds(z: Fraction, bits: int = 256) -> tuple[Fraction, Fraction]
     if z < 0:
         lo, hi = normal_cdf_bounds(-z, bits)
         return 1 - hi, 1 - lo
-    c_lo, c_hi = _inv_sqrt_2pi_bounds(max(bits, 256) + 16)
+    c_lo, c_hi = inv_sqrt_2pi_bounds(max(bits, 256) + 16)
     if z > _TAIL_Z:
         # φ(z)/z <= (1/sqrt(2π)) e^{-z²/2} / z, and e^{z²/2} >= 2^m with m = floor(z²/2 / c),
         # c = 0.69314718056 > ln 2

@@ -25,7 +25,8 @@ from typing import Literal
 
 from dpselect.core.exact import as_fraction
 
-__all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper"]
+__all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper",
+           "composition_delta"]
 
 DeltaSplit = Literal["composition", "conservative"]
 _SPLITS = ("composition", "conservative")
@@ -185,7 +186,7 @@ def _validated(eps: float, dlt: float, eps_exact: Fraction, delta_exact: Fractio
     if delta_split == "conservative":
         partition_delta = delta_exact / affected
     else:
-        partition_delta = _composition_delta(delta_exact, affected)
+        partition_delta = composition_delta(delta_exact, affected)
     return PrivacyParams(
         epsilon=eps,
         delta=dlt,
@@ -205,7 +206,7 @@ def _round_down(value: float, significant_bits: int = 64) -> Fraction:
     return Fraction(math.floor(Fraction(value) * 2**shift), 2**shift)
 
 
-def _composition_delta(delta: Fraction, kappa: int) -> Fraction:
+def composition_delta(delta: Fraction, kappa: int) -> Fraction:
     """A rational δ' just below 1 − (1 − δ)^{1/κ} with 1 − (1 − δ')^κ <= δ, proven with
     :func:`power_lower`. Never rounds a positive δ' to 0 (κ = 10^30 gives δ' ≈ δ/κ, not 0)."""
     if kappa == 1 or delta == 0:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dpselect.core.guarantee import PrivacyGuarantee
     from dpselect.mechanisms import SelectionStrategy
 
-__all__ = ["build_strategy", "check_columns", "release_table", "select_partitions"]
+__all__ = ["build_strategy", "check_columns", "count_half_width", "release_table", "select_partitions"]
 
 GUARANTEE_METADATA_KEY = b"dpselect.core.guarantee"
 PRIVATE_METADATA_KEY = b"dpselect.privacy_guaranteed"
@@ -309,7 +309,7 @@ def select_partitions(
                            **options)
     if not isinstance(report, bool):
         raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    half_width = _count_half_width(strat, counts, confidence_level)
+    half_width = count_half_width(strat, counts, confidence_level)
     rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, privacy_unit, names)
     schema = result_schema(table.schema, names, count_column if counts else None)
@@ -356,7 +356,7 @@ def select_partitions(
                                       released=keep[private], strategy=strat, kappa=strat.max_partitions_contributed)
 
 
-def _count_half_width(strat: Any, counts: bool, confidence_level: float | None) -> int | None:
+def count_half_width(strat: Any, counts: bool, confidence_level: float | None) -> int | None:
     """The half-width of the noisy counts' interval at ``confidence_level`` (None: not asked)."""
     if confidence_level is None:
         return None

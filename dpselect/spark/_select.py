@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.ingest.pipeline import _count_half_width, build_strategy, check_columns
+from dpselect.ingest.pipeline import build_strategy, check_columns, count_half_width
 from dpselect.rng import resolve_rng
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.spark._bounding import ReleaseKey, keep_first, with_ranks
@@ -161,7 +161,7 @@ def select_partitions(
     kappa = strat.max_partitions_contributed
     if not isinstance(report, bool):
         raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    half_width = _count_half_width(strat, counts, confidence_level)
+    half_width = count_half_width(strat, counts, confidence_level)
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
     outputs = [*names, *([count_column] if counts else []),
