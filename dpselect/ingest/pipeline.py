@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpselect.core.checks import check_level
 from dpselect.ingest.frames import from_arrow, result_schema, to_arrow
 from dpselect.rng import resolve_rng
 from dpselect.ingest.rows import (
@@ -360,8 +361,7 @@ def count_half_width(strat: Any, counts: bool, confidence_level: float | None) -
     """The half-width of the noisy counts' interval at ``confidence_level`` (None: not asked)."""
     if confidence_level is None:
         return None
-    if isinstance(confidence_level, bool) or not isinstance(confidence_level, float) or not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    check_level(confidence_level, name="confidence_level", float_below_one=True)
     table = getattr(strat, "table", None)
     if not counts or table is None:
         raise ValueError("confidence_level needs counts=True and a strategy that draws TSGD noise ('release', "
