@@ -41,6 +41,7 @@ _check_built()
 from dpselect import _moved
 
 _moved.install()  # old import paths of moved modules, with a DeprecationWarning
+from dpselect.errors import DPSelectError, DPSelectWarning, ParameterError, ParameterTypeError
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.ingest.pipeline import select_partitions
 from dpselect.rng import SecureRNG
@@ -118,5 +119,9 @@ __all__ = [
     "MixedRelease",
     "PrivacyGuarantee",
     "CertificationError",
+    "DPSelectError",
+    "DPSelectWarning",
+    "ParameterError",
+    "ParameterTypeError",
     "SecureRNG",
 ]

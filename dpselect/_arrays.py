@@ -11,7 +11,7 @@ import numpy.typing as npt
 from dpselect import _workers
 from dpselect._kernel import NegativeCountError, first_negative
 
-__all__ = ["as_counts", "check_out", "run_batched"]
+__all__ = ["as_counts", "check_out", "chunks", "run_all", "run_batched"]
 
 # Below this many elements a second thread costs more than it saves.
 PARALLEL_MIN = 1 << 19
@@ -82,7 +82,7 @@ def _threads_for(n: int, parallel: bool) -> int:
     return max(1, min(_workers.cores(), n // (PARALLEL_MIN // 2), 8))
 
 
-def _chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
+def chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:
     """(flat start, 1-D views) pieces of the work; a big batch is split for several cores."""
     n = views[0].shape[0]
     threads = _threads_for(n, parallel)
@@ -93,7 +93,7 @@ def _chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tu
 _T = TypeVar("_T")
 
 
-def _run_all(
+def run_all(
     work: Callable[..., _T], pieces: list[tuple[int, tuple[np.ndarray, ...]]], parallel: bool
 ) -> list[_T]:
     """work(*views) on every piece, in piece order: on this thread, or (parallel) the first
@@ -134,14 +134,14 @@ def run_batched(
     scratch = [np.empty(out.size, out.dtype) if t is None else t for out, t in zip(outs, targets)]
     if flat_counts.size == 0:
         return
-    pieces = _chunks((flat_counts, *scratch), parallel)
+    pieces = chunks((flat_counts, *scratch), parallel)
     if np.issubdtype(counts.dtype, np.signedinteger):
-        found = _run_all(lambda c, *_: first_negative(c), pieces, parallel)
+        found = run_all(lambda c, *_: first_negative(c), pieces, parallel)
         for (start, _), index in zip(pieces, found):
             if index >= 0:
                 raise _negative_error(counts, start + int(index))
     try:
-        _run_all(kernel, pieces, parallel)
+        run_all(kernel, pieces, parallel)
     except NegativeCountError as exc:  # defence in depth: the kernel checks again
         for out in outs:
             out[...] = 0

@@ -2,8 +2,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect._rng import TestState
+from dpselect.errors import DPSelectError
 
-class NegativeCountError(ValueError):
+class NegativeCountError(DPSelectError, ValueError):
     index: int
     def __init__(self, index: int) -> None: ...
 

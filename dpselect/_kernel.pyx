@@ -14,9 +14,10 @@ from libc.string cimport memcpy
 from dpselect._csrc cimport *
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
 from dpselect._boundary import check_int
+from dpselect.errors import DPSelectError
 
 
-class NegativeCountError(ValueError):
+class NegativeCountError(DPSelectError, ValueError):
     """A count was negative; ``index`` is the first offending position (flat index)."""
 
     def __init__(self, index):

@@ -30,9 +30,19 @@ _U64_LIMIT = 2**64
 
 @runtime_checkable
 class RNG(Protocol):
-    """What mechanisms need from a generator; see :class:`SecureRNG`."""
+    """What mechanisms need from a generator; see :class:`SecureRNG`.
+
+    ``test_state`` is the C state the compiled kernels draw from: None for the secure CSPRNG
+    (each thread's own OS-keyed state), a deterministic stream for the test generator.
+    ``announce()`` is called once per use, before any draw the kernels make with ``test_state``
+    (the test generator warns there that its result is not private)."""
 
     privacy_guaranteed: bool
+
+    @property
+    def test_state(self) -> _rng.TestState | None: ...
+
+    def announce(self) -> None: ...
 
     def random_bytes(self, n: int) -> bytes: ...
 
@@ -57,12 +67,23 @@ class SecureRNG:
         """False whenever a deterministic state is in use, however it got there."""
         return self._test_state is None
 
+    @property
+    def test_state(self) -> _rng.TestState | None:
+        """The C state the kernels draw from: None (this thread's secure state) unless this is the
+        deterministic test generator."""
+        return self._test_state
+
+    def announce(self) -> None:
+        """Called once per use of the generator, before its draws: the test RNG's warning; nothing
+        to do for the secure generator."""
+
     def _announce(self) -> None:
-        """Hook for the test RNG's warning; nothing to do for the secure generator."""
+        """The former name of :meth:`announce`."""
+        self.announce()
 
     def random_bytes(self, n: int) -> bytes:
         """n bytes from the CSPRNG."""
-        self._announce()
+        self.announce()
         return _rng.random_bytes(_check_count("n", n), self._test_state)
 
     def uniform_below(self, bound: int) -> int:
@@ -86,7 +107,7 @@ class SecureRNG:
         bound = _check_int("bound", bound)
         if not 1 <= bound <= _U64_LIMIT:
             raise ValueError(f"bound must be in [1, 2**64], got {bound}")
-        self._announce()
+        self.announce()
         return _rng.uniform_below_array(bound, _check_count("size", size), self._test_state)
 
     def bernoulli(self, numerator: int, denominator: int) -> bool:
@@ -98,7 +119,7 @@ class SecureRNG:
                 f"need 0 <= numerator <= denominator and denominator >= 1, got {numerator}/{denominator}"
             )
         if numerator == denominator:
-            self._announce()  # no randomness needed for a certain event, but still a use
+            self.announce()  # no randomness needed for a certain event, but still a use
             return True
         return self.uniform_below(denominator) < numerator
 
@@ -109,7 +130,7 @@ class SecureRNG:
         C[m-1] = S <= 2**64 - 1 with C[0] >= 1; returns indices i with probability
         (C[i] - C[i-1]) / S exactly (C[-1] read as 0)."""
         table = _as_cumulative(cumulative)
-        self._announce()
+        self.announce()
         return _rng.sample_cumulative(table, _check_count("size", size), self._test_state)
 
     def __repr__(self) -> str:

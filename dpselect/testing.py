@@ -19,6 +19,7 @@ import os
 import warnings
 
 from dpselect import _rng
+from dpselect.errors import DPSelectWarning
 from dpselect.rng import SecureRNG
 
 __all__ = ["InsecureDeterministicRNG", "InsecureRNGWarning", "ALLOW_ENV"]
@@ -26,7 +27,7 @@ __all__ = ["InsecureDeterministicRNG", "InsecureRNGWarning", "ALLOW_ENV"]
 ALLOW_ENV = "DPSELECT_ALLOW_INSECURE_RNG"
 
 
-class InsecureRNGWarning(UserWarning):
+class InsecureRNGWarning(DPSelectWarning):
     """A deterministic RNG was used: the result is NOT differentially private."""
 
 
@@ -56,7 +57,7 @@ class InsecureDeterministicRNG(SecureRNG):
         self._uses = 0
         self._test_state = _rng.TestState(key, stream, _rng.ACK_INSECURE)
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
         self._uses += 1
         warnings.warn(
             f"dpselect is using InsecureDeterministicRNG (use {self._uses} of this generator): "

@@ -40,7 +40,7 @@ from dpselect.audit.certify import composed_delta, threshold_release_delta
 from dpselect.mechanisms import PiOptSelection, TSGDRelease
 from dpselect.core.params import validate_params
 from dpselect.rng import resolve_rng
-from dpselect.core.tables import KeepTable, _read_only, _words
+from dpselect.core.tables import KeepTable, read_only, to_words
 from dpselect.core.verify import keep_numerators, release_delta
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -224,7 +224,7 @@ class _ScaledPiOpt(PiOptSelection):
         super().__init__(params)
         table = self.table
         values = [min(math.floor(q * factor), table.scale - 1) for q in keep_numerators(table.words)]
-        self._load(KeepTable(_read_only(_words(values, table.limbs)), table.partition_epsilon,
+        self._load(KeepTable(read_only(to_words(values, table.limbs)), table.partition_epsilon,
                              table.partition_delta, table.tail_certain))
 
 

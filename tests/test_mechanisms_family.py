@@ -15,7 +15,7 @@ import dpselect
 from dpselect.mechanisms import GaussianThresholding, LaplaceThresholding, TabledSelection
 from dpselect.mechanisms.gaussian import agm_delta_upper, google_sigma
 from dpselect.core.params import validate_params
-from dpselect.core.tables import KeepTable, _read_only, verify_keep_table
+from dpselect.core.tables import KeepTable, read_only, verify_keep_table
 from dpselect.testing import InsecureDeterministicRNG
 from dpselect.core.verify import CertificationError
 
@@ -179,7 +179,7 @@ class _OffByOne(TabledSelection):
         self.params = real.params
         words = np.asarray(real.table.words)
         shifted = np.concatenate([words[:1], words[2:], words[-1:]])
-        self._load(KeepTable(_read_only(shifted), real.table.partition_epsilon, real.table.partition_delta, False))
+        self._load(KeepTable(read_only(shifted), real.table.partition_epsilon, real.table.partition_delta, False))
         self._claim = real.guarantee
 
     @property

@@ -33,6 +33,7 @@ from dpselect.aggregation.result import AggregateResult
 from dpselect.aggregation.values import ValueColumn, check_value_types
 from dpselect.aggregation.wide import Wide, sums_by_code
 from dpselect.core.exact import as_fraction
+from dpselect.errors import DPSelectWarning
 from dpselect.ingest.frames import FrameKind, from_arrow, result_schema, to_arrow
 from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
 from dpselect.ingest.public_keys import public_table, with_public_partitions
@@ -47,12 +48,12 @@ _SHARD_MASK = 1  # users split by code parity between two threads, as in dpselec
 INTERVALS_METADATA_KEY = b"dpselect.intervals"
 
 
-class NothingReleased(UserWarning):
+class NothingReleased(DPSelectWarning):
     """No key passed the selection. The warning's figure (how many users a key needs) comes from
     the parameters alone."""
 
 
-class BoundingDroppedMostRows(UserWarning):
+class BoundingDroppedMostRows(DPSelectWarning):
     """Contribution bounding removed most of the rows. The figure is exact and NOT differentially
     private: it is for the data holder, never part of the release."""
 
@@ -64,7 +65,7 @@ def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32]
     """The kernel on both user shards at once (one thread each, one stream each); the shards'
     counts added, their 128-bit sums merged exactly."""
     kept = np.zeros(users.size, dtype=np.uint8)
-    states = [rng._test_state, shard_test_state(rng._test_state, 1)]
+    states = [rng.test_state, shard_test_state(rng.test_state, 1)]
 
     def run(shard: int) -> Any:
         return _bound.bound_rows(users, partitions, n_users, n_partitions, kappa, linf, units, states[shard],
@@ -175,7 +176,7 @@ def aggregate(
         listed = public_table(public_partitions, result_schema(table.schema, plan.by, None))
     if budget is not None:
         budget.charge(plan.epsilon, plan.delta, what=f"aggregate({plan.describe()})")
-    generator._announce()
+    generator.announce()
     return _release(plan, table, kind, grids, integer, listed, generator)
 
 

@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +52,15 @@ from dpselect.aggregation._bounds_thresholds import (
     threshold_estimate,
 )
 from dpselect.aggregation.noise import DiscreteLaplaceNoise, NoiseGuarantee
-from dpselect.core.exact import as_fraction
+from dpselect.core.checks import (
+    check_epsilon,
+    check_max_contributions_per_partition,
+    check_max_partitions_contributed,
+    check_positive_int,
+    check_probability,
+    short,
+)
+from dpselect.errors import DPSelectError, ParameterError
 from dpselect.rng import resolve_rng
 
 __all__ = [
@@ -81,7 +89,7 @@ _INT_TOP = 2**63
 _DBL_MAX = np.finfo(np.float64).max
 
 
-class NotEnoughDataError(ValueError):
+class NotEnoughDataError(DPSelectError, ValueError):
     """No bin passed the threshold, even after relaxing the success probability."""
 
 
@@ -148,26 +156,26 @@ def _ceil_log2_uint(x: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ input checks
 
 def _epsilon(value: object) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"epsilon must be a real number, got {type(value).__name__}")
-    if not math.isfinite(float(value)) or float(value) <= 0:
-        raise ValueError(f"epsilon must be positive and finite, got {value!r}")
-    return as_fraction(value)
+    return check_epsilon(value, positive=True)[1]
+
+
+_COUNT_CHECKS = {"max_partitions_contributed": check_max_partitions_contributed,
+                 "max_contributions_per_partition": check_max_contributions_per_partition}
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    # A value of another type than int is a ParameterError (a ValueError) here, a float κ or L∞
+    # included, as this function has always refused them; the other entry points raise the
+    # vocabulary's ParameterTypeError.
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ParameterError(f"{name} must be a positive int, got {type(value).__name__} {short(value)}")
+    check = _COUNT_CHECKS.get(name)
+    return check(value) if check is not None else check_positive_int(value, name=name)
 
 
 def _probability(value: object) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
-        raise TypeError(f"success_probability must be a real number, got {type(value).__name__}")
-    exact = Fraction(value) if isinstance(value, Fraction) else as_fraction(value)
-    if not 0 < exact < 1:
-        raise ValueError(f"success_probability must be strictly between 0 and 1, got {value!r}")
-    return exact
+    return check_probability(value, name="success_probability", low_open=True, high_open=True,
+                             what=" (the chance that bounds are found)")
 
 
 def _rule(value: object) -> str:

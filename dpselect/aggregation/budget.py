@@ -11,20 +11,19 @@ noisy metrics) are usually planned together with :meth:`Budget.split`.
 """
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Real
 from typing import Mapping
 
-from dpselect.core.exact import as_fraction
+from dpselect.core.checks import check_delta, check_epsilon, check_nonnegative_real
 from dpselect.core.guarantee import format_delta
+from dpselect.errors import DPSelectError
 
 __all__ = ["Budget", "BudgetExceededError", "Charge"]
 
 
-class BudgetExceededError(ValueError):
+class BudgetExceededError(DPSelectError, ValueError):
     """A charge would spend more than the budget has left (nothing was charged)."""
 
 
@@ -48,18 +47,14 @@ def _show(value: Fraction) -> str:
     return f"{value} (~{as_float:.6g})"
 
 
-def _amount(name: str, value: object, *, below_one: bool = False) -> Fraction:
-    """A non-negative finite real, exactly (floats read as the decimal written)."""
-    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not isinstance(value, (int, Fraction)) and not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    exact = Fraction(value) if isinstance(value, (int, Fraction)) else as_fraction(value)
-    if exact < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    if below_one and exact >= 1:
-        raise ValueError(f"{name} must be < 1, got {value!r}")
-    return exact
+def _epsilon(value: object) -> Fraction:
+    """An amount of ε: a non-negative finite real, exactly (floats read as the decimal written)."""
+    return check_epsilon(value)[1]
+
+
+def _delta(value: object) -> Fraction:
+    """An amount of δ: in [0, 1), exactly."""
+    return check_delta(value)[1]
 
 
 def _what(value: object) -> str:
@@ -75,10 +70,8 @@ class Budget:
     never overspend together."""
 
     def __init__(self, epsilon: object, delta: object = 0) -> None:
-        self._epsilon = _amount("epsilon", epsilon)
-        if self._epsilon == 0:
-            raise ValueError("epsilon must be > 0: a budget of 0 cannot pay for anything")
-        self._delta = _amount("delta", delta, below_one=True)
+        self._epsilon = check_epsilon(epsilon, positive=True, zero_reason=": a budget of 0 cannot pay for anything")[1]
+        self._delta = _delta(delta)
         self._ledger: list[Charge] = []
         self._spent = (Fraction(0), Fraction(0))
         self._lock = threading.Lock()
@@ -113,7 +106,7 @@ class Budget:
 
     def can_charge(self, epsilon: object, delta: object = 0) -> bool:
         """Whether a charge of (ε, δ) would fit now (a later charge may still be refused)."""
-        eps, dlt = _amount("epsilon", epsilon), _amount("delta", delta)
+        eps, dlt = _epsilon(epsilon), _delta(delta)
         with self._lock:
             return self._spent[0] + eps <= self._epsilon and self._spent[1] + dlt <= self._delta
 
@@ -121,7 +114,7 @@ class Budget:
         """Record a charge of (ε, δ) for ``what``, or raise :class:`BudgetExceededError` naming
         it and the overspend, charging nothing."""
         name = _what(what)
-        eps, dlt = _amount("epsilon", epsilon), _amount("delta", delta)
+        eps, dlt = _epsilon(epsilon), _delta(delta)
         with self._lock:
             new_eps, new_delta = self._spent[0] + eps, self._spent[1] + dlt
             problems = []
@@ -163,8 +156,8 @@ class Budget:
         if not weights:
             raise ValueError("weights must name at least one step, e.g. {'selection': 1, 'metrics': 1}")
         left_eps, left_delta = self.remaining
-        eps = left_eps if epsilon is None else _amount("epsilon", epsilon)
-        dlt = left_delta if delta is None else _amount("delta", delta)
+        eps = left_eps if epsilon is None else _epsilon(epsilon)
+        dlt = left_delta if delta is None else _delta(delta)
         if eps > left_eps or dlt > left_delta:
             raise BudgetExceededError(f"cannot split ({_show(eps)}, {format_delta(dlt)}): only "
                                       f"({_show(left_eps)}, {format_delta(left_delta)}) remains")
@@ -193,7 +186,7 @@ def _proportions(weights: Mapping[str, object], total: Fraction, name: str) -> d
     exact = {}
     for step, weight in weights.items():
         _what(step)
-        exact[step] = _amount(f"{name}[{step!r}]", weight)
+        exact[step] = check_nonnegative_real(f"{name}[{step!r}]", weight)[1]
     whole = sum(exact.values(), Fraction(0))
     if whole == 0:
         if total == 0:

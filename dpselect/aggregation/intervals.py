@@ -22,14 +22,14 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from numbers import Real
 from statistics import NormalDist
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.core.exact import as_fraction, exp_neg_bounds, inv_sqrt_2pi_bounds, normal_tail_upper, sqrt_bounds
+from dpselect.core.exact import exp_neg_bounds, inv_sqrt_2pi_bounds, normal_tail_upper, sqrt_bounds
+from dpselect.core.checks import check_level, check_positive_real
 from dpselect.core.tables import TSGDTable
 
 __all__ = [
@@ -56,14 +56,7 @@ class HasHalfWidth(Protocol):
 
 def alpha_for(level: object) -> Fraction:
     """α = 1 − level, exactly, for a level strictly between 0 and 1 (read as the decimal written)."""
-    if isinstance(level, bool) or not isinstance(level, Real):
-        raise TypeError(f"level must be a real number, got {type(level).__name__}")
-    if not math.isfinite(float(level)):
-        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
-    exact = as_fraction(level)
-    if not 0 < exact < 1:
-        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}")
-    return 1 - exact
+    return 1 - check_level(level)
 
 
 def split_level(level: object, parts: int = 2) -> Fraction:
@@ -107,14 +100,6 @@ def _bits_for(alpha: Fraction) -> int:
     return 96 + max(0, alpha.denominator.bit_length() - alpha.numerator.bit_length())
 
 
-def _positive_fraction(name: str, value: object) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not math.isfinite(float(value)) or value <= 0:
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return as_fraction(value)
-
-
 @functools.lru_cache(maxsize=512)
 def _discrete_laplace_half_width(scale: Fraction, alpha: Fraction) -> int:
     bits = _bits_for(alpha)
@@ -140,9 +125,10 @@ def discrete_laplace_half_width(scale: object, level: float | Fraction) -> int |
     alpha = alpha_for(level)
     if isinstance(scale, np.ndarray) or isinstance(scale, (list, tuple)):
         arr = np.asarray(scale, dtype=object)
-        unique = {v: _discrete_laplace_half_width(_positive_fraction("scale", v), alpha) for v in set(arr.ravel().tolist())}
+        unique = {v: _discrete_laplace_half_width(check_positive_real("scale", v), alpha)
+                  for v in set(arr.ravel().tolist())}
         return np.vectorize(unique.__getitem__, otypes=[np.int64])(arr)
-    return _discrete_laplace_half_width(_positive_fraction("scale", scale), alpha)
+    return _discrete_laplace_half_width(check_positive_real("scale", scale), alpha)
 
 
 # ------------------------------------------------------------------ discrete Gaussian
@@ -224,9 +210,10 @@ def discrete_gaussian_half_width(sigma2: object, level: float | Fraction) -> int
     alpha = alpha_for(level)
     if isinstance(sigma2, np.ndarray) or isinstance(sigma2, (list, tuple)):
         arr = np.asarray(sigma2, dtype=object)
-        unique = {v: _discrete_gaussian_half_width(_positive_fraction("sigma2", v), alpha) for v in set(arr.ravel().tolist())}
+        unique = {v: _discrete_gaussian_half_width(check_positive_real("sigma2", v), alpha)
+                  for v in set(arr.ravel().tolist())}
         return np.vectorize(unique.__getitem__, otypes=[np.int64])(arr)
-    return _discrete_gaussian_half_width(_positive_fraction("sigma2", sigma2), alpha)
+    return _discrete_gaussian_half_width(check_positive_real("sigma2", sigma2), alpha)
 
 
 # ------------------------------------------------------------------ k-TSGD

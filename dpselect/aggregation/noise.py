@@ -22,15 +22,22 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from dpselect import _noise
-from dpselect._arrays import _chunks, _run_all
-from dpselect.core.exact import as_fraction, atanh_lower, exp_neg_bounds, exp_upper
+from dpselect._arrays import chunks, run_all
+from dpselect.core.checks import (
+    check_delta,
+    check_epsilon,
+    check_max_partitions_contributed,
+    check_positive_int,
+    check_positive_real,
+)
+from dpselect.core.exact import atanh_lower, exp_neg_bounds, exp_upper
 from dpselect.core.guarantee import delta_upper_float, format_delta
 from dpselect.aggregation.intervals import (
     discrete_gaussian_half_width,
@@ -130,30 +137,16 @@ class IntegerNoise(Protocol):
 
 # ------------------------------------------------------------------ argument checks
 
-def _positive_fraction(name: str, value: object) -> Fraction:
-    """A positive finite real as the exact rational it denotes (floats as the decimal written)."""
-    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    try:
-        as_float = float(value)
-    except OverflowError:
-        as_float = math.inf
-    if isinstance(value, (int, Fraction)):
-        exact = Fraction(value)
-        if exact <= 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
-        return exact
-    if not math.isfinite(as_float) or as_float <= 0:
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return as_fraction(value)
-
-
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
+    return check_positive_int(value, name=name)
+
+
+def _epsilon(value: object) -> Fraction:
+    return check_epsilon(value, positive=True)[1]
+
+
+def _delta(value: object) -> Fraction:
+    return check_delta(value, positive=True)[1]
 
 
 def _size(value: object) -> int:
@@ -172,7 +165,7 @@ def representable_scale(target: object) -> Fraction:
     """The smallest rational ≥ ``target`` that the discrete Laplace kernel takes (numerator and
     denominator below 2^63): ``target`` itself when it fits, else ⌈target·2^k⌉/2^k for the
     largest k that fits. A larger scale is more noise, so rounding up only adds privacy."""
-    value = _positive_fraction("scale", target)
+    value = check_positive_real("scale", target)
     if _fits(value):
         return value
     if value >= _MAX:
@@ -189,7 +182,7 @@ def representable_sigma2(target: object) -> Fraction:
     """The smallest σ² ≥ ``target`` of the form m·μ, with m = ⌊√target⌋ + 1 and μ a multiple of
     2^-k, that the discrete Gaussian kernel takes (``target`` itself when it already fits). More
     variance only adds privacy. ValueError when σ is above about 2^49 (the kernel's limit)."""
-    value = _positive_fraction("sigma2", target)
+    value = check_positive_real("sigma2", target)
     try:
         _noise.gaussian_parameters(value.numerator, value.denominator)
         return value
@@ -255,13 +248,13 @@ def zcdp_delta(rho: object, epsilon: object, alpha: object | None = None) -> Fra
     α minimising it is found in floating point and rounded to a rational; the value is then an
     upper bound computed in rational arithmetic (atanh series below, exp bound above), so it is
     valid whatever α the float search returned."""
-    r = _positive_fraction("rho", rho)
-    eps = Fraction(0) if epsilon == 0 else _positive_fraction("epsilon", epsilon)
+    r = check_positive_real("rho", rho)
+    eps = check_epsilon(epsilon)[1]  # 0 allowed: δ for ε = 0
     if alpha is None:
         best = _best_alpha(float(r), float(eps))
         a = Fraction(max(round(best * 2**_ALPHA_BITS), 2**_ALPHA_BITS + 1), 2**_ALPHA_BITS)
     else:
-        a = _positive_fraction("alpha", alpha)
+        a = check_positive_real("alpha", alpha)
         if a <= 1:
             raise ValueError(f"alpha must be > 1, got {alpha!r}")
     return _zcdp_delta(r, eps, a)
@@ -301,10 +294,8 @@ def _rho_for(eps: Fraction, delta: Fraction) -> Fraction:
 def rho_for_epsilon_delta(epsilon: object, delta: object) -> Fraction:
     """The largest ρ (found by bisection, then certified with :func:`zcdp_delta`) such that
     ρ-zCDP implies (ε, δ)-DP."""
-    eps = _positive_fraction("epsilon", epsilon)
-    dlt = _positive_fraction("delta", delta)
-    if dlt >= 1:
-        raise ValueError(f"delta must be < 1, got {delta!r}")
+    eps = _epsilon(epsilon)
+    dlt = _delta(delta)
     return _rho_for(eps, dlt)
 
 
@@ -341,13 +332,13 @@ def _add(kernel: Callable[..., np.ndarray], values: npt.ArrayLike, out: np.ndarr
     elif not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be C-contiguous and writable")
     generator = resolve_rng(rng)
-    generator._announce()
-    state = generator._test_state
+    generator.announce()
+    state = generator.test_state
     # Big batches run on several cores, each thread on its own secure state (never the test
     # generator, whose single stream must stay in order).
-    pieces = _chunks((arr.reshape(-1), out.reshape(-1)), parallel=state is None)
+    pieces = chunks((arr.reshape(-1), out.reshape(-1)), parallel=state is None)
     try:
-        _run_all(lambda v, o: kernel(v, o, state), pieces, parallel=state is None)
+        run_all(lambda v, o: kernel(v, o, state), pieces, parallel=state is None)
     except BaseException:
         out[...] = 0  # another piece may have finished: nothing noisy is left behind
         raise
@@ -369,7 +360,7 @@ class DiscreteLaplaceNoise:
     max_partitions_contributed: int = 1
 
     def __post_init__(self) -> None:
-        scale = _positive_fraction("scale", self.scale)
+        scale = check_positive_real("scale", self.scale)
         if not _fits(scale):
             raise ValueError(
                 f"scale = {scale} does not fit the noise kernel: its numerator and denominator must be "
@@ -377,16 +368,16 @@ class DiscreteLaplaceNoise:
         object.__setattr__(self, "scale", scale)
         object.__setattr__(self, "sensitivity", _positive_int("sensitivity", self.sensitivity))
         object.__setattr__(self, "max_partitions_contributed",
-                           _positive_int("max_partitions_contributed", self.max_partitions_contributed))
+                           check_max_partitions_contributed(self.max_partitions_contributed))
 
     @classmethod
     def for_epsilon(cls, epsilon: object, *, sensitivity: int = 1,
                     max_partitions_contributed: int = 1) -> DiscreteLaplaceNoise:
         """Scale t = L0·Δ/ε, rounded up to a rational the kernel takes (so the ε of the
         statement, L0·Δ/t, is at most the ε asked for)."""
-        eps = _positive_fraction("epsilon", epsilon)
-        delta1 = _positive_int("sensitivity", sensitivity) * _positive_int(
-            "max_partitions_contributed", max_partitions_contributed)
+        eps = _epsilon(epsilon)
+        delta1 = _positive_int("sensitivity", sensitivity) * check_max_partitions_contributed(
+            max_partitions_contributed)
         return cls(representable_scale(Fraction(delta1) / eps), sensitivity, max_partitions_contributed)
 
     @property
@@ -446,7 +437,7 @@ class DiscreteGaussianNoise:
     epsilon: Fraction | None = None
 
     def __post_init__(self) -> None:
-        sigma2 = _positive_fraction("sigma2", self.sigma2)
+        sigma2 = check_positive_real("sigma2", self.sigma2)
         if max(sigma2.numerator, sigma2.denominator) >= 2**256:
             raise ValueError(f"sigma2 = {sigma2} does not fit the noise kernel; representable_sigma2 rounds it "
                              "up to one that fits")
@@ -454,17 +445,17 @@ class DiscreteGaussianNoise:
         object.__setattr__(self, "sigma2", sigma2)
         object.__setattr__(self, "sensitivity", _positive_int("sensitivity", self.sensitivity))
         object.__setattr__(self, "max_partitions_contributed",
-                           _positive_int("max_partitions_contributed", self.max_partitions_contributed))
+                           check_max_partitions_contributed(self.max_partitions_contributed))
         if self.epsilon is not None:
-            object.__setattr__(self, "epsilon", _positive_fraction("epsilon", self.epsilon))
+            object.__setattr__(self, "epsilon", _epsilon(self.epsilon))
 
     @classmethod
     def for_rho(cls, rho: object, *, sensitivity: int = 1, max_partitions_contributed: int = 1) -> DiscreteGaussianNoise:
         """σ² = L0·Δ²/(2ρ), rounded up to a value the kernel takes (so the stated ρ is at most
         the ρ asked for)."""
-        r = _positive_fraction("rho", rho)
-        l2sq = _positive_int("sensitivity", sensitivity) ** 2 * _positive_int(
-            "max_partitions_contributed", max_partitions_contributed)
+        r = check_positive_real("rho", rho)
+        l2sq = _positive_int("sensitivity", sensitivity) ** 2 * check_max_partitions_contributed(
+            max_partitions_contributed)
         return cls(representable_sigma2(Fraction(l2sq) / (2 * r)), sensitivity, max_partitions_contributed)
 
     @classmethod
@@ -473,11 +464,11 @@ class DiscreteGaussianNoise:
         """The smallest σ² (up to the search's 2^-20 relative steps and the rounding of
         :func:`representable_sigma2`, both toward privacy) whose certified (ε, δ) conversion is
         within the target: ρ from :func:`rho_for_epsilon_delta`, then σ² = L0·Δ²/(2ρ)."""
-        eps = _positive_fraction("epsilon", epsilon)
+        eps = _epsilon(epsilon)
         rho = rho_for_epsilon_delta(eps, delta)
         noise = cls.for_rho(rho, sensitivity=sensitivity, max_partitions_contributed=max_partitions_contributed)
         noise = dataclasses.replace(noise, epsilon=eps)
-        if noise.delta_for_epsilon(eps) > _positive_fraction("delta", delta):
+        if noise.delta_for_epsilon(eps) > _delta(delta):
             raise AssertionError("the certified delta exceeds the target")  # ρ only went down
         return noise
 

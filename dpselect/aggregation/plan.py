@@ -9,18 +9,27 @@ release can run never depends on the data, and a fix to a check is made once for
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Real
-from typing import Any
+from typing import Callable
 
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
+from dpselect.core.checks import (
+    check_delta,
+    check_epsilon,
+    check_level,
+    check_max_contributions_per_partition,
+    check_max_partitions_contributed,
+    check_positive_int,
+    check_positive_real,
+    short,
+)
 from dpselect.core.exact import as_fraction
+from dpselect.errors import ParameterError, ParameterTypeError
 from dpselect.ingest.plan import build_strategy, check_columns
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
@@ -31,6 +40,7 @@ __all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
 SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+_MAX_EPSILON = 2**20
 _BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
                  "never from the exact report of the data you release")
 
@@ -114,41 +124,40 @@ def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[
     return columns
 
 
-def _bound_parameter(label: str, symbol: str, value: Any) -> int:  # anything: checked here
+def _bound_parameter(label: str, symbol: str, value: object, check: Callable[[object], int]) -> int:
     if value is None:
-        raise TypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and the "
-                        f"guarantee and the noise depend on it. A value too small drops data, too large drowns "
-                        f"every key in noise; {_BOUND_ADVICE}")
-    if isinstance(value, bool):
-        raise TypeError(f"{label} must be an int >= 1, got {value!r}")
-    try:
-        as_int = operator.index(value)  # int and numpy integers; a float is refused, never truncated
-    except TypeError:
-        raise TypeError(f"{label} must be an int >= 1, got {type(value).__name__} {value!r}") from None
-    if as_int < 1:
-        raise ValueError(f"{label} must be an int >= 1, got {as_int}")
+        raise ParameterTypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and "
+                                 f"the guarantee and the noise depend on it. A value too small drops data, too large "
+                                 f"drowns every key in noise; {_BOUND_ADVICE}")
+    as_int = check(value)  # an int >= 1; a float is refused, never truncated
     if as_int >= 2**32:
-        raise ValueError(f"{label} = {as_int} is too large: at most 2**32 - 1 (the number of rows a release reads)")
+        raise ParameterError(f"{label} = {short(as_int)} is too large: at most 2**32 - 1 (the number of rows a "
+                             "release reads)")
     return as_int
 
 
-def _positive_total(name: str, value: object, *, below_one: bool = False, allow_zero: bool = False) -> Fraction:
-    """ε or δ as an exact fraction, from ints, floats, Fractions, numpy scalars; never an
-    OverflowError (10**400 is a clear ValueError)."""
-    if isinstance(value, bool) or not isinstance(value, (Real, Fraction)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+def _epsilon_total(value: object) -> Fraction:
+    """The total ε: > 0, and at most 2**20 (beyond it no release means anything)."""
+    exact = check_epsilon(value, positive=True, zero_reason=": every step of the release needs a share of it")[1]
+    if exact > _MAX_EPSILON:
+        raise ParameterError(f"epsilon = {_show(exact)} is far beyond any meaningful privacy guarantee (at most "
+                             "2**20 here); a release at such an epsilon is not differentially private in any "
+                             "useful sense")
+    return exact
+
+
+def _weight(step: str, value: object) -> Fraction:
+    """A step's weight: a positive number in [2**-20, 2**20] (only the ratios matter)."""
+    name = f"weights[{step!r}]"
     try:
-        exact = Fraction(value) if isinstance(value, (int, Fraction)) else as_fraction(value)
-    except (ValueError, OverflowError):
-        raise ValueError(f"{name} must be finite, got {value!r}") from None
-    if exact < 0 or (exact == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    if below_one and exact >= 1:
-        raise ValueError(f"{name} must be < 1, got {value!r}")
-    if not below_one and exact > 2**20:
-        raise ValueError(f"{name} = {_show(exact)} is far beyond any meaningful privacy guarantee (at most "
-                         f"2**20 here); a release at such an {name} is not differentially private in any useful "
-                         "sense")
+        exact = check_positive_real(name, value)
+    except ParameterError:
+        raise ParameterError(f"{name} must be a positive number of at most 2**20, got {short(value)}") from None
+    if exact > _MAX_EPSILON:
+        raise ParameterError(f"{name} must be a positive number of at most 2**20, got {short(value)}")
+    if exact < Fraction(1, 2**20):
+        raise ParameterError(f"{name} = {_show(exact)} is below 2**-20: give the steps weights of comparable size "
+                             "(only their ratios matter)")
     return exact
 
 
@@ -226,14 +235,7 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
     if unknown:
         raise ValueError(f"weights names unknown step(s) {sorted(unknown)}; the steps are {sorted(default)}")
     for step, w in weights.items():
-        try:
-            exact = _positive_total(f"weights[{step!r}]", w)
-        except ValueError:
-            raise ValueError(f"weights[{step!r}] must be a positive number of at most 2**20, got {w!r}") from None
-        if exact < Fraction(1, 2**20):
-            raise ValueError(f"weights[{step!r}] = {_show(exact)} is below 2**-20: give the steps weights of "
-                             "comparable size (only their ratios matter)")
-        default[step] = exact
+        default[step] = _weight(step, w)
     return default
 
 
@@ -323,16 +325,15 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     assert isinstance(privacy_unit, str)
     if null_privacy_units not in NULL_PRIVACY_UNITS:
         raise ValueError(f"null_privacy_units must be 'error' or 'drop', got {null_privacy_units!r}")
-    kappa = _bound_parameter("max_partitions_contributed", "κ", max_partitions_contributed)
-    linf = _bound_parameter("max_contributions_per_partition", "L∞", max_contributions_per_partition)
-    if isinstance(precision_bits, bool) or not isinstance(precision_bits, int) or not 1 <= precision_bits <= 52:
-        raise ValueError(f"precision_bits must be an int between 1 and 52, got {precision_bits!r}")
-    level = None
-    if confidence_level is not None:
-        if isinstance(confidence_level, bool) or not isinstance(confidence_level, Real) \
-                or not 0 < float(confidence_level) < 1:
-            raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
-        level = float(confidence_level)
+    kappa = _bound_parameter("max_partitions_contributed", "κ", max_partitions_contributed,
+                             check_max_partitions_contributed)
+    linf = _bound_parameter("max_contributions_per_partition", "L∞", max_contributions_per_partition,
+                            check_max_contributions_per_partition)
+    precision_bits = check_positive_int(precision_bits, name="precision_bits")
+    if precision_bits > 52:
+        raise ParameterError(f"precision_bits must be an int between 1 and 52, got {precision_bits}")
+    level = None if confidence_level is None else \
+        float(check_level(confidence_level, name="confidence_level", float_below_one=True))
     if bounds_scope not in ("dataset", "partition"):
         raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
     checked = _checked_metrics(metrics)
@@ -340,8 +341,8 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     _check_names(privacy_unit, names, checked, value_columns, level)
     given = _given_bounds(checked, precision_bits)
     auto_columns = [c for c in value_columns if c not in given]
-    eps_total = _positive_total("epsilon", epsilon)
-    delta_total = _positive_total("delta", delta, below_one=True, allow_zero=True)
+    eps_total = _epsilon_total(epsilon)
+    delta_total = check_delta(delta)[1]
     chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
                                                                      weights)
     if chosen is None:

@@ -126,7 +126,7 @@ def _weighted(strategy: Any) -> WeightedGaussian | WeightedLaplace | DPSIPS | No
     return strategy if isinstance(strategy, (WeightedGaussian, WeightedLaplace, DPSIPS)) else None
 
 
-def _row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
+def row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
     """Approximate keep probability of a partition whose weighted count is ``weight`` (floats;
     only used to choose where to test, never for a verdict)."""
     base = _weighted(strategy)
@@ -171,9 +171,9 @@ def keep_curve(target: Target, limit: int = 20_000) -> np.ndarray:
     strategy = target.strategy
     if target.kind == "rows":
         n_max = 8
-        while n_max < limit and _row_keep(strategy, np.array([float(n_max)]))[0] < 1 - 1e-9:
+        while n_max < limit and row_keep(strategy, np.array([float(n_max)]))[0] < 1 - 1e-9:
             n_max *= 2
-        return _row_keep(strategy, np.arange(n_max + 1, dtype=np.float64))
+        return row_keep(strategy, np.arange(n_max + 1, dtype=np.float64))
     cap = strategy.count_cap
     if cap is None:
         k = strategy.k if isinstance(strategy, NoisyRelease) else 0

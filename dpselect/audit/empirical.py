@@ -38,6 +38,7 @@ import numpy.typing as npt
 from dpselect.audit._events import Side, evaluate, split_alpha
 from dpselect.audit._targets import Target, added_weight, build_target, keep_curve, release_floor
 from dpselect.audit.results import EmpiricalAudit, EventEstimate
+from dpselect.errors import DPSelectError
 
 __all__ = ["empirical", "SCENARIOS"]
 
@@ -115,7 +116,7 @@ def empirical(mechanism: Any, epsilon: float | None = None, delta: float | None 
                           seconds=time.perf_counter() - start)
 
 
-class _Skip(Exception):
+class _Skip(DPSelectError):
     """A scenario that cannot run here (a missing optional dependency)."""
 
 
@@ -256,7 +257,7 @@ def _row_entry(target: Target) -> Callable[[npt.NDArray[np.int64], npt.NDArray[n
         n_partitions=n, **target.options))
 
 
-def _group_rows(groups: int, keys: int, base: int, added: bool) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def group_rows(groups: int, keys: int, base: int, added: bool) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``groups`` copies of: ``keys`` partitions with ``base`` single-partition users each, plus
     (``added``) one user with a row in every partition of the copy. Users and partitions are
     disjoint across copies."""
@@ -286,22 +287,22 @@ def _row_scenarios(target: Target, trials: int) -> list[_Scenario]:
     entry = _row_entry(target)
     kappa = target.kappa
     groups = max(2, trials)
-    from dpselect.audit._targets import _row_keep
+    from dpselect.audit._targets import row_keep
 
     curve = keep_curve(target)
     w = added_weight(target.strategy, kappa)
     n_keep, n_drop = pick_counts(curve, kappa, float(target.claimed_delta), groups, increment=w,
-                                 curve_at=lambda h: _row_keep(target.strategy, np.asarray(h, dtype=np.float64)))
+                                 curve_at=lambda h: row_keep(target.strategy, np.asarray(h, dtype=np.float64)))
 
     def sides(base: int) -> tuple[Side, Side]:
         n = groups * kappa
-        d = Side(_kept_scores(entry(*_group_rows(groups, kappa, base, True), n), kappa))
+        d = Side(_kept_scores(entry(*group_rows(groups, kappa, base, True), n), kappa))
         if base == 0:
             empty = {"kept": np.zeros(groups)}
             if kappa <= _PATTERN_MAX_KEYS:
                 empty["pattern"] = np.zeros(groups)
             return d, Side(empty, exact=True)
-        return d, Side(_kept_scores(entry(*_group_rows(groups, kappa, base, False), n), kappa))
+        return d, Side(_kept_scores(entry(*group_rows(groups, kappa, base, False), n), kappa))
 
     cat = frozenset({"pattern"})
     out = [_Scenario("absent_vs_one", f"D: one user alone in {kappa} partition(s); D': nothing", lambda: sides(0), cat)]
@@ -369,7 +370,7 @@ def _raw_row_scenarios(target: Target, groups: int, null_trials: int,
 
     def table(base: int, added: bool) -> Any:
         pa = _pyarrow()
-        users, parts = _group_rows(groups, keys, base, added)
+        users, parts = group_rows(groups, keys, base, added)
         if added:  # every row of the added users twice: distinct counting must see one user
             tail = slice(groups * keys * base, None)
             users, parts = np.concatenate([users, users[tail]]), np.concatenate([parts, parts[tail]])
@@ -453,7 +454,7 @@ def _aggregate_scenarios(target: Target, groups: int) -> list[_Scenario]:
 
     def table(added: bool) -> Any:
         pa = _pyarrow()
-        users, parts = _group_rows(groups, keys, base, added)
+        users, parts = group_rows(groups, keys, base, added)
         values = np.full(users.size, (lo + hi) / 2)
         reps = np.full(users.size, linf, dtype=np.int64)
         if added:

@@ -175,13 +175,13 @@ def _count_plan(target: Target, batch: int) -> list[Any]:
 
 def _row_plan(target: Target, batch: int) -> list[Any]:
     import dpselect
-    from dpselect.audit.empirical import _group_rows
+    from dpselect.audit.empirical import group_rows
 
     groups, kappa = max(1, batch // max(1, target.kappa)), target.kappa
     s = target.strategy
 
     def op(base: int, added: bool) -> Callable[[Any], Any]:
-        users, parts = _group_rows(groups, kappa, base, added)
+        users, parts = group_rows(groups, kappa, base, added)
         n = groups * kappa
         if not target.by_name:
             return lambda rng: s.select_rows(users, parts, n, rng=rng)

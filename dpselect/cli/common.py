@@ -13,6 +13,8 @@ import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from dpselect.errors import DPSelectError
+
 __all__ = [
     "api_flags",
     "strategy_names",
@@ -74,7 +76,7 @@ exit codes:
 """
 
 
-class Fail(Exception):
+class Fail(DPSelectError):
     """An error of a command: its message (one line on stderr) and its exit code."""
 
     def __init__(self, code: int, message: str) -> None:

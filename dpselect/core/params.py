@@ -20,12 +20,13 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Integral, Real
 from typing import Literal
 
-from dpselect.core.exact import as_fraction, power_lower
+from dpselect.core.exact import power_lower
+from dpselect.core.checks import check_choice, check_delta, check_epsilon, check_max_partitions_contributed
 
-__all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper"]
+__all__ = ["PrivacyParams", "validate_params", "DeltaSplit", "power_lower", "composed_delta_upper",
+           "composition_delta"]
 
 DeltaSplit = Literal["composition", "conservative"]
 _SPLITS = ("composition", "conservative")
@@ -91,37 +92,9 @@ def _bits_for(delta: Fraction) -> int:
 
 
 # What a huge parameter would have meant, where it has a meaning.
-_TOO_LARGE_ADVICE = {
-    "epsilon": ": pass a float such as 1e300 instead; every count-based mechanism builds the same table for "
-               "any epsilon / max_partitions_contributed >= 200 (docs/privacy/pi-opt.md), and the Gaussian and "
-               "weighted mechanisms take epsilon <= 50",
-}
-
-
-def _magnitude(value: object) -> str:
-    """A short form of a number too large for a float: an int of hundreds of digits is not
-    printed whole."""
-    if isinstance(value, Integral):
-        digits = len(str(abs(int(value))))
-        return f"{'-' if int(value) < 0 else ''}{str(abs(int(value)))[0]}e{digits - 1} (an int of {digits} digits)"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _as_exact(name: str, value: object) -> tuple[float, Fraction]:
-    """(float, exact rational) of a real parameter; TypeError/ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    try:
-        as_float = float(value)
-    except OverflowError:
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {_magnitude(value)}") from None
-        raise ValueError(f"{name} = {_magnitude(value)} is too large to represent as a float (at most about "
-                         f"1.8e308){_TOO_LARGE_ADVICE.get(name, '')}") from None
-    if not math.isfinite(as_float):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return as_float, as_fraction(value)
+_TOO_LARGE_ADVICE = (": pass a float such as 1e300 instead; every count-based mechanism builds the same table for "
+                     "any epsilon / max_partitions_contributed >= 200 (docs/privacy/pi-opt.md), and the Gaussian and "
+                     "weighted mechanisms take epsilon <= 50")
 
 
 def validate_params(
@@ -136,26 +109,16 @@ def validate_params(
     ``neighbours="replace"`` (bounded DP) runs every partition at ε/(2κ) and the δ split over
     2κ partitions: replacing one user's rows changes up to 2κ counts by one.
 
-    Raises TypeError for a wrong type and ValueError for a value out of range, naming the
-    parameter. ε = 0 and δ = 0 are valid here; mechanisms decide what they can do with them
-    (Desfontaines et al., PoPETs 2022, Theorem 2). Cached: repeated calls cost a dict lookup."""
-    eps, eps_exact = _as_exact("epsilon", epsilon)
-    if eps < 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    dlt, delta_exact = _as_exact("delta", delta)
-    if not 0 <= dlt < 1:
-        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    if isinstance(max_partitions_contributed, bool) or not isinstance(max_partitions_contributed, Integral):
-        raise TypeError(
-            f"max_partitions_contributed must be a positive int, got {type(max_partitions_contributed).__name__}"
-        )
-    kappa = int(max_partitions_contributed)
-    if kappa < 1:
-        raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
-    if not isinstance(delta_split, str) or delta_split not in _SPLITS:
-        raise ValueError(f"delta_split must be one of {_SPLITS}, got {delta_split!r}")
-    if not isinstance(neighbours, str) or neighbours not in _NEIGHBOURS:
-        raise ValueError(f"neighbours must be one of {_NEIGHBOURS}, got {neighbours!r}")
+    Raises :class:`dpselect.errors.ParameterTypeError` (a TypeError) for a wrong type and
+    :class:`dpselect.errors.ParameterError` (a ValueError) for a value out of range, naming the
+    parameter (the vocabulary of :mod:`dpselect.core.checks`). ε = 0 and δ = 0 are valid here;
+    mechanisms decide what they can do with them (Desfontaines et al., PoPETs 2022, Theorem 2).
+    Cached: repeated calls cost a dict lookup."""
+    eps, eps_exact = check_epsilon(epsilon, too_large=_TOO_LARGE_ADVICE)
+    dlt, delta_exact = check_delta(delta)
+    kappa = check_max_partitions_contributed(max_partitions_contributed)
+    check_choice(delta_split, name="delta_split", choices=_SPLITS)
+    check_choice(neighbours, name="neighbours", choices=_NEIGHBOURS)
     return _validated(eps, dlt, eps_exact, delta_exact, kappa, delta_split, neighbours)
 
 
@@ -167,7 +130,7 @@ def _validated(eps: float, dlt: float, eps_exact: Fraction, delta_exact: Fractio
     if delta_split == "conservative":
         partition_delta = delta_exact / affected
     else:
-        partition_delta = _composition_delta(delta_exact, affected)
+        partition_delta = composition_delta(delta_exact, affected)
     return PrivacyParams(
         epsilon=eps,
         delta=dlt,
@@ -187,7 +150,7 @@ def _round_down(value: float, significant_bits: int = 64) -> Fraction:
     return Fraction(math.floor(Fraction(value) * 2**shift), 2**shift)
 
 
-def _composition_delta(delta: Fraction, kappa: int) -> Fraction:
+def composition_delta(delta: Fraction, kappa: int) -> Fraction:
     """A rational δ' just below 1 − (1 − δ)^{1/κ} with 1 − (1 − δ')^κ <= δ, proven with
     :func:`power_lower`. Never rounds a positive δ' to 0 (κ = 10^30 gives δ' ≈ δ/κ, not 0)."""
     if kappa == 1 or delta == 0:

@@ -70,7 +70,7 @@ _MAX_LIMBS = 3
 EPSILON_CAP = Fraction(200)
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
+def read_only(array: np.ndarray) -> np.ndarray:
     """A read-only view of an immutable copy: numpy refuses to make a view of ``bytes`` writable."""
     view = np.frombuffer(array.tobytes(), dtype=array.dtype).reshape(array.shape)
     assert not view.flags.writeable
@@ -204,7 +204,7 @@ def table_too_long_message(eps: Fraction, delta: Fraction) -> str:
     )
 
 
-def _words(values: list[int], limbs: int) -> np.ndarray:
+def to_words(values: list[int], limbs: int) -> np.ndarray:
     rows = [[(v >> (64 * (limbs - 1 - w))) & (2**64 - 1) for w in range(limbs)] for v in values]
     return np.array(rows, dtype=np.uint64).reshape(len(values), limbs)
 
@@ -212,9 +212,9 @@ def _words(values: list[int], limbs: int) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _keep_table_cached(eps: Fraction, delta: Fraction) -> KeepTable:
     limbs = limbs_for(delta)
-    words = _words(_build_keep_q(eps, delta, limbs), limbs)
+    words = to_words(_build_keep_q(eps, delta, limbs), limbs)
     verify_keep_table(words, eps, delta)
-    return KeepTable(words=_read_only(words), partition_epsilon=eps, partition_delta=delta)
+    return KeepTable(words=read_only(words), partition_epsilon=eps, partition_delta=delta)
 
 
 def keep_table_length(eps: Fraction, delta: Fraction) -> int | None:
@@ -344,7 +344,7 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
     cumulative = np.cumsum(np.array([weights[abs(x)] for x in range(-k, k + 1)], dtype=np.uint64))
     if int(cumulative[-1]) != total:
         raise CertificationError("cumulative weights overflowed")
-    return TSGDTable(k, tuple(weights), total, _read_only(cumulative), eps, certified)
+    return TSGDTable(k, tuple(weights), total, read_only(cumulative), eps, certified)
 
 
 def tsgd_table(params: PrivacyParams, strategy: str = "release") -> TSGDTable:
@@ -380,5 +380,5 @@ def pre_thresholded(table: KeepTable, pre_threshold: int) -> KeepTable:
     words = np.concatenate([zeros, np.asarray(table.words)])
     if table.partition_delta > 0:  # a table certified by the four inequalities stays so
         verify_keep_table(words, table.partition_epsilon, table.partition_delta, table.tail_certain)
-    return KeepTable(words=_read_only(words), partition_epsilon=table.partition_epsilon,
+    return KeepTable(words=read_only(words), partition_epsilon=table.partition_epsilon,
                      partition_delta=table.partition_delta, tail_certain=table.tail_certain)

@@ -21,6 +21,8 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from dpselect.errors import DPSelectError
+
 __all__ = [
     "CertificationError",
     "exp_lower_by_squaring",
@@ -35,7 +37,7 @@ __all__ = [
 _VERIFY_ACCURACY_BITS = 320
 
 
-class CertificationError(RuntimeError):
+class CertificationError(DPSelectError, RuntimeError):
     """A table failed its exact privacy check: never sample from it (a bug, not a user error)."""
 
 

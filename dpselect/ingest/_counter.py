@@ -371,9 +371,9 @@ class RowCounter:
             raise RuntimeError("this RowCounter has already been finished")
         self.check_null_units()  # before any randomness is drawn
         rng = resolve_rng(rng)
-        rng._announce()
+        rng.announce()
         self._finished = True
-        states = [rng._test_state] + [shard_test_state(rng._test_state, shard) for shard in range(1, _SHARDS)]
+        states = [rng.test_state] + [shard_test_state(rng.test_state, shard) for shard in range(1, _SHARDS)]
         args = (self.n_partitions, max_partitions_contributed, count_cap)
         if self._radix is not None:
             counts = _radix_rows.bound(self._radix, *args, states)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from dpselect.errors import DPSelectError, DPSelectWarning
 from dpselect.ingest._types import import_pyarrow
 
 __all__ = ["NULL_PRIVACY_UNITS", "NullPolicy", "NullPrivacyUnitError", "NullPrivacyUnitsDropped", "null_count",
@@ -19,7 +20,7 @@ NullPolicy = Literal["error", "drop"]
 NULL_PRIVACY_UNITS: tuple[str, ...] = ("error", "drop")
 
 
-class NullPrivacyUnitError(ValueError):
+class NullPrivacyUnitError(DPSelectError, ValueError):
     """Rows whose privacy unit is null: they belong to no known person. ``rows`` is how many."""
 
     def __init__(self, column: str, rows: int) -> None:
@@ -33,7 +34,7 @@ class NullPrivacyUnitError(ValueError):
         )
 
 
-class NullPrivacyUnitsDropped(UserWarning):
+class NullPrivacyUnitsDropped(DPSelectWarning):
     """Rows with a null privacy unit were dropped (``null_privacy_units="drop"``). The count in
     the message is exact and NOT differentially private: it is for the data holder only."""
 

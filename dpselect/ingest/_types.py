@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from dpselect.errors import DPSelectError
 
 __all__ = ["ColumnTypeError", "check_column_types", "import_pyarrow", "key_type"]
 
@@ -26,7 +27,7 @@ def import_pyarrow() -> Any:
     return pyarrow
 
 
-class ColumnTypeError(TypeError):
+class ColumnTypeError(DPSelectError, TypeError):
     """A privacy-unit or key column has a type dpselect cannot use. Raised from the schema
     alone, before any row is read. ``column`` names the column, ``reason`` says why."""
 

@@ -271,6 +271,7 @@ def select_partitions(
                                       released=released.keep_mask[private], strategy=strat, kappa=strat.max_partitions_contributed)
 
 
+
 def warn_dropped(counter: RowCounter, privacy_unit: str) -> None:
     if counter.null_unit_rows:
         warnings.warn(NullPrivacyUnitsDropped(

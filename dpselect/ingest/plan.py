@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, SupportsFloat
 
+from dpselect.core.checks import check_level
 from dpselect.core.params import PrivacyParams
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism
@@ -107,14 +108,13 @@ def count_half_width(strategy: SelectionMechanism, counts: bool, confidence_leve
 
     if confidence_level is None:
         return None
-    if isinstance(confidence_level, bool) or not isinstance(confidence_level, float) or not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level must be a float in (0, 1), e.g. 0.95, got {confidence_level!r}")
+    level = float(check_level(confidence_level, name="confidence_level", float_below_one=True))
     if not counts or not isinstance(strategy, NoisyRelease):
         raise ValueError("confidence_level needs counts=True and a strategy that draws TSGD noise ('release', "
                          f"'public', 'mixed'), got counts={counts}, strategy={strategy.name!r}")
     from dpselect.aggregation.intervals import tsgd_half_width
 
-    return tsgd_half_width(strategy.table, confidence_level)
+    return tsgd_half_width(strategy.table, level)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpselect.errors import DPSelectError
 from dpselect.ingest.rows import import_pyarrow
 from dpselect.io._formats import strip_compression
 
@@ -20,15 +21,15 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "BatchSource", "ColumnError", "InputError", "Va
 DEFAULT_BLOCK_SIZE = 1 << 20
 
 
-class InputError(Exception):
+class InputError(DPSelectError):
     """The input cannot be opened or parsed."""
 
 
-class ColumnError(Exception):
+class ColumnError(DPSelectError):
     """A needed column is missing from the input, or ambiguous."""
 
 
-class ValueColumnError(Exception):
+class ValueColumnError(DPSelectError):
     """A numeric value column of ``path`` holds something that is not a number of its type.
     ``column`` names it (None if the reader could not tell which), ``detail`` says what."""
 

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from dpselect.errors import DPSelectError
 from dpselect.ingest.rows import import_pyarrow
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 _TEST_SIGNAL_ENV = "DPSELECT_TEST_SIGTERM_AT"
 
 
-class OutputError(Exception):
+class OutputError(DPSelectError):
     """The output cannot be written."""
 
 

@@ -180,8 +180,8 @@ class TabledSelection(BuiltInMechanism, IndependentSelection):
         keep = np.empty(arr.shape, np.bool_) if out is None else check_out(out, arr.shape, np.dtype(np.bool_), "out")
         if out is not None and np.may_share_memory(keep, arr):
             raise ValueError("out must not overlap counts")
-        generator._announce()
-        state = generator._test_state
+        generator.announce()
+        state = generator.test_state
         handle = self._handle
 
         def kernel(c: np.ndarray, o: np.ndarray) -> None:

@@ -27,9 +27,9 @@ from statistics import NormalDist
 from dpselect.core.exact import exp_lower, exp_upper, normal_cdf_bounds, normal_tail_upper, sqrt_bounds
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.base import TabledSelection
-from dpselect.core.params import PrivacyParams, composed_delta_upper, _composition_delta
+from dpselect.core.params import PrivacyParams, composed_delta_upper, composition_delta
 from dpselect.core.limits import MAX_GAUSSIAN_ENTRIES, epsilon_too_small
-from dpselect.core.tables import KeepTable, _read_only, _words, pre_thresholded, verify_keep_table
+from dpselect.core.tables import KeepTable, read_only, to_words, pre_thresholded, verify_keep_table
 
 __all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "certified_sigma", "gaussian_threshold",
            "optimal_noise_share"]
@@ -193,8 +193,8 @@ def _gaussian_table(sigma: Fraction, threshold: Fraction) -> tuple[KeepTable, Fr
         if n > MAX_GAUSSIAN_ENTRIES + 64:  # T + 15σ was checked: a safety net only
             raise ValueError(_TOO_LONG)
     gap = max(gap, 1 - Fraction(values[-1], scale))  # counts beyond the table keep the last entry
-    words = _words(values, _LIMBS)
-    table = KeepTable(words=_read_only(words), partition_epsilon=Fraction(0), partition_delta=Fraction(0),
+    words = to_words(values, _LIMBS)
+    table = KeepTable(words=read_only(words), partition_epsilon=Fraction(0), partition_delta=Fraction(0),
                       tail_certain=False)
     return table, gap
 
@@ -240,7 +240,7 @@ class GaussianThresholding(TabledSelection):
         if delta_threshold <= 0:
             raise ValueError(f"delta = {params.delta:g} is too small for Gaussian thresholding at epsilon = "
                              f"{params.epsilon:g}: use strategy='pi_opt', or raise delta")
-        self.delta_p = _composition_delta(delta_threshold, kappa) if params.delta_split == "composition" \
+        self.delta_p = composition_delta(delta_threshold, kappa) if params.delta_split == "composition" \
             else delta_threshold / kappa
         self._check_table_size(float(delta_noise), float(self.delta_p), sigma_accuracy)
         sigma = certified_sigma(eps, delta_noise, kappa, sigma_accuracy)

@@ -30,8 +30,8 @@ from dpselect.core.tables import (
     EPSILON_CAP,
     MAX_TABLE_ENTRIES,
     KeepTable,
-    _read_only,
-    _words,
+    read_only,
+    to_words,
     limbs_for,
     pre_thresholded,
     verify_keep_table,
@@ -111,9 +111,9 @@ def laplace_keep_table(eps: Fraction, delta: Fraction) -> KeepTable:
         if scale - q <= gap:
             break
         power = power * a >> bits
-    words = _words(values, limbs)
+    words = to_words(values, limbs)
     verify_keep_table(words, eps, delta, tail_certain=False)
-    return KeepTable(words=_read_only(words), partition_epsilon=eps, partition_delta=delta, tail_certain=False)
+    return KeepTable(words=read_only(words), partition_epsilon=eps, partition_delta=delta, tail_certain=False)
 
 
 class LaplaceThresholding(TabledSelection):

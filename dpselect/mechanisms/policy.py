@@ -26,8 +26,8 @@ import numpy.typing as npt
 
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
-from dpselect.mechanisms.weighted import (WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, _check_params,
-                                          _RowMechanism)
+from dpselect.mechanisms.weighted import (WEIGHT_BITS, UserSets, WeightedGaussian, WeightedLaplace, check_row_params,
+                                          RowMechanismBase)
 from dpselect.core.params import PrivacyParams
 from dpselect.rng import resolve_rng
 
@@ -75,7 +75,7 @@ def _check_alpha(alpha: object) -> float:
     return float(alpha)
 
 
-class _Policy(_RowMechanism):
+class _Policy(RowMechanismBase):
     alpha: float
     _base: WeightedGaussian | WeightedLaplace
     _cutoff: float  # Γ: no partition's weight is raised above it
@@ -138,7 +138,7 @@ class PolicyLaplace(_Policy):
     _base: WeightedLaplace
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
-        _check_params(params)  # before anything is calibrated, as is alpha
+        check_row_params(params)  # before anything is calibrated, as is alpha
         self.alpha = _check_alpha(alpha)
         self._base = self._built_on(WeightedLaplace, params)
         self.params = params
@@ -181,7 +181,7 @@ class PolicyGaussian(_Policy):
     _base: WeightedGaussian
 
     def __init__(self, params: PrivacyParams, alpha: float = 3.0) -> None:
-        _check_params(params)  # before σ is calibrated, as is alpha
+        check_row_params(params)  # before σ is calibrated, as is alpha
         self.alpha = _check_alpha(alpha)
         self._base = self._built_on(WeightedGaussian, params)
         self.params = params

@@ -53,8 +53,8 @@ class NoisyRelease(BuiltInMechanism, CountMechanism):
             noisy = check_out(out[1], arr.shape, np.dtype(np.int64), "out[1] (noisy_counts)")
             if any(np.may_share_memory(a, b) for a, b in ((keep, arr), (noisy, arr), (keep, noisy))):
                 raise ValueError("out arrays must not overlap counts or each other")
-        generator._announce()
-        state = generator._test_state
+        generator.announce()
+        state = generator.test_state
         k, handle = self.k, self._noise
 
         def kernel(c: np.ndarray, o: np.ndarray, x: np.ndarray) -> None:

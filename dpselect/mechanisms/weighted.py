@@ -40,7 +40,7 @@ from dpselect.mechanisms.gaussian import (MAX_GAUSSIAN_EPSILON, agm_delta_upper,
                                           google_sigma)
 from dpselect.mechanisms.protocols import RowMechanism
 from dpselect.mechanisms.tail_draws import gaussian_tail_draws, laplace_tail_draws
-from dpselect.core.params import PrivacyParams, _composition_delta
+from dpselect.core.params import PrivacyParams, composition_delta
 from dpselect.rng import resolve_rng
 
 __all__ = ["UserSets", "WeightedGaussian", "WeightedLaplace", "DPSIPS", "GOPI", "SWANBERG", "MAX_KAPPA", "MAX_EPSILON"]
@@ -102,13 +102,13 @@ def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
 def _histogram(sets: UserSets, kappa: int, weights: npt.NDArray[np.int64], excluded: npt.NDArray[np.bool_] | None,
                rng: object | None) -> npt.NDArray[np.int64]:
     generator = resolve_rng(rng)
-    generator._announce()
+    generator.announce()
     histogram = np.zeros(sets.n_partitions, dtype=np.int64)
-    _weighted.weighted_round(sets.ends, sets.partitions, excluded, kappa, weights, histogram, generator._test_state)
+    _weighted.weighted_round(sets.ends, sets.partitions, excluded, kappa, weights, histogram, generator.test_state)
     return histogram
 
 
-class _RowMechanism(BuiltInMechanism, RowMechanism):
+class RowMechanismBase(BuiltInMechanism, RowMechanism):
     """What every row mechanism shares: parameters, guarantee plumbing, the entry point."""
 
     releases_counts = False
@@ -159,7 +159,7 @@ def _check_noise_share(noise_share: object) -> float:
     return float(noise_share)
 
 
-def _check_params(params: PrivacyParams) -> None:
+def check_row_params(params: PrivacyParams) -> None:
     """Everything about (ε, δ, κ, neighbours) a weighted mechanism needs, all of it before any
     calibration: every mistake is a ValueError at once."""
     _check_epsilon(params)
@@ -226,17 +226,17 @@ def _check_rho_units(params: PrivacyParams, name: str, units: int) -> None:
 
 
 def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
-    """(δ of the noise, δ of the thresholds); the caller has run _check_params."""
+    """(δ of the noise, δ of the thresholds); the caller has run check_row_params."""
     delta_noise = params.delta_exact * Fraction(noise_share)
     return delta_noise, params.delta_exact - delta_noise
 
 
 def _per_partition(delta: Fraction, m: int) -> Fraction:
     """A rational δ_p(m) with 1 − (1 − δ_p)^m <= δ, proven."""
-    return _composition_delta(delta, m)
+    return composition_delta(delta, m)
 
 
-class WeightedGaussian(_RowMechanism):
+class WeightedGaussian(RowMechanismBase):
     """Weighted Gaussian partition selection (Gopi et al., ICML 2020, Theorem 5.1).
 
     Guarantee: (ε, δ)-DP for adding or removing one user's rows (κ enforced by the bounding
@@ -248,7 +248,7 @@ class WeightedGaussian(_RowMechanism):
     norm = "l2"
 
     def __init__(self, params: PrivacyParams, noise_share: float = 0.5) -> None:
-        _check_params(params)
+        check_row_params(params)
         delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
         _check_gaussian_deltas(params, "weighted Gaussian selection", delta_noise, delta_threshold)
         _check_gaussian_thresholds(params, self.name, delta_noise, [(Fraction(1), delta_threshold)])
@@ -292,7 +292,7 @@ class WeightedGaussian(_RowMechanism):
         return f"WeightedGaussian({self.params!r}, sigma={float(self.sigma):.6g}, threshold={self.threshold:.6g})"
 
 
-class WeightedLaplace(_RowMechanism):
+class WeightedLaplace(RowMechanismBase):
     """Weighted Laplace partition selection (Gopi et al., ICML 2020): L1-normalised weights,
     Laplace noise of scale 1/ε (pure ε-DP on partitions present in both neighbours), and ρ such
     that a new user's own partitions are released with probability at most δ in all."""
@@ -301,7 +301,7 @@ class WeightedLaplace(_RowMechanism):
     norm = "l1"
 
     def __init__(self, params: PrivacyParams) -> None:
-        _check_params(params)
+        check_row_params(params)
         kappa = params.max_partitions_contributed
         smallest = _per_partition(params.delta_exact, kappa)
 
@@ -356,7 +356,7 @@ class WeightedLaplace(_RowMechanism):
         return f"WeightedLaplace({self.params!r}, threshold={self.threshold:.6g})"
 
 
-class DPSIPS(_RowMechanism):
+class DPSIPS(RowMechanismBase):
     """DP-SIPS (Swanberg, Desfontaines, Haney, 2023): weighted Gaussian selection run for
     ``rounds`` rounds; partitions released in a round are removed from every user's set before
     the next round's bounding and weighting, so later rounds spend their weight on what is
@@ -386,7 +386,7 @@ class DPSIPS(_RowMechanism):
         if not 0 < ratio <= 1:
             raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
                              f"got {ratio!r}")
-        _check_params(params)
+        check_row_params(params)
         delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
         self.params = params
         self.rounds, self.ratio = rounds, float(ratio)

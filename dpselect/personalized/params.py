@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dpselect.core.checks import check_probability
 from dpselect.core.exact import as_fraction
 
 #: Smallest positive normal float64: lower bound of an admissible privacy level.
@@ -236,12 +237,8 @@ def validate_values(values: Any, bound: int, name: str = "values") -> np.ndarray
 
 def validate_beta(beta: Any) -> float:
     """The failure probability β of the error bound, in the open interval (0, 1)."""
-    if isinstance(beta, (bool, np.bool_)) or not isinstance(beta, (int, float, Fraction, np.integer, np.floating)):
-        raise TypeError(f"beta must be a float in (0, 1), got {beta!r}")
-    value = float(beta)
-    if not (0.0 < value < 1.0):
-        raise ValueError(f"beta must be in (0, 1) (a failure probability), got {beta!r}; the usual choice is 0.1")
-    return value
+    return float(check_probability(beta, name="beta", low_open=True, high_open=True, what=" (a failure probability)",
+                                   advice="; the usual choice is 0.1"))
 
 
 @dataclass(frozen=True)

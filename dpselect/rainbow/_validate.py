@@ -7,12 +7,13 @@ Validators never mutate the caller's arrays: they return fresh (or read-only) co
 
 from __future__ import annotations
 
-import math
 import operator
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from dpselect.core import checks
 
 #: Tolerance for "sums to one" on user-given probability vectors.
 SUM_TOLERANCE = 1e-9
@@ -22,23 +23,19 @@ MAX_DISTANCE = 2**53
 
 
 def check_epsilon(epsilon: object, name: str = "epsilon") -> float:
-    """Return epsilon as a float after checking it is a finite real number >= 0."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
-    value = float(epsilon)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {epsilon!r}")
-    return value
+    """Return epsilon as a float after checking it is a finite real number >= 0 (the package's
+    vocabulary: :func:`dpselect.core.checks.check_epsilon`)."""
+    return checks.check_epsilon(epsilon, name=name)[0]
 
 
 def check_delta(delta: object, name: str = "delta") -> float:
     """Return delta as a float after checking 0 <= delta < 1."""
-    if isinstance(delta, bool) or not isinstance(delta, Real):
-        raise TypeError(f"{name} must be a real number, got {type(delta).__name__}")
-    value = float(delta)
-    if not math.isfinite(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {delta!r}")
-    return value
+    return checks.check_delta(delta, name=name)[0]
+
+
+def check_probability(p: object, name: str = "p") -> float:
+    """Return a probability in [0, 1] as a float."""
+    return float(checks.check_probability(p, name=name))
 
 
 def check_distribution(probabilities: ArrayLike, name: str = "boundary") -> NDArray[np.float64]:

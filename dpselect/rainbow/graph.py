@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpselect._optional import require
+from dpselect.errors import DPSelectError
 
 from ._validate import SUM_TOLERANCE, check_delta, check_epsilon
 from .line import line_probabilities
@@ -43,7 +44,7 @@ __all__ = [
 _BOUNDARY_TOLERANCE = 1e-12
 
 
-class InvalidBoundaryError(ValueError):
+class InvalidBoundaryError(DPSelectError, ValueError):
     """The boundary distributions violate DP across an edge between two regions, so no DP
     mechanism with that boundary exists (docs/privacy/rainbow.md, "Graphs": validity precondition)."""
 
@@ -107,14 +108,14 @@ def as_adjacency(graph: Any, n_nodes: int) -> Any:
     return symmetric
 
 
-def _edges(adjacency: Any) -> NDArray[np.int64]:
+def edge_list(adjacency: Any) -> NDArray[np.int64]:
     """Undirected edges (u < v) of a symmetric CSR adjacency."""
     coo = adjacency.tocoo()
     upper = coo.row < coo.col
     return np.stack([coo.row[upper], coo.col[upper]], axis=1).astype(np.int64)
 
 
-def _check_regions(region: ArrayLike) -> NDArray[np.int64]:
+def check_regions(region: ArrayLike) -> NDArray[np.int64]:
     labels = np.asarray(region)
     if labels.ndim != 1:
         raise ValueError(f"region must be a 1-D array with one label per dataset, got shape {labels.shape}")
@@ -126,7 +127,7 @@ def _check_regions(region: ArrayLike) -> NDArray[np.int64]:
     return labels
 
 
-def _check_rainbows(rainbows: ArrayLike, n_regions: int) -> NDArray[np.int64]:
+def check_rainbows(rainbows: ArrayLike, n_regions: int) -> NDArray[np.int64]:
     table = np.asarray(rainbows)
     if table.ndim != 2 or table.shape[1] < 2:
         raise ValueError(f"rainbows must have shape (regions, m) with m >= 2, got {table.shape}")
@@ -166,7 +167,7 @@ def boundary_distances(graph: Any, region: ArrayLike) -> tuple[NDArray[np.float6
     (scipy's C Dijkstra with unit weights, ``min_only=True``). Nodes that cannot reach a boundary
     (their component is a single region) get ``inf``.
     """
-    labels = _check_regions(region)
+    labels = check_regions(region)
     adjacency = as_adjacency(graph, labels.size)
     return _distances(adjacency, labels)
 
@@ -176,7 +177,7 @@ def _distances(adjacency: Any, labels: NDArray[np.int64]) -> tuple[NDArray[np.fl
     from scipy.sparse.csgraph import dijkstra
 
     n = labels.size
-    edges = _edges(adjacency)
+    edges = edge_list(adjacency)
     crossing = labels[edges[:, 0]] != labels[edges[:, 1]]
     is_boundary = np.zeros(n, dtype=bool)
     is_boundary[edges[crossing].ravel()] = True
@@ -241,14 +242,14 @@ def check_boundary(graph: Any, region: ArrayLike, boundary: ArrayLike, epsilon: 
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    labels = _check_regions(region)
+    labels = check_regions(region)
     table = np.asarray(boundary)
     if table.ndim != 2:
         raise ValueError(f"boundary must have shape (regions, m), got {table.shape}")
     n_regions = int(labels.max()) + 1 if labels.size else 0
     table = _check_boundary_table(boundary, (max(n_regions, table.shape[0]), table.shape[1]))
     adjacency = as_adjacency(graph, labels.size)
-    _check_cross_region(_edges(adjacency), labels, table, epsilon, delta)
+    _check_cross_region(edge_list(adjacency), labels, table, epsilon, delta)
 
 
 @dataclass(frozen=True)
@@ -316,14 +317,14 @@ def pullback(
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    labels = _check_regions(region)
+    labels = check_regions(region)
     n = labels.size
     n_regions = int(labels.max()) + 1 if n else 0
-    rainbow_table = _check_rainbows(rainbows, n_regions)
+    rainbow_table = check_rainbows(rainbows, n_regions)
     m = rainbow_table.shape[1]
     boundary_table = _check_boundary_table(boundary, (rainbow_table.shape[0], m))
     adjacency = as_adjacency(graph, n)
-    edges = _edges(adjacency)
+    edges = edge_list(adjacency)
     _check_cross_region(edges, labels, boundary_table, epsilon, delta)
     distances, is_boundary = _distances(adjacency, labels)
 

@@ -24,7 +24,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validate import check_delta, check_distances, check_distribution, check_epsilon
+from ._validate import check_delta, check_distances, check_distribution, check_epsilon, check_probability
 
 __all__ = [
     "switch_value",
@@ -395,11 +395,8 @@ def binary_line(p: float, epsilon: float, distances: ArrayLike | int, delta: flo
     """Binary optimum of [DMS21]: P_B(i) = phi^i(p) ([ZGD+22] eq. (12) with two colours), with the
     (epsilon, delta) version phi_delta when delta > 0. ``p`` is the boundary probability of the
     preferred answer. Returns (len(distances), 2): columns (preferred, other)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p must be a probability (a real number), got {type(p).__name__}")
-    if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p!r}")
-    return line_probabilities([float(p), 1.0 - float(p)], epsilon, distances, delta)
+    preferred = check_probability(p, "p")
+    return line_probabilities([preferred, 1.0 - preferred], epsilon, distances, delta)
 
 
 def ternary_line(boundary: ArrayLike, epsilon: float, distances: ArrayLike | int) -> NDArray[np.float64]:

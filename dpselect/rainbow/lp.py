@@ -31,9 +31,9 @@ from dpselect._optional import require
 from ._validate import check_delta, check_distribution, check_epsilon
 from .graph import (
     InvalidBoundaryError,
-    _check_rainbows,
-    _check_regions,
-    _edges,
+    check_rainbows,
+    check_regions,
+    edge_list,
     as_adjacency,
 )
 
@@ -83,11 +83,11 @@ def lexicographic_lp(
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    labels = _check_regions(region)
+    labels = check_regions(region)
     n = labels.size
     if n == 0:
         raise ValueError("region must describe at least one dataset")
-    rainbow_table = _check_rainbows(rainbows, int(labels.max()) + 1)
+    rainbow_table = check_rainbows(rainbows, int(labels.max()) + 1)
     m = rainbow_table.shape[1]
     if not isinstance(fixed, Mapping):
         raise TypeError("fixed must be a mapping {dataset index: distribution by answer}")
@@ -102,7 +102,7 @@ def lexicographic_lp(
         lower[int(node) * m : int(node) * m + m] = values
         upper[int(node) * m : int(node) * m + m] = values
 
-    edges = _edges(as_adjacency(graph, n))
+    edges = edge_list(as_adjacency(graph, n))
     directed = np.concatenate([edges, edges[:, ::-1]]) if edges.size else np.zeros((0, 2), np.int64)
     n_directed = directed.shape[0]
     n_aux = n_directed * m if delta > 0 else 0

@@ -83,7 +83,7 @@ def check_no_speculation(df: Any) -> None:
 # ---------------------------------------------------------------- randomness on the executors
 
 def rng_spec(generator: SecureRNG) -> tuple[bytes, int] | None:
-    state = generator._test_state
+    state = generator.test_state
     return None if state is None else (bytes(state.seed), int(state.stream))
 
 
@@ -106,7 +106,7 @@ def executor_rng(spec: tuple[bytes, int] | None, step: bytes) -> SecureRNG:
     class _ExecutorTestRNG(InsecureDeterministicRNG):
         """The driver warned once for the whole call; the executors' logs stay readable."""
 
-        def _announce(self) -> None:
+        def announce(self) -> None:
             self._uses += 1
 
     return _ExecutorTestRNG(seed, stream)
