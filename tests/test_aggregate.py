@@ -81,6 +81,7 @@ def test_a_keys_count_and_sum_come_from_the_same_bounded_rows():
         assert report.rows_kept == got["rows"].sum() and report.pairs_kept == got["users"].sum()
 
 
+@pytest.mark.slow
 def test_bounding_kernel_keeps_exact_uniform_subsets():
     # One user with rows in 3 partitions, 4 rows in partition 0: with κ = 1 each partition is
     # kept a third of the time; with L∞ = 1 each of partition 0's rows a quarter of the time.
@@ -119,6 +120,7 @@ def test_bounding_kernel_refuses_bad_codes_and_sums_exactly_in_128_bits():
         _bound.bound_rows(users, np.zeros(2, np.uint32), 2, 1, 1, 0, [], None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["count", "sum", "mean"])
 def test_confidence_intervals_cover_the_bounded_value_at_their_level(kind):
     df = search_log(2, n=6_000, users=6_000)  # one row per user on average: bounding keeps all with κ, L∞ large
@@ -290,6 +292,7 @@ def test_select_partitions_charges_a_budget_reports_and_gives_count_intervals():
                                    strategy="pi_opt", confidence_level=0.9)
 
 
+@pytest.mark.slow
 def test_tsgd_count_intervals_cover_the_bounded_count():
     df = search_log(10, n=5_000, users=5_000)  # one row per user on average: κ = 1 keeps nearly all
     true = df.drop_duplicates(["user_id", "query"]).groupby("query")["user_id"].size()

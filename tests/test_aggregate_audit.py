@@ -314,7 +314,7 @@ def test_delta_zero_advice_names_what_aggregate_takes():
     assert "allow_no_release" not in str(err.value)
 
 
-@pytest.mark.parametrize("strategy", ["pi_opt", "release", "laplace", "gaussian"])
+@pytest.mark.parametrize("strategy", ["pi_opt", "release", "laplace", pytest.param("gaussian", marks=pytest.mark.slow)])
 def test_an_empty_release_says_how_many_users_a_key_needs(strategy):
     df = pd.DataFrame({"u": np.arange(30), "k": np.arange(30) % 3})
     with pytest.warns(dpselect.aggregation.aggregate.NothingReleased, match=r"a key needs [\d,]+ users"):

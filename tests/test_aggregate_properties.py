@@ -76,6 +76,7 @@ def _call(params: dict, data: pd.DataFrame, budget: dpselect.Budget) -> object:
             return ("refused", type(exc).__name__, str(exc))
 
 
+@pytest.mark.slow
 @given(params=PARAMS, seeds=st.tuples(st.integers(0, 2**16), st.integers(0, 2**16)))
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_success_depends_on_the_parameters_only_and_a_release_is_well_formed(params, seeds):

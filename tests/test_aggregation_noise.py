@@ -98,7 +98,7 @@ def _support(scale: float, reach: float = 12.0) -> tuple[int, int]:
 
 # ------------------------------------------------------------------ the pmf, exactly
 
-LAPLACE_SCALES = [Fraction(1), Fraction(7, 3), Fraction(100), Fraction(10**6)]
+LAPLACE_SCALES = [Fraction(1), Fraction(7, 3), Fraction(100), pytest.param(Fraction(10**6), marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("scale", LAPLACE_SCALES, ids=str)
@@ -257,6 +257,7 @@ def test_sigma_for_epsilon_delta_is_certified_and_nearly_minimal(epsilon, delta)
 
 # ------------------------------------------------------------------ kernel parameters
 
+@pytest.mark.slow
 @given(st.fractions(min_value=Fraction(1, 10**6), max_value=Fraction(10**20)))
 @settings(max_examples=150, deadline=None)
 def test_representable_sigma2_rounds_up_and_fits(target: Fraction) -> None:
@@ -270,6 +271,7 @@ def test_representable_sigma2_rounds_up_and_fits(target: Fraction) -> None:
     assert 0.5 <= lap_num / lap_den / max(1.0, math.sqrt(float(sigma2))) <= 2  # t ≈ σ: fast acceptance
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=Fraction(1, 10**9), max_value=Fraction(2**20)), st.integers(1, 2**45), st.integers(1, 50))
 @settings(max_examples=150, deadline=None)
 def test_laplace_for_epsilon_never_spends_more_than_asked(eps: Fraction, sensitivity: int, l0: int) -> None:
@@ -286,6 +288,7 @@ def test_laplace_for_epsilon_never_spends_more_than_asked(eps: Fraction, sensiti
     assert noise.scale == representable_scale(Fraction(sensitivity * l0) / eps)
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=0, max_value=2000, max_denominator=10**12))
 @settings(max_examples=200, deadline=None)
 def test_exp_bounds_bracket_the_exact_value(y: Fraction) -> None:
@@ -300,6 +303,7 @@ def _as_mpf(x: Fraction) -> mpmath.mpf:
     return mpmath.mpf(x.numerator) / x.denominator
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=2000, max_value=2**16, max_denominator=10**6))
 @settings(max_examples=50, deadline=None)
 def test_exp_bounds_keep_their_precision_for_large_arguments(y: Fraction) -> None:
@@ -334,12 +338,14 @@ def test_certificates_at_a_huge_epsilon_per_step_are_immediate() -> None:
     assert discrete_threshold(tiny, Fraction(999_999_999, 10**9), 64) == 1
 
 
+@pytest.mark.slow
 @given(st.integers(0, 2**128 - 1), st.integers(1, 2**128 - 1), st.booleans())
 @settings(max_examples=400, deadline=None)
 def test_u128_divmod_native_and_portable(n: int, d: int, portable: bool) -> None:
     assert _noise._u128_divmod(n, d, portable) == divmod(n, d)
 
 
+@pytest.mark.slow
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.booleans())
 @settings(max_examples=300, deadline=None)
 def test_u128_mul_native_and_portable(a: int, b: int, portable: bool) -> None:

@@ -282,6 +282,7 @@ def test_a_user_set_threshold_is_used_as_is() -> None:
     assert found.success_probability is None
 
 
+@pytest.mark.slow
 def test_false_positive_rate_of_an_empty_dataset_is_at_most_one_minus_p() -> None:
     """With p = 0.9 and 4 bins per sign, noise alone finds bounds in at most 10% of runs (the
     threshold is the smallest that guarantees it, so close to 10%)."""

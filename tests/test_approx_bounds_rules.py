@@ -41,6 +41,7 @@ def delay_like(n: int, seed: int, integer: bool) -> np.ndarray:
 
 # ------------------------------------------------------------------ on long tails
 
+@pytest.mark.slow
 @pytest.mark.parametrize("integer", [True, False])
 def test_the_tails_rule_covers_the_95th_percentile_of_a_long_tail(integer: bool) -> None:
     """10^5 delay-like values at κ = L∞ = 8, ε = 0.2: no tail bin reaches K ≈ 8000, so Google's
@@ -133,6 +134,7 @@ def _reference_extend(line: np.ndarray, low: int, high: int, scale: Fraction) ->
     return low, high
 
 
+@pytest.mark.slow
 @given(histograms(), st.sampled_from([Fraction(1), Fraction(3), Fraction(20)]), st.integers(20, 300))
 @settings(max_examples=150, deadline=None)
 def test_the_tails_rule_is_an_outward_extension_of_googles(hist, scale, k) -> None:
@@ -159,6 +161,7 @@ def test_the_extension_is_exact_with_huge_noisy_counts() -> None:
         assert extend(line, 30, 33, scale) == _reference_extend(line, 30, 33, scale)
 
 
+@pytest.mark.slow
 def test_pure_noise_extends_a_bound_at_most_at_the_documented_rate() -> None:
     """A histogram with data in two adjacent bins and nothing else: the tails rule moves a bound
     beyond them only through noise, at most EXTENSION_RATE per side per step."""
@@ -177,6 +180,7 @@ def test_pure_noise_extends_a_bound_at_most_at_the_documented_rate() -> None:
     assert extended <= stats.binom.ppf(1 - 1e-6, runs, 2 * EXTENSION_RATE)
 
 
+@pytest.mark.slow
 def test_window_thresholds_bound_the_exact_tail_of_sums() -> None:
     """P[X_1 + … + X_w ≥ T_w] ≤ the rate, for the exact law of the sum (convolution)."""
     for scale in (Fraction(1), Fraction(7, 2)):

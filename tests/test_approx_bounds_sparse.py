@@ -150,7 +150,7 @@ def _broken_offsets(count: int, noise: DiscreteLaplaceNoise, rng: object) -> np.
     return np.abs(noise.sample(count, rng=rng))
 
 
-@pytest.mark.parametrize("broken", ["rate", "offsets"])
+@pytest.mark.parametrize("broken", [pytest.param("rate", marks=pytest.mark.slow), "offsets"])
 def test_the_law_tests_catch_a_broken_sampler(broken: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if broken == "rate":
         monkeypatch.setattr(PassRate, "interval", _broken_rate)
@@ -225,6 +225,7 @@ def _homogeneity_pvalue(a: dict, b: dict) -> float:
     return float(stats.chi2_contingency(rows).pvalue)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [7, 3])  # t ≈ 6.7e-4 (skipping), t ≈ 0.036 (chunked draws)
 def test_sparse_releases_what_dense_releases(k: int) -> None:
     sparse, dense = _release_frequencies(True, 150, k), _release_frequencies(False, 150, k)
@@ -234,6 +235,7 @@ def test_sparse_releases_what_dense_releases(k: int) -> None:
     assert _homogeneity_pvalue(sparse, dense) > 1e-4
 
 
+@pytest.mark.slow
 def test_the_comparison_catches_a_broken_sparse_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
     dense = _release_frequencies(False, 150, 7)
     monkeypatch.setattr(PassRate, "interval", _broken_rate)

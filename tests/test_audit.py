@@ -127,6 +127,7 @@ def test_run_all_quick_plans_every_audit_for_every_shipped_mechanism(monkeypatch
     assert with_nulls == [("pi_opt", runner.QUICK_POINTS[0])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", audit.MECHANISMS)
 def test_quick_audit_of_each_shipped_mechanism_passes(name):
     """Every audit passes; there are all three kinds, an empirical audit at each of two points;
@@ -155,6 +156,7 @@ def test_quick_audit_of_each_shipped_mechanism_passes(name):
     assert "all audits passed" in report.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pi_opt", "release", "laplace"])
 def test_empirical_audits_come_close_to_the_claim_where_it_is_tight(name):
     """pi_opt, Laplace thresholding and the TSGD release spend their whole epsilon on one count
@@ -167,12 +169,14 @@ def test_empirical_audits_come_close_to_the_claim_where_it_is_tight(name):
         assert 0.85 * r.epsilon <= r.epsilon_lb <= r.epsilon, r
 
 
+@pytest.mark.slow
 def test_the_null_unit_scenario_ran_on_the_real_select_partitions():
     null = [e for r in quick_report("pi_opt").results if isinstance(r, audit.EmpiricalAudit)
             for e in r.estimates if e.scenario == "rows_null_unit"]
     assert null and not any(e.refutes for e in null)
 
 
+@pytest.mark.slow
 def test_byte_consumption_claims_are_checked_where_the_docs_make_them():
     def sides(name: str) -> audit.SideChannelAudit:
         (result,) = [r for r in quick_report(name).results if isinstance(r, audit.SideChannelAudit)]
@@ -187,7 +191,7 @@ def test_byte_consumption_claims_are_checked_where_the_docs_make_them():
 @pytest.mark.parametrize("name,options", [
     ("pi_opt", {"pre_threshold": 5}),
     ("release", {"pre_threshold": 3}),
-    ("gaussian", {"noise_share": "optimal"}),
+    pytest.param("gaussian", {"noise_share": "optimal"}, marks=pytest.mark.slow),
     ("mixed", {"public_threshold": -20}),
 ])
 def test_options_change_what_runs_and_the_audits_follow(name, options):
@@ -270,6 +274,7 @@ def _shared_null_unit(data, *, privacy_unit, null_privacy_units="error", **kwarg
     return dpselect.select_partitions(data, privacy_unit=privacy_unit, **kwargs)
 
 
+@pytest.mark.slow
 def test_merging_null_privacy_units_into_one_user_is_refuted_on_raw_rows():
     """pi_opt at epsilon = 3, delta = 1e-2: the scenario's key has 2 users, and the merged null
     person makes it 3, lifting its release probability from 0.21 to 0.96. With 100 held-out calls
@@ -308,6 +313,7 @@ class _TiePathOnLargeCounts:
         return result
 
 
+@pytest.mark.slow
 def test_a_count_dependent_random_byte_path_is_flagged_by_the_side_channel_audit():
     real = dpselect.make_strategy("pi_opt", epsilon=1.0, delta=1e-5)
     broken = audit.side_channels(_TiePathOnLargeCounts(real), trials=200, schemas=False, false_alarm=FALSE_ALARM)
@@ -399,6 +405,7 @@ def test_side_channels_skip_byte_counts_without_the_test_generator(monkeypatch):
     assert not result.consumption and any("DPSELECT_ALLOW_INSECURE_RNG" in s for s in result.skipped)
 
 
+@pytest.mark.slow
 def test_main_runs_one_configuration_and_writes_json(tmp_path, capsys):
     path = tmp_path / "audit.json"
     code = audit.main(["pi_opt", "release", "--epsilon", "1", "--delta", "1e-5", "-k", "2", "--trials", "20000",

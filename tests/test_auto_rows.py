@@ -12,6 +12,9 @@ import dpselect
 from dpselect.mechanisms import DPSIPS, PiOptSelection
 from dpselect.mechanisms.recommend import ROW_MARGIN
 
+# Every test builds certified DP-SIPS or pi_opt strategies over a grid of (ε, δ, κ): seconds each.
+pytestmark = pytest.mark.slow
+
 EPSILONS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
 

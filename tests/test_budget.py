@@ -127,6 +127,7 @@ def test_concurrent_charges_never_overspend() -> None:
     assert budget.spent == (Fraction(1, 2), 0) and len(budget.ledger) == 4000
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(st.fractions(0, 1), st.fractions(0, Fraction(1, 10**5))), max_size=30))
 @settings(max_examples=100, deadline=None)
 def test_the_ledger_always_adds_up_and_stays_within_budget(charges) -> None:

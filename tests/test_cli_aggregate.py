@@ -256,6 +256,7 @@ def test_fifo_output_is_written_through(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_shipped_example_data(tmp_path, capsys):
     """The tutorial's command on the shipped survey (no value column: user and row counts)."""
     from importlib import resources
@@ -616,6 +617,7 @@ def test_argparse_errors_and_help(capsys):
         assert phrase in text
 
 
+@pytest.mark.slow
 def test_console_entry_point(tmp_path):
     src = write(tmp_path / "in.csv", make_table(), "csv")
     out = tmp_path / "out.parquet"

@@ -460,6 +460,7 @@ def test_a_read_only_output_is_never_replaced(tmp_path, capsys):
     assert out.read_text() == "keep me\n" and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_sigterm_while_writing_removes_the_temporary_file(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text(csv_text(popular()))
@@ -470,6 +471,7 @@ def test_sigterm_while_writing_removes_the_temporary_file(tmp_path):
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_closed_standard_output_is_an_output_error(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text(csv_text(popular()))
@@ -479,6 +481,7 @@ def test_closed_standard_output_is_an_output_error(tmp_path):
     assert "standard output is closed" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 def test_full_standard_output_is_an_output_error(tmp_path):
     src = tmp_path / "in.csv"

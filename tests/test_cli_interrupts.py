@@ -221,9 +221,9 @@ sys.exit(getattr(import_module(entry), function)())
 
 @pytest.mark.parametrize("module", [
     "dpselect._version",  # the first module of the package
-    "dpselect.aggregation.aggregate",  # the package half imported
-    "dpselect.cli.signals",  # the CLI's own imports
-    "pyarrow.csv",  # inside the command
+    pytest.param("dpselect.aggregation.aggregate", marks=pytest.mark.slow),  # the package half imported
+    pytest.param("dpselect.cli.signals", marks=pytest.mark.slow),  # the CLI's own imports
+    pytest.param("pyarrow.csv", marks=pytest.mark.slow),  # inside the command
 ])
 @pytest.mark.parametrize("signum", STOPS[:2])
 def test_a_signal_while_the_command_starts(tmp_path, src, module: str, signum: int) -> None:
@@ -248,6 +248,7 @@ def _run(args: list[str], **streams) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dpselect.cli", *args], timeout=300, check=False, **streams)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 @pytest.mark.parametrize("command", ["select", "aggregate"])
 def test_a_full_standard_error_does_not_fail_a_written_release(tmp_path, src, command: str) -> None:
@@ -268,6 +269,7 @@ def test_a_full_standard_error_does_not_fail_a_written_release(tmp_path, src, co
     assert proc.returncode == cli.EXIT_USAGE and not (tmp_path / "other.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_closed_standard_error_does_not_fail_a_written_release(tmp_path, src) -> None:
     out = tmp_path / "out.csv"
     proc = subprocess.run(["sh", "-c", 'exec "$0" -m dpselect.cli "$@" 2>&-', sys.executable, "aggregate", str(src),
@@ -276,6 +278,7 @@ def test_a_closed_standard_error_does_not_fail_a_written_release(tmp_path, src) 
     assert out.read_text().startswith('"key"') and (tmp_path / "out.csv.guarantee.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 def test_explain_to_a_full_standard_output_is_an_output_error() -> None:
     with open("/dev/full", "w") as full:

@@ -210,6 +210,7 @@ def test_progress_bar():
     assert quiet.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_console_entry_point(tmp_path):
     src = write_input(tmp_path / "in.csv", make_rows(), "csv")
     proc = subprocess.run(

@@ -30,6 +30,7 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 # ------------------------------------------------------------------- text ids as int64
 
+@pytest.mark.slow
 @settings(deadline=None)  # the first call imports pyarrow's compute kernels
 @given(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=50))
 def test_canonical_decimal_text_becomes_the_same_numbers(values):
@@ -38,6 +39,7 @@ def test_canonical_decimal_text_becomes_the_same_numbers(values):
     assert ids.to_pylist() == values
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="0123456789-+ x.e", max_size=21), min_size=1, max_size=8))
 def test_a_conversion_is_one_to_one(texts):

@@ -144,7 +144,8 @@ def _mp_select_partitions(conn: "mp.connection.Connection") -> None:
         conn.close()
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("method", ["fork", pytest.param("forkserver", marks=pytest.mark.slow),
+                                    pytest.param("spawn", marks=pytest.mark.slow)])
 def test_multiprocessing_children_select_with_their_own_streams(method: str) -> None:
     if method not in mp.get_all_start_methods():
         pytest.skip(f"no {method} start method here")
@@ -245,6 +246,7 @@ def test_fork_while_another_thread_is_inside_a_kernel_call() -> None:
 
 # ------------------------------------------------------------------ memory stays flat
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
 @pytest.mark.not_under_sanitizers(reason="AddressSanitizer keeps freed memory in its quarantine (256 MB by "
                                          "default) instead of reusing it, so the RSS grows by design")
@@ -302,6 +304,7 @@ SIGNALS = [pytest.param(signal.SIGINT, 130, "interrupted", id="SIGINT"),
            pytest.param(signal.SIGTERM, 143, "terminated", id="SIGTERM")]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_a_fifo_input_is_refused_without_waiting_for_a_writer(tmp_path) -> None:
     """The readers seek in their input: a FIFO used to block the CLI until a writer came, then
@@ -361,6 +364,7 @@ def big_csv(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs inotify")
 @pytest.mark.parametrize(("signum", "code", "word"), SIGNALS)
 def test_cli_killed_while_reading_a_big_csv(tmp_path, big_csv, signum: int, code: int, word: str) -> None:
@@ -477,6 +481,7 @@ def test_unwritable_output_directory(tmp_path, small_csv) -> None:
         os.chmod(locked, 0o700)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 def test_dev_full_as_the_output(small_csv) -> None:
     """Writing to /dev/full fails with ENOSPC (a character device: written through)."""
@@ -503,6 +508,7 @@ def tiny_tmpfs(tmp_path):
         subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=60, check=False)
 
 
+@pytest.mark.slow
 def test_full_file_system(tiny_tmpfs, small_csv) -> None:
     filler = tiny_tmpfs / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -523,6 +529,7 @@ def test_full_file_system(tiny_tmpfs, small_csv) -> None:
     assert small_csv.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_read_only_file_system(tiny_tmpfs, small_csv) -> None:
     result = subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], capture_output=True, text=True,
                             timeout=60, check=False)

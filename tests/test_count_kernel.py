@@ -201,6 +201,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     pairs=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12)), max_size=300),
@@ -227,6 +228,7 @@ def test_laws_on_small_inputs(pairs, kappa, cap, batches):
 
 # ------------------------------------------------------------------- counting kernel's memory
 
+@pytest.mark.slow
 @pytest.mark.not_under_sanitizers(
     reason="AddressSanitizer reserves terabytes of address space for its shadow memory, so a "
            "2 GiB RLIMIT_AS leaves it no room to allocate at all")

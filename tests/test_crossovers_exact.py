@@ -109,6 +109,7 @@ def test_delta_one_half_n2_is_the_last_count_below_one():
         assert table.exact_probability(1) < 1 == table.exact_probability(2)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=1e-4, max_value=1e3), st.floats(min_value=1e-40, max_value=0.999999))
 @example(float(math.log(3)), 0.2)
@@ -123,6 +124,7 @@ def test_exact_crossovers_match_the_60_digit_formula(epsilon, delta):
         assert n2 == ref.n2
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=0.05, max_value=300.0), st.floats(min_value=1e-15, max_value=0.99))
 @example(float(math.log(3)), 0.2)

@@ -189,6 +189,7 @@ def test_uniform_below_array_is_exact_rejection_not_modulo() -> None:
 
 # ------------------------------------------------------------------ bernoulli
 
+@pytest.mark.slow
 @pytest.mark.parametrize("numerator,denominator", [(1, 3), (2, 7), (1, 2), (5, 2**64 + 3)])
 def test_bernoulli_frequency(numerator: int, denominator: int) -> None:
     rng = SecureRNG()

@@ -134,6 +134,7 @@ def test_command_line_errors(capsys):
     assert "device_survey" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_python_dash_m_from_another_directory(tmp_path):
     """The README's `dpselect select "$(python -m dpselect.datasets device_survey)"` from anywhere."""
     out = subprocess.run([sys.executable, "-m", "dpselect.datasets", "device_survey"], cwd=tmp_path,
@@ -141,6 +142,7 @@ def test_python_dash_m_from_another_directory(tmp_path):
     assert Path(out.strip()) == datasets.path("device_survey")
 
 
+@pytest.mark.slow
 def test_demo_runs_from_another_directory(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dpselect.demo"], cwd=tmp_path,
                           capture_output=True, text=True)

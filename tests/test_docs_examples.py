@@ -30,6 +30,7 @@ def _run(blocks: list[str], where: Path) -> dict:
     return namespace
 
 
+@pytest.mark.slow
 def test_the_readme_aggregate_example_runs(capsys):
     readme = ROOT / "README.md"
     blocks = [b for b in _python_blocks(readme) if "dpselect.aggregate(" in b]
@@ -40,6 +41,7 @@ def test_the_readme_aggregate_example_runs(capsys):
     assert list(namespace["out"].frame.columns)[:3] == ["os", "users", "users_ci_low"]
 
 
+@pytest.mark.slow
 def test_the_aggregate_tutorial_runs_as_written():
     tutorial = ROOT / "docs" / "aggregate.md"
     namespace = _run(_python_blocks(tutorial), tutorial)

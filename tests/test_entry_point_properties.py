@@ -135,6 +135,7 @@ def counts_strategy(max_size: int = 300):
 
 # =================================================================== _kernel
 
+@pytest.mark.slow
 @SOME
 @given(counts=counts_strategy(), layout=st.sampled_from(LAYOUTS), table=st.integers(0, len(TABLE_PARAMS) - 1),
        tail_certain=st.booleans(), out_kind=st.sampled_from(["bool", "uint8", "strided", "reversed"]), seed=seeds)
@@ -154,6 +155,7 @@ def test_select_into_depends_only_on_the_count_values(counts, layout, table, tai
         assert reference[values_arr >= keep.length].all()
 
 
+@pytest.mark.slow
 @FEW
 @given(n=st.integers(0, 40), table=st.integers(0, len(TABLE_PARAMS) - 1), seed=seeds)
 def test_select_into_large_and_empty_batches_are_one_stream(n, table, seed):
@@ -169,6 +171,7 @@ def test_select_into_large_and_empty_batches_are_one_stream(n, table, seed):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 @FEW
 @given(counts=counts_strategy(60), seed=seeds, position=st.integers(0, 59))
 def test_select_into_negative_count_names_it_and_writes_nothing(counts, seed, position):
@@ -185,6 +188,7 @@ def test_select_into_negative_count_names_it_and_writes_nothing(counts, seed, po
         i for i, v in enumerate(values) if v < 0)
 
 
+@pytest.mark.slow
 @SOME
 @given(values=st.lists(st.integers(-2**63, I64_MAX), max_size=80), dtype=st.sampled_from(INT_DTYPES),
        layout=st.sampled_from(LAYOUTS))
@@ -218,6 +222,7 @@ def test_kernel_refuses_counts_that_are_not_1d_arrays(counts):
         _kernel.select_into(counts, keep_handle(0)[0], np.zeros(6, bool))
 
 
+@pytest.mark.slow
 @given(n=st.integers(1, 20), bad=st.sampled_from(["int8", "int64", "float", "short", "long", "2d", "readonly",
                                                   "bytes", "alias", "interleaved", "list"]))
 @FEW
@@ -238,6 +243,7 @@ def test_select_into_refuses_bad_out(n, bad):
     np.testing.assert_array_equal(counts, before)
 
 
+@pytest.mark.slow
 @SOME
 @given(counts=counts_strategy(), layout=st.sampled_from(LAYOUTS), table=st.integers(0, len(TABLE_PARAMS) - 1),
        rule=st.sampled_from(["tsgd", "threshold", "keep_all"]), low=st.booleans(), seed=seeds)
@@ -306,6 +312,7 @@ def test_release_into_refuses_bad_outputs(bad):
     np.testing.assert_array_equal(counts, np.arange(8))
 
 
+@pytest.mark.slow
 @FEW
 @given(limbs=st.integers(1, 4), n=st.integers(1, 30), layout=st.sampled_from(["contiguous", "fortran", "strided",
                                                                               "reversed-rows", "1d"]),
@@ -371,6 +378,7 @@ def test_weight_table_handle_copies_any_layout_privately(table, layout, seed):
 
 # =================================================================== _rng
 
+@pytest.mark.slow
 @SOME
 @given(n=st.integers(0, 9000), m=st.integers(0, 200), seed=seeds)
 def test_random_bytes_is_a_prefix_of_a_longer_call(n, m, seed):
@@ -422,6 +430,7 @@ def test_rng_refusals_name_the_parameter(call, name, error):
         call()
 
 
+@pytest.mark.slow
 @SOME
 @given(bound=st.one_of(st.integers(1, 300), st.integers(1, U64), st.sampled_from([1, 2, 2**63, U64 - 1, U64])),
        size=st.integers(0, 2000), extra=st.integers(0, 50), seed=seeds)
@@ -435,6 +444,7 @@ def test_uniform_below_array_is_below_bound_and_one_stream(bound, size, extra, s
         assert not a.any()
 
 
+@pytest.mark.slow
 @SOME
 @given(q=st.lists(st.one_of(st.integers(0, U64 - 1), st.sampled_from([0, 1, 2**63, U64 - 1])), max_size=300),
        layout=st.sampled_from(LAYOUTS), seed=seeds)
@@ -462,6 +472,7 @@ def test_bernoulli_wide_any_layout_equals_contiguous_and_extremes_are_certain(n,
     assert expected[n // 4: n // 2].all()
 
 
+@pytest.mark.slow
 @SOME
 @given(weights=st.lists(st.integers(1, 2**40), min_size=1, max_size=40), lazy=st.booleans(), size=st.integers(0, 600),
        extra=st.integers(0, 20), layout=st.sampled_from(["strided", "reversed", "misaligned", "readonly"]), seed=seeds)
@@ -490,6 +501,7 @@ def _quarter_round_model(a: int, b: int, c: int, d: int) -> tuple[int, int, int,
     return a, b, c, d
 
 
+@pytest.mark.slow
 @SOME
 @given(words=st.tuples(*[st.integers(0, 2**32 - 1)] * 4), as_numpy=st.booleans())
 def test_quarter_round_matches_rfc_8439(words, as_numpy):
@@ -508,6 +520,7 @@ def _engines() -> list[int]:
     return available
 
 
+@pytest.mark.slow
 @FEW
 @given(key=st.binary(min_size=32, max_size=32), nonce=st.binary(min_size=12, max_size=12),
        counter=st.one_of(st.integers(0, 2**32 - 1), st.integers(2**32 - 40, 2**32 - 1)),
@@ -548,6 +561,7 @@ def _distinct_users(pairs, n_partitions: int = 8) -> np.ndarray:
     return counts
 
 
+@pytest.mark.slow
 @SOME
 @given(pairs=pairs_strategy, layout=st.sampled_from(LAYOUTS), kappa=st.sampled_from([1, 2, 3, 2**63, 2**64 - 1]),
        cap=st.sampled_from([None, 1, 3, 2**63 - 1]), batches=st.integers(1, 3), seed=seeds)
@@ -569,6 +583,7 @@ def test_pair_counter_any_layout_and_batching_equals_one_contiguous_feed(pairs, 
     assert (got <= exact).all() and got.sum() <= min(kappa, 8) * len({u for u, _ in pairs})
 
 
+@pytest.mark.slow
 @FEW
 @given(pairs=pairs_strategy, bits=st.integers(1, 2), seed=seeds)
 def test_pair_counter_shards_split_the_users(pairs, bits, seed):
@@ -583,6 +598,7 @@ def test_pair_counter_shards_split_the_users(pairs, bits, seed):
     np.testing.assert_array_equal(total, _distinct_users(pairs))
 
 
+@pytest.mark.slow
 @FEW
 @given(pairs=pairs_strategy, sparse=st.booleans())
 def test_pair_counter_group_lists_each_users_distinct_partitions(pairs, sparse):
@@ -664,6 +680,7 @@ def _radix(users: np.ndarray, parts: np.ndarray, offset: int, splits: int, layou
     return radix
 
 
+@pytest.mark.slow
 @SOME
 @given(pairs=pairs_strategy, dtype=st.sampled_from(INT_DTYPES), offset=st.integers(0, 5), splits=st.integers(1, 4),
        layout=st.sampled_from(LAYOUTS), source=st.sampled_from(["numpy", "bytes", "memoryview"]),
@@ -751,6 +768,7 @@ def _first_appearance(values) -> tuple[list[int], list[int]]:
     return codes, new
 
 
+@pytest.mark.slow
 @SOME
 @given(values=st.lists(st.integers(-3, 3), max_size=200), width=st.sampled_from([1, 2, 4, 8]),
        kind=st.sampled_from(["word", "bytes"]), nulls=st.booleans(), offset=st.integers(0, 9),
@@ -774,6 +792,7 @@ def test_keymap_encode_fixed_gives_first_appearance_codes(values, width, kind, n
     assert len(keymap) == len(expected_new) and keymap.nbytes >= 0
 
 
+@pytest.mark.slow
 @SOME
 @given(values=st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=120), offsets64=st.booleans(),
        offset=st.integers(0, 5), misaligned_offsets=st.booleans())
@@ -791,6 +810,7 @@ def test_keymap_encode_var_gives_first_appearance_codes(values, offsets64, offse
     assert codes.tolist() == expected_codes and new_rows.tolist() == expected_new
 
 
+@pytest.mark.slow
 @SOME
 @given(indices=st.lists(st.one_of(st.none(), st.integers(0, 5)), max_size=150), width=st.sampled_from([1, 2, 4, 8]),
        offset=st.integers(0, 4))
@@ -842,6 +862,7 @@ def _weighted_model(sets, weights, n_partitions):
     return histogram
 
 
+@pytest.mark.slow
 @SOME
 @given(sets=st.lists(st.sets(st.integers(0, 9), max_size=6), max_size=40), kappa=st.sampled_from([1, 2, 3, 6, 2**63]),
        layout=st.sampled_from(["contiguous", "strided", "reversed", "misaligned", "readonly"]),
@@ -909,6 +930,7 @@ def test_weighted_round_refusals_name_the_parameter(bad, name, error):
         np.testing.assert_array_equal(histogram, before)
 
 
+@pytest.mark.slow
 @SOME
 @given(z=st.lists(st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 1e-300, 40.0, -40.0])), max_size=60),
        layout=st.sampled_from(LAYOUTS))
@@ -934,6 +956,7 @@ def test_normal_upper_tail_refuses_other_dtypes_and_shapes(z, error):
 rows_strategy = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4), st.integers(-1000, 1000)), max_size=120)
 
 
+@pytest.mark.slow
 @SOME
 @given(rows=rows_strategy, kappa=st.sampled_from([1, 2, 5, 2**63, 2**64 - 1]), linf=st.sampled_from([1, 3, 2**63]),
        layout=st.sampled_from(["contiguous", "strided", "misaligned", "readonly", "column"]),
@@ -1009,6 +1032,7 @@ def test_bound_rows_refusals_name_the_parameter(bad, name, error):
 
 # =================================================================== _noise
 
+@pytest.mark.slow
 @SOME
 @given(values=st.lists(st.integers(-2**40, 2**40), max_size=200),
        scale=st.sampled_from([(1, 1), (3, 2), (1, I64_MAX), (10**6, 7), (2**20, 1)]),
@@ -1028,6 +1052,7 @@ def test_add_discrete_laplace_noise_does_not_depend_on_values_or_layout(values, 
         assert not noise.any()
 
 
+@pytest.mark.slow
 @FEW
 @given(values=st.lists(st.integers(-2**40, 2**40), max_size=100),
        sigma2=st.sampled_from([(1, 1), (7, 3), (1, 2**62), (10**12, 1), (2**90, 1)]),
@@ -1102,6 +1127,7 @@ def test_noise_refusals_name_the_parameter(call, name, error):
     assert (out == 9).all()
 
 
+@pytest.mark.slow
 @SOME
 @given(num=st.integers(1, 2**100), den=st.integers(1, 2**100))
 def test_gaussian_parameters_are_exact_or_refused(num, den):
@@ -1117,6 +1143,7 @@ def test_gaussian_parameters_are_exact_or_refused(num, den):
     assert _noise.check_param("lap_num", np.int64(lap_num)) == lap_num
 
 
+@pytest.mark.slow
 @SOME
 @given(num=st.one_of(st.just(0), st.integers(0, 2**128 - 1)), den=st.integers(1, 2**128 - 1), size=st.integers(0, 300),
        extra=st.integers(0, 30), seed=seeds)
@@ -1130,6 +1157,7 @@ def test_bernoulli_exp_extremes_and_one_stream(num, den, size, extra, seed):
         assert not draws.any()  # exp(-1000)
 
 
+@pytest.mark.slow
 @SOME
 @given(a=st.integers(0, U64 - 1), b=st.integers(0, U64 - 1), n=st.integers(0, 2**128 - 1), d=st.integers(1, 2**128 - 1),
        small_d=st.integers(1, 2**64 - 1), portable=st.booleans())

@@ -190,7 +190,8 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in (
+    "_count.KeyMap.encode_var", "_count.DictionaryCodes.encode") else name for name in ENTRY_POINTS])
 def test_the_batch_entry_point_releases_the_gil(name: str) -> None:
     assert_releases_the_gil(ENTRY_POINTS[name], name)
 
@@ -229,6 +230,7 @@ def _memset(library: type[ctypes.CDLL]) -> Callable[[], Callable[[], object]]:
     return prepare
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prepare", [_pure_python_select, _builtin_in_c_with_the_gil, _memset(ctypes.PyDLL)],
                          ids=["pure-Python copy of the select loop", "builtin sum in C", "memset via ctypes.PyDLL"])
 def test_a_call_that_keeps_the_gil_is_caught(prepare) -> None:

@@ -82,6 +82,7 @@ def _dlap_tail(scale: Fraction, h: int) -> mpmath.mpf:
     return 2 * q ** (h + 1) / (1 + q)
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=Fraction(1, 20), max_value=Fraction(10**5), max_denominator=1000),
        st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1 - 1e-9]))
 @settings(max_examples=120, deadline=None)
@@ -116,7 +117,7 @@ def _dgauss_tail(sigma2: Fraction, h: int) -> mpmath.mpf:
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(1, 10), Fraction(1, 2), Fraction(1), Fraction(7, 3), Fraction(30),
-                                    Fraction(500), Fraction(40_000)])
+                                    Fraction(500), pytest.param(Fraction(40_000), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("level", [0.8, 0.95, 0.999])
 def test_discrete_gaussian_half_width_covers_and_is_tight(sigma2: Fraction, level: float) -> None:
     h = discrete_gaussian_half_width(sigma2, level)

@@ -472,7 +472,10 @@ def _planned_select(seed: int, size: int, layout: KeepLayout) -> tuple[list[int]
 
 
 @pytest.mark.parametrize(
-    "seed,layout", [(21, WIDE), (22, WIDE), (26, NARROW), (29, NARROW)], ids=["wide", "wide2", "narrow", "narrow2"]
+    "seed,layout",
+    [pytest.param(21, WIDE, marks=pytest.mark.slow), pytest.param(22, WIDE, marks=pytest.mark.slow), (26, NARROW),
+     (29, NARROW)],
+    ids=["wide", "wide2", "narrow", "narrow2"],
 )
 def test_select_forced_ties_at_every_depth_and_buffer_edge(seed: int, layout: KeepLayout) -> None:
     q, counts, stats = _planned_select(seed, 16000, layout)
@@ -529,6 +532,7 @@ def test_release_matches_model(size: int, kappa: int) -> None:
     assert 0 < keep_expected.sum() < size or size < 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kappa", [1, 3])
 def test_release_matches_model_on_a_million_draws(kappa: int) -> None:
     """10^6 draws reach every one of the 65536 16-bit cells of U (the kernel's one-load lookup
@@ -543,6 +547,7 @@ def test_release_matches_model_on_a_million_draws(kappa: int) -> None:
     assert rng.random_bytes(32) == model.fill(32)
 
 
+@pytest.mark.slow
 def test_select_matches_model_on_a_million_draws() -> None:
     rng, model = _twins(310)
     counts = _counts(310, 1_000_000, np.int64, 30)
@@ -755,6 +760,7 @@ def _exhaustive_plan(seed: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray,
     return np.concatenate(qs), np.concatenate(keeps), slots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("a,b", [(0x12, 0x34), (0x00, 0x00), (0xFF, 0xFF), (0x80, 0x01)])
 def test_bernoulli_fixed_exhaustive_16_bit(a: int, b: int) -> None:
     """Q = (a·256 + b)·2^48: over all 65536 two-byte prefixes of U the C decisions keep exactly

@@ -30,6 +30,7 @@ def test_the_rfc_8439_block_gives_the_first_output():
     assert int(out[0]).to_bytes(8, "little") == bytes.fromhex("10f1e7e4d13b5915")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(key=st.binary(min_size=32, max_size=32), inputs=st.lists(st.tuples(U64, U64), min_size=0, max_size=20))
 def test_every_lane_and_the_remainder_equal_the_block_function(key, inputs):

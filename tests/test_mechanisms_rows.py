@@ -23,7 +23,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWar
 # ------------------------------------------------------------------ thresholds and weights
 
 @pytest.mark.parametrize("kappa,gauss,lap", [(1, 18.15692, 11.81978), (3, 18.63524, 12.25172),
-                                             (10, 19.31604, 13.22236), (50, 20.33638, 14.75180)])
+                                             (10, 19.31604, 13.22236),
+                                             pytest.param(50, 20.33638, 14.75180, marks=pytest.mark.slow)])
 def test_weighted_thresholds_reproduce_the_published_values(kappa, gauss, lap):
     """ρ of Gopi et al. (ICML 2020, Theorem 5.1) at ε = 1, δ = 1e-5, recomputed at 60 digits."""
     g = WeightedGaussian(validate_params(1.0, 1e-5, kappa))
@@ -85,6 +86,7 @@ def test_tail_draws_keep_at_the_exact_rate(kind):
         assert abs(got - p) <= 5 * math.sqrt(p * (1 - p) / 100_000), (d, got, p)
 
 
+@pytest.mark.slow
 def test_the_refinement_path_is_exact_too(monkeypatch):
     """With the float interval blown up to half the unit interval, most draws are finished by
     the integer-arithmetic refinement: the rate must still be exactly p."""
@@ -231,6 +233,7 @@ def test_draws_near_one_are_decided_by_integer_cut_points(kind, monkeypatch):
     assert keep.tolist() == expected
 
 
+@pytest.mark.slow
 def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_wanted():
     rec = dpselect.recommend(1.0, 1e-5, 4, rows=True)
     assert rec.strategy == "dp_sips" and rec.options["ratio"] == 0.1 and "DP-SIPS" in rec.reason

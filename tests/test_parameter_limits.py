@@ -76,6 +76,7 @@ def test_the_epsilon_the_refusal_gives_works(no_building, name, epsilon, delta, 
         dpselect.make_strategy(name, epsilon=works, delta=delta, max_partitions_contributed=kappa)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(["pi_opt", "release", "laplace", "gaussian"]),
@@ -158,7 +159,9 @@ def test_the_largest_floats_build_capped_or_are_refused_clearly(name, epsilon):
 # ------------------------------------------------------------------ min_users_to_release
 
 @pytest.mark.parametrize("name", ["pi_opt", "release", "laplace", "gaussian"])
-@pytest.mark.parametrize("epsilon,delta,kappa,tau", [(1.0, 1e-5, 1, 1), (0.1, 1e-8, 3, 1), (2.0, 1e-3, 2, 5)])
+@pytest.mark.parametrize("epsilon,delta,kappa,tau", [(1.0, 1e-5, 1, 1),
+                                                     pytest.param(0.1, 1e-8, 3, 1, marks=pytest.mark.slow),
+                                                     (2.0, 1e-3, 2, 5)])
 def test_min_users_to_release_is_the_first_count_with_a_half_chance(name, epsilon, delta, kappa, tau):
     strategy = dpselect.make_strategy(name, epsilon=epsilon, delta=delta, max_partitions_contributed=kappa,
                                       pre_threshold=tau)
@@ -171,6 +174,7 @@ def test_min_users_to_release_is_the_first_count_with_a_half_chance(name, epsilo
         assert n == strategy.release_threshold + 1
 
 
+@pytest.mark.slow
 def test_min_users_to_release_warns_of_a_tiny_epsilon():
     """At ε = 1e-30 pi_opt is pi(n) = n δ (Theorem 2's limit): a key needs 50,000 users for a
     half chance at δ = 1e-5, which a GROUP BY can say in a warning."""

@@ -106,6 +106,7 @@ def test_em_factors_round_up_so_costs_never_exceed_phi() -> None:
 
 # ---------------------------------------------------------------- exact EM distribution (small instance)
 
+@pytest.mark.slow
 def test_em_samples_the_exact_weights() -> None:
     phi = np.array([0.3, 1.0, 2.0, 0.5, 0.05, 1.5])
     bits = np.array([1, 1, 0, 0, 1, 0])
@@ -138,6 +139,7 @@ def test_em_with_a_long_staircase_and_tail() -> None:
 
 # ---------------------------------------------------------------- Table 1 count row (Sun et al., SIGMOD 2025)
 
+@pytest.mark.slow
 def test_table1_count_methods() -> None:
     phi, bits, _ = _gaussian_setting(10**6, seed=7)
     truth = int(bits.sum())
@@ -155,6 +157,7 @@ def test_table1_count_methods() -> None:
     assert pdp < 0.015 and em < 0.01 and with_sampling < 0.015
 
 
+@pytest.mark.slow
 def test_table1_sum_methods() -> None:
     phi, _, values = _gaussian_setting(10**6, seed=7)
     truth = int(values.sum())

@@ -249,6 +249,7 @@ def _sum_bound(values: np.ndarray, phi: np.ndarray, result, biases: dict | None 
     return best
 
 
+@pytest.mark.slow
 def test_table1_setting_medians_and_coverage() -> None:
     phi, bits, values = table1_data(10**6, seed=7)
     true_count, true_sum = int(bits.sum()), int(values.sum())

@@ -51,6 +51,7 @@ def test_star_example_is_truncated_to_tau() -> None:
     assert lp_truncated_sum(incidence, np.full(n, n)) == n - 1  # τ covers everyone: the sum
 
 
+@pytest.mark.slow
 def test_lp_value_is_the_exact_floor_and_neighbours_move_by_at_most_tau() -> None:
     gen = np.random.Generator(np.random.PCG64(1))
     checked = 0
@@ -100,6 +101,7 @@ def test_join_privacy_accounting_is_exact() -> None:
         assert result.privacy.accounted_loss(u) <= exact_value(phi[u])
 
 
+@pytest.mark.slow
 def test_join_estimate_is_within_the_derived_bound() -> None:
     """Derived bound: w.p. ≥ 1 − β, 0 ≤ Sum − est ≤ min_i [Sum − ⌊Q(I, τ_i)⌋ + 2·shift_i].
 

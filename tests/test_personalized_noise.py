@@ -29,6 +29,7 @@ def _within(observed: int, n: int, p: float, sigmas: float = 5.0) -> bool:
     return abs(observed - n * p) <= sigmas * math.sqrt(n * p * (1 - p)) + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(7, 3)])
 def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
     rng = _rng(11)
@@ -37,6 +38,7 @@ def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
     assert _within(hits, n, math.exp(-float(gamma)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [Fraction(1, 2), Fraction(3, 2), Fraction(10)])
 def test_discrete_laplace_matches_exact_pmf(scale: Fraction) -> None:
     rng = _rng(5)

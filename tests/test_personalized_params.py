@@ -40,6 +40,7 @@ def test_smallest_float_above_matches_exact_comparison(k: Fraction) -> None:
     assert exact_value(math.nextafter(f, -math.inf)) <= k
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(positive_floats, min_size=1, max_size=20),

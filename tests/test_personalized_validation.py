@@ -176,7 +176,9 @@ def test_non_finite_or_non_positive_levels_are_refused(phi: list[float]) -> None
 
 @pytest.mark.parametrize(
     "phi",
-    [[sys.float_info.min, 1.0], [1e-300, sys.float_info.max], [sys.float_info.max] * 2, [sys.float_info.min] * 2],
+    [pytest.param([sys.float_info.min, 1.0], marks=pytest.mark.slow),
+     pytest.param([1e-300, sys.float_info.max], marks=pytest.mark.slow),
+     [sys.float_info.max] * 2, [sys.float_info.min] * 2],
 )
 def test_levels_spanning_the_float_range_run_and_are_accounted_exactly(phi: list[float]) -> None:
     # Used to raise OverflowError: float(2**i / phi_max) and float(k_i) beyond the float range.
@@ -199,6 +201,7 @@ def test_sampling_threshold_default_mean_does_not_overflow() -> None:
         sampling_count([1, 1], [1.0, 2.0], threshold="1", rng=_rng())
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     phi=st.lists(

@@ -112,6 +112,7 @@ def test_results_do_not_depend_on_the_seed_the_pieces_or_the_thread_split():
         assert runs_of(grouped(users, parts, seed=seed, splits=splits, shards=shards)) == reference
 
 
+@pytest.mark.slow
 def test_a_bucket_holding_every_user_and_users_with_long_runs():
     """Users crafted to share one bucket (the bucket function is unseeded: values can be chosen
     to collide) make that bucket large: slower, still exact. Users with more rows than the short

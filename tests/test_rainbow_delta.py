@@ -64,6 +64,7 @@ deltas = st.one_of(
 probability = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 5e-324, 1e-300, 1e-17, 0.5]))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(p=probability, epsilon=epsilons, delta=deltas, n=st.integers(1, 40))
 def test_binary_line_is_dp_for_every_epsilon_and_delta(p: float, epsilon: float, delta: float, n: int) -> None:
@@ -76,6 +77,7 @@ def check_binary_line(p: float, epsilon: float, delta: float, n: int) -> None:
     assert np.all(np.diff(table[:, 0]) >= -1e-15)  # the preferred answer never loses mass
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     weights=st.lists(probability, min_size=3, max_size=3).filter(lambda w: sum(w) > 0.0),

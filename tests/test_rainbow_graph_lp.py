@@ -151,6 +151,7 @@ def test_unreachable_component_gets_first_choice() -> None:
     assert result.probabilities[3:].tolist() == [[0.0, 1.0], [0.0, 1.0]]
 
 
+@pytest.mark.slow
 def test_graph_inputs_agree() -> None:
     import scipy.sparse as sparse
 

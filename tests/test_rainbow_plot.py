@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 from dpselect.rainbow import line_probabilities, plot_line  # noqa: E402
 
 
+@pytest.mark.slow
 def test_plot_draws_every_colour_and_the_thresholds() -> None:
     import matplotlib.pyplot as plt
 

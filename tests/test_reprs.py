@@ -270,6 +270,7 @@ def test_spark_result_repr_counts_no_rows() -> None:
 
 # ------------------------------------------------------------------ the numbers
 
+@pytest.mark.slow
 @given(st.fractions(min_value=Fraction(1, 10**30), max_value=Fraction(10**30)), st.integers(1, 8))
 def test_a_rounded_number_never_reads_below_its_value(value: Fraction, digits: int) -> None:
     from dpselect.core.guarantee import format_upper

@@ -46,6 +46,7 @@ def test_pieces_of_a_batch_give_the_counts_of_one_piece(monkeypatch, by):
     assert counts(t, by, hint=t.num_rows) == whole
 
 
+@pytest.mark.slow
 def test_the_size_hint_is_capped_and_ignored_after_the_first_feed():
     counter = RowCounter("user", ["key"])
     counter.expect_rows(10**12)
@@ -99,6 +100,7 @@ def test_arrow_from_numpy_matches_pa_array(values):
     assert arrow_from_numpy(values).equals(pa.array(values))
 
 
+@pytest.mark.slow
 def test_the_cli_path_does_not_import_pandas(tmp_path):
     """pa.array(ndarray) imports pandas (a third of a second a run): the rows path avoids it."""
     src = tmp_path / "in.csv"

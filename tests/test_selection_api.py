@@ -224,6 +224,7 @@ def test_make_strategy_errors():
         dpselect.make_strategy(built, epsilon=1, delta=1e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=200), max_size=300), st.integers(0, 2**32))
 def test_release_publishes_exactly_counts_above_threshold(counts, seed):

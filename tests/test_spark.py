@@ -37,6 +37,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.timeout(600),
+    pytest.mark.slow,  # a JVM and Python workers: the session alone takes tens of seconds
 ]
 
 ROOT = Path(dpselect.__file__).resolve().parents[1]

@@ -145,6 +145,7 @@ def _assert_printed_delta_is_tight_above(value: Fraction, digits: int) -> None:
     assert value <= printed <= value * (1 + Fraction(1, 10 ** (digits - 1))), (value, digits, printed)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.fractions(min_value=Fraction(1, 10**300), max_value=Fraction(1)), st.integers(1, 8))
 def test_printed_delta_is_never_below_the_exact_value(value, digits):
@@ -354,6 +355,7 @@ def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                           timeout=120, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_select_from_an_atexit_handler_runs_on_the_calling_thread():
     done = _run("""
         import atexit
@@ -368,6 +370,7 @@ def test_select_from_an_atexit_handler_runs_on_the_calling_thread():
     assert "kept 1048576" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("cc") is None,
                     reason="needs Linux and a C compiler to interpose syscall()")
 def test_getrandom_returning_zero_bytes_is_an_error_not_a_hang(tmp_path):
