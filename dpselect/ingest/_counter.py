@@ -20,8 +20,7 @@ import numpy.typing as npt
 from dpselect import _count
 from dpselect._workers import Lane
 from dpselect.ingest import _radix as _radix_rows
-from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes
-from dpselect.ingest._encode import hash_seed as _hash_seed  # module-level: the radix grouping's seed
+from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, hash_seed
 from dpselect.ingest._nulls import NULL_PRIVACY_UNITS, NullPolicy, NullPrivacyUnitError, null_count, without_null_units
 from dpselect.ingest._types import check_column_types, import_pyarrow
 from dpselect.rng import resolve_rng, shard_test_state
@@ -30,6 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 __all__ = ["MAX_CODES", "PartitionCounts", "RowCounter"]
+
+
+def _hash_seed() -> int:
+    """The radix grouping's hash seed (a module-level name, so a test can pin it)."""
+    return hash_seed()
+
 
 # Codes are 32-bit in the kernel: at most this many distinct users, and distinct partitions.
 MAX_CODES = _count.CODE_LIMIT
