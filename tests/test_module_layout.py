@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import dpselect
+
 ROOT = Path(__file__).resolve().parent.parent
+# Where the dpselect under test was imported from (the source tree, or an install): child
+# interpreters must import the same one.
+IMPORTED_FROM = Path(dpselect.__file__).resolve().parent.parent
 
 # The modules other code imports by name (the CLI's, the front ends', the audit's), each of which
 # must import first, before any other part of the package.
@@ -28,7 +33,7 @@ ENTRY_MODULES = [
 
 @pytest.mark.parametrize("module", ENTRY_MODULES)
 def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(IMPORTED_FROM), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert out.returncode == 0, out.stderr

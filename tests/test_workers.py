@@ -20,6 +20,9 @@ from dpselect import _workers
 from dpselect.testing import ALLOW_ENV
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dpselect"
+# Where the dpselect under test was imported from (the source tree, or an install): child
+# interpreters must import the same one.
+IMPORTED_FROM = Path(_workers.__file__).resolve().parent.parent
 
 
 def test_a_lane_runs_its_tasks_one_at_a_time_in_order() -> None:
@@ -140,7 +143,7 @@ def test_a_forked_child_uses_a_pool_of_its_own_and_the_parent_keeps_its_own() ->
         assert work() == expected
         print("parent ok")
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(IMPORTED_FROM), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr
@@ -170,7 +173,7 @@ def test_rows_are_counted_from_an_atexit_handler() -> None:
         expected = [count(False), count(True)]
         atexit.register(lambda: print("at exit", [count(False), count(True)] == expected, flush=True))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(IMPORTED_FROM), os.environ.get("PYTHONPATH", "")]),
            ALLOW_ENV: "1"}
     out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
                          timeout=120, env=env)
