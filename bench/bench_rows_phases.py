@@ -55,7 +55,7 @@ def streaming(table, kappa: int) -> dict[str, float]:
 def whole_input(table, kappa: int) -> dict[str, float]:
     from dpselect import _count
 
-    from dpselect.ingest import _radix as _radix_rows
+    from dpselect.ingest import radix as _radix_rows
     from dpselect.ingest import rows
     clock = time.thread_time
     out: dict[str, float] = {}

@@ -1,6 +1,6 @@
 """RowCounter on a whole in-memory input with integer privacy units (``feed(batch, final=True)``,
 as ``select_partitions`` does): the rows are grouped by user through radix buckets
-(dpselect.ingest._radix, csrc/radix_pairs.h) and give the streaming path's results: the same
+(dpselect.ingest.radix, csrc/radix_pairs.h) and give the streaming path's results: the same
 distinct pairs, users and exact counts, every user bounded to min(d, κ) partitions, nulls
 refused or dropped, results that depend only on the data and the test seed."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from dpselect.ingest import _radix as _radix_rows  # noqa: E402  (after the skip without pyarrow)
+from dpselect.ingest import radix as _radix_rows  # noqa: E402  (after the skip without pyarrow)
 
 from dpselect.ingest import _counter as rows  # noqa: E402  (after the skip without pyarrow)
 from dpselect.ingest.pipeline import select_partitions  # noqa: E402

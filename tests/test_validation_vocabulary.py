@@ -387,7 +387,7 @@ def test_the_import_walk_finds_a_borrowed_private_name(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from dpselect.core.params import _bits_for, validate_params\n"
                      "from dpselect import _rng\n"
-                     "from dpselect.ingest import _radix\n"
+                     "from dpselect.ingest import _counter\n"
                      "from .tables import _build_keep_q\n"
                      "from dpselect.core.probe import _mine\n"
                      "def f():\n"

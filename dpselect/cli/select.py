@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 # Bytes a row of a whole input takes beyond its Arrow columns: the radix grouping's 12
-# (dpselect.ingest._radix.ROW_BYTES), and 8 for the pieces in flight and the allocator's slack.
+# (dpselect.ingest.radix.ROW_BYTES), and 8 for the pieces in flight and the allocator's slack.
 _WHOLE_ROW_BYTES = 12 + 8
 
 

@@ -8,7 +8,7 @@
   and ``_counter`` (the counter), whose public names it re-exports;
 - :mod:`dpselect.ingest.frames`: DataFrame libraries in and out (pandas, Polars, Arrow);
 - :mod:`dpselect.ingest.public_keys`: a public list of keys, checked and cast to the keys' type;
-- ``dpselect.ingest._radix``: the radix-sort grouping of (user, key) pairs used for big inputs.
+- ``dpselect.ingest.radix``: the radix-sort grouping of (user, key) pairs used for big inputs.
 
 Contribution bounding is argued in docs/privacy/contribution-bounding.md; the data path is drawn
 in docs/architecture.md.

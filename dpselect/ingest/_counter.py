@@ -3,7 +3,7 @@
 The columns are encoded to dense codes (:mod:`dpselect.ingest._encode`); the distinct (user,
 partition) pairs are kept in C pair sets (:class:`dpselect._count.PairCounter`), or, for a whole
 input with integer privacy units, grouped by user through radix buckets
-(:mod:`dpselect.ingest._radix`); then every user keeps at most κ of their partitions, chosen
+(:mod:`dpselect.ingest.radix`); then every user keeps at most κ of their partitions, chosen
 uniformly with the package CSPRNG, and the counts saturate at the strategy's cap. The whole path
 is described in :mod:`dpselect.ingest.rows`, which re-exports the public names, and argued in
 docs/privacy/contribution-bounding.md.
@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from dpselect import _count
 from dpselect._workers import Lane
-from dpselect.ingest import _radix as _radix_rows
+from dpselect.ingest import radix
 from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, hash_seed
 from dpselect.ingest._nulls import NULL_PRIVACY_UNITS, NullPolicy, NullPrivacyUnitError, null_count, without_null_units
 from dpselect.ingest._types import check_column_types, import_pyarrow
@@ -174,7 +174,7 @@ class RowCounter:
 
         ``final=True`` says no batch follows (the whole input is in memory, as in
         ``select_partitions``): when it is also the first batch and the privacy units are
-        integers, the rows are grouped by user through radix buckets (:mod:`dpselect.ingest._radix`)
+        integers, the rows are grouped by user through radix buckets (:mod:`dpselect.ingest.radix`)
         rather than inserted into the streaming pair sets: same results in distribution, several
         times fewer cache misses, memory proportional to the rows while grouping."""
         self._check_open()
@@ -186,8 +186,8 @@ class RowCounter:
         rows = self._countable_rows(batch)
         if rows is None:
             return
-        if final and first and _radix_rows.eligible(rows, self.privacy_unit, self.by):
-            self._radix = _radix_rows.group(rows, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
+        if final and first and radix.eligible(rows, self.privacy_unit, self.by):
+            self._radix = radix.group(rows, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
                                             self._encode_keys)
             self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
             return
@@ -381,7 +381,7 @@ class RowCounter:
         states = [rng.test_state] + [shard_test_state(rng.test_state, shard) for shard in range(1, _SHARDS)]
         args = (self.n_partitions, max_partitions_contributed, count_cap)
         if self._radix is not None:
-            counts = _radix_rows.bound(self._radix, *args, states)
+            counts = radix.bound(self._radix, *args, states)
             self._radix = None
             return self._partition_counts(counts)
         counters = self._pair_counters()

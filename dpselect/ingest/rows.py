@@ -27,7 +27,7 @@ The expensive part of a real job is not the decision but what comes before it. H
 
 A whole input already in memory (``feed(batch, final=True)``, as ``select_partitions`` does) whose
 privacy units are integers skips the user codes and the pair sets of steps 2 and 4: its rows are
-grouped by user through radix buckets in cache-sized pieces (:mod:`dpselect.ingest._radix`,
+grouped by user through radix buckets in cache-sized pieces (:mod:`dpselect.ingest.radix`,
 csrc/radix_pairs.h), then bounded the same way. The key columns still go through their code maps.
 
 Memory: the C pair set holds the distinct (user, partition) pairs, 8 bytes per slot at ≤ 80 %
@@ -40,7 +40,7 @@ input of a selection mechanism, never something to publish.
 The pieces are modules of one purpose, whose public names this module re-exports (import them
 from here): the column types (``dpselect.ingest._types``), rows with a null privacy unit
 (``dpselect.ingest._nulls``), the code maps (``dpselect.ingest._encode``), the counter
-(``dpselect.ingest._counter``) and the radix grouping (``dpselect.ingest._radix``).
+(``dpselect.ingest._counter``) and the radix grouping (``dpselect.ingest.radix``).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def decimal_ids(column: Any) -> Any:
     the canonical decimal text of an int64, else None. The map from canonical text to number is
     one to one, so the same rows have the same person either way ("007" and "7" are two people:
     such a column stays text); an integer column lets a whole input be grouped by radix buckets
-    (dpselect.ingest._radix). A column with nulls stays text (the counter refuses or drops them)."""
+    (dpselect.ingest.radix). A column with nulls stays text (the counter refuses or drops them)."""
     pa = import_pyarrow()
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return None
