@@ -1,10 +1,14 @@
-"""An exact (ε, δ) privacy budget accountant (docs/privacy/budget.md).
+"""An exact (ε, δ) privacy budget accountant (docs/privacy/budget.md, docs/privacy/zcdp.md).
 
 Basic sequential composition (Dwork and Roth, *The Algorithmic Foundations of Differential
 Privacy*, 2014, Theorem 3.16): mechanisms that are (ε_i, δ_i)-DP on the same data are together
 (Σ ε_i, Σ δ_i)-DP. :class:`Budget` keeps a ledger of charges in exact rational arithmetic and
 refuses, before anything runs, any charge that would take the total above the budget: there is
 no floating-point sum that could drift past it.
+
+ρ-zCDP charges (Gaussian noise) compose by adding ρ, and their total is converted to (ε, δ)
+once, with the δ the (ε, δ) charges leave (:mod:`dpselect.aggregation.accounting`): much tighter
+than converting each one and adding.
 
 A charge records what it paid for; several steps of one release (partition selection, bounds,
 noisy metrics) are usually planned together with :meth:`Budget.split`.
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping
 
+from dpselect.aggregation import accounting
+from dpselect.aggregation.accounting import Conversion
 from dpselect.core.checks import check_delta, check_epsilon, check_nonnegative_real
 from dpselect.core.guarantee import format_delta
 from dpselect.errors import DPSelectError
@@ -29,14 +35,22 @@ class BudgetExceededError(DPSelectError, ValueError):
 
 @dataclass(frozen=True)
 class Charge:
-    """One entry of the ledger: ``what`` was paid with (epsilon, delta)."""
+    """One entry of the ledger: ``what`` was paid with (epsilon, delta) and ``rho``: the step
+    is δ-approximately (ε, ρ)-zCDP (docs/privacy/zcdp.md); ρ = 0 for an (ε, δ)-DP step, ε = δ = 0
+    for a ρ-zCDP one."""
 
     what: str
     epsilon: Fraction
     delta: Fraction
+    rho: Fraction = Fraction(0)
 
     def __str__(self) -> str:
-        return f"{self.what}: epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}"
+        if self.rho == 0:
+            return f"{self.what}: epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}"
+        parts = [f"rho {_show(self.rho)} (zCDP)"]
+        if self.epsilon or self.delta:
+            parts.append(f"epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}")
+        return f"{self.what}: {'; '.join(parts)}"
 
 
 def _show(value: Fraction) -> str:
@@ -57,6 +71,11 @@ def _delta(value: object) -> Fraction:
     return check_delta(value)[1]
 
 
+def _rho(value: object) -> Fraction:
+    """An amount of ρ: a non-negative finite real, exactly."""
+    return check_nonnegative_real("rho", value)[1]
+
+
 def _what(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("what must be a non-empty string saying what the charge pays for")
@@ -64,7 +83,12 @@ def _what(value: object) -> str:
 
 
 class Budget:
-    """A total (ε, δ) to be spent by basic sequential composition, with a ledger.
+    """A total (ε, δ) to be spent by basic sequential composition, with a ledger; ρ-zCDP
+    charges (:meth:`charge_zcdp`) compose by adding ρ and are converted to (ε, δ) once
+    (docs/privacy/zcdp.md).
+
+    ``spent`` and ``remaining`` are always (ε, δ): what the ledger's totals convert to. A charge
+    fits iff that certified conversion of the new totals is within the budget.
 
     Thread-safe: charges are checked and recorded under one lock, so concurrent charges can
     never overspend together."""
@@ -73,7 +97,8 @@ class Budget:
         self._epsilon = check_epsilon(epsilon, positive=True, zero_reason=": a budget of 0 cannot pay for anything")[1]
         self._delta = _delta(delta)
         self._ledger: list[Charge] = []
-        self._spent = (Fraction(0), Fraction(0))
+        self._totals = (Fraction(0), Fraction(0), Fraction(0))  # Σξ (ε of (ε, δ) charges), Σρ, Σδ
+        self._conversion = accounting.convert(Fraction(0), Fraction(0), Fraction(0), self._delta)
         self._lock = threading.Lock()
 
     @property
@@ -88,15 +113,37 @@ class Budget:
 
     @property
     def spent(self) -> tuple[Fraction, Fraction]:
-        """(ε, δ) charged so far."""
+        """(ε, δ) charged so far: (Σε, Σδ) of the (ε, δ) charges plus the certified conversion
+        of Σρ (docs/privacy/zcdp.md)."""
         with self._lock:
-            return self._spent
+            return self._conversion.epsilon, self._conversion.delta
+
+    @property
+    def spent_rho(self) -> Fraction:
+        """Σρ of the ρ-zCDP charges so far."""
+        with self._lock:
+            return self._totals[1]
+
+    @property
+    def conversion(self) -> Conversion:
+        """How the totals were converted: Σξ, Σρ, Σδ and ρ's (ε_z, δ_z)."""
+        with self._lock:
+            return self._conversion
 
     @property
     def remaining(self) -> tuple[Fraction, Fraction]:
-        """(ε, δ) still available."""
+        """(ε, δ) still available (with ρ charged, a later (ε, δ) charge is checked against the
+        new conversion, so it may fit with more δ than this shows: ask :meth:`can_charge`)."""
         with self._lock:
-            return self._epsilon - self._spent[0], self._delta - self._spent[1]
+            return self._epsilon - self._conversion.epsilon, self._delta - self._conversion.delta
+
+    @property
+    def remaining_rho(self) -> Fraction:
+        """About the largest ρ a :meth:`charge_zcdp` could still take now (certified to fit;
+        0 when none fits, e.g. in a budget with δ = 0)."""
+        with self._lock:
+            xi, rho, dlt = self._totals
+            return max(Fraction(0), accounting.max_rho(xi, dlt, self._epsilon, self._delta) - rho)
 
     @property
     def ledger(self) -> tuple[Charge, ...]:
@@ -104,46 +151,121 @@ class Budget:
         with self._lock:
             return tuple(self._ledger)
 
-    def can_charge(self, epsilon: object, delta: object = 0) -> bool:
-        """Whether a charge of (ε, δ) would fit now (a later charge may still be refused)."""
-        eps, dlt = _epsilon(epsilon), _delta(delta)
-        with self._lock:
-            return self._spent[0] + eps <= self._epsilon and self._spent[1] + dlt <= self._delta
+    def _fits(self, eps: Fraction, dlt: Fraction, rho: Fraction) -> bool:
+        xi, total_rho, total_delta = self._totals
+        return accounting.fits(xi + eps, total_rho + rho, total_delta + dlt, self._epsilon, self._delta)
 
-    def charge(self, epsilon: object, delta: object = 0, *, what: str) -> Charge:
-        """Record a charge of (ε, δ) for ``what``, or raise :class:`BudgetExceededError` naming
-        it and the overspend, charging nothing."""
-        name = _what(what)
-        eps, dlt = _epsilon(epsilon), _delta(delta)
+    def can_charge(self, epsilon: object, delta: object = 0, *, rho: object = 0) -> bool:
+        """Whether a charge of (ε, δ) (and ρ) would fit now (a later charge may still be refused)."""
+        eps, dlt, r = _epsilon(epsilon), _delta(delta), _rho(rho)
         with self._lock:
-            new_eps, new_delta = self._spent[0] + eps, self._spent[1] + dlt
-            problems = []
-            if new_eps > self._epsilon:
-                problems.append(f"epsilon by {_show(new_eps - self._epsilon)} (it needs {_show(eps)}, "
-                                f"{_show(self._epsilon - self._spent[0])} is left)")
-            if new_delta > self._delta:
-                problems.append(f"delta by {format_delta(new_delta - self._delta)} (it needs {format_delta(dlt)}, "
-                                f"{format_delta(self._delta - self._spent[1])} is left)")
-            if problems:
-                raise BudgetExceededError(f"charging {name!r} would overspend the budget: " + "; ".join(problems)
-                                          + ". Nothing was charged.")
-            entry = Charge(name, eps, dlt)
+            return self._fits(eps, dlt, r)
+
+    def can_charge_zcdp(self, rho: object) -> bool:
+        """Whether a ρ-zCDP charge of ``rho`` would fit now."""
+        return self.can_charge(0, 0, rho=rho)
+
+    def charge(self, epsilon: object, delta: object = 0, *, what: str, rho: object = 0) -> Charge:
+        """Record a charge of (ε, δ) for ``what``, or raise :class:`BudgetExceededError` naming
+        it and the overspend, charging nothing. ``rho`` > 0 adds a ρ-zCDP part (the step is then
+        δ-approximately (ε, ρ)-zCDP; docs/privacy/zcdp.md)."""
+        name = _what(what)
+        eps, dlt, r = _epsilon(epsilon), _delta(delta), _rho(rho)
+        if r > 0 and self._delta == 0:
+            raise BudgetExceededError(
+                f"charging {name!r}: a rho-zCDP charge needs a budget with delta > 0 (rho-zCDP converts to "
+                "(epsilon, delta)-DP only for delta > 0); create the Budget with a delta, e.g. Budget(1, 1e-6). "
+                "Nothing was charged.")
+        with self._lock:
+            xi, total_rho, total_delta = self._totals
+            new = (xi + eps, total_rho + r, total_delta + dlt)
+            if not accounting.fits(new[0], new[1], new[2], self._epsilon, self._delta):
+                raise BudgetExceededError(self._overspend(name, eps, dlt, r, new))
+            conversion = accounting.convert(new[0], new[1], new[2], self._delta, self._epsilon - new[0])
+            entry = Charge(name, eps, dlt, r)
             self._ledger.append(entry)
-            self._spent = (new_eps, new_delta)
+            self._totals = new
+            self._conversion = conversion
             return entry
 
-    def charge_guarantee(self, guarantee: object, *, what: str) -> Charge:
+    def charge_zcdp(self, rho: object, *, what: str) -> Charge:
+        """Record a ρ-zCDP charge (e.g. discrete Gaussian noise: ``noise.rho``) for ``what``.
+        The ρ of all such charges add up and are converted to (ε, δ) once, with the δ that the
+        (ε, δ) charges leave (docs/privacy/zcdp.md). Raises :class:`BudgetExceededError`,
+        charging nothing, when the new total would not fit."""
+        r = _rho(rho)
+        if r == 0:
+            raise ValueError("rho must be > 0 for a zCDP charge")
+        return self.charge(0, 0, what=what, rho=r)
+
+    def _overspend(self, name: str, eps: Fraction, dlt: Fraction, rho: Fraction,
+                   new: tuple[Fraction, Fraction, Fraction]) -> str:
+        """The message of a refusal (called under the lock)."""
+        if rho == 0 and new[1] == 0:  # no ρ anywhere: the message of basic composition
+            spent_eps, spent_delta = self._conversion.epsilon, self._conversion.delta
+            problems = []
+            if new[0] > self._epsilon:
+                problems.append(f"epsilon by {_show(new[0] - self._epsilon)} (it needs {_show(eps)}, "
+                                f"{_show(self._epsilon - spent_eps)} is left)")
+            if new[2] > self._delta:
+                problems.append(f"delta by {format_delta(new[2] - self._delta)} (it needs {format_delta(dlt)}, "
+                                f"{format_delta(self._delta - spent_delta)} is left)")
+            return f"charging {name!r} would overspend the budget: " + "; ".join(problems) + ". Nothing was charged."
+        needs = ", ".join(p for p in (f"epsilon {_show(eps)}" if eps else "", f"delta {format_delta(dlt)}" if dlt else "",
+                                      f"rho {_show(rho)}" if rho else "") if p) or "nothing"
+        if new[0] > self._epsilon or new[2] > self._delta:
+            why = (f"the (epsilon, delta) charges alone would total ({_show(new[0])}, {format_delta(new[2])}), over "
+                   f"the budget ({_show(self._epsilon)}, {format_delta(self._delta)})")
+        else:
+            left = self._delta - new[2]
+            why = (f"rho {_show(new[1])} in all, with delta {format_delta(left)} left for its conversion, certifies "
+                   f"no epsilon within the {_show(self._epsilon - new[0])} that the (epsilon, delta) charges leave")
+        room = accounting.max_rho(self._totals[0] + eps, self._totals[2] + dlt, self._epsilon, self._delta)
+        hint = f"; at most rho {_show(max(Fraction(0), room - self._totals[1]))} more would fit with it" if rho else ""
+        return f"charging {name!r} ({needs}) would overspend the budget: {why}{hint}. Nothing was charged."
+
+    def charge_guarantee(self, guarantee: object, *, what: str, as_zcdp: bool | None = None) -> Charge:
         """Charge what a guarantee states: any object with ``epsilon_exact`` (or ``epsilon``)
         and ``delta_exact`` (a :class:`dpselect.core.guarantee.PrivacyGuarantee` or a
-        :class:`dpselect.aggregation.noise.NoiseGuarantee`)."""
+        :class:`dpselect.aggregation.noise.NoiseGuarantee`), or its ``rho``.
+
+        ``as_zcdp=True`` charges the statement's ρ (a ρ-zCDP statement, e.g. discrete Gaussian
+        noise, composes more tightly as ρ than as its (ε, δ)); a statement made of
+        ``components`` (a grouped release) is then charged as one step: the ρ of the components
+        that carry one, the (ε, δ) of the others. By default (None) the (ε, δ) is charged when
+        the statement gives one, as planned, and a statement with only ρ is refused with advice;
+        ``as_zcdp=False`` always charges (ε, δ)."""
+        if as_zcdp:
+            return self._charge_zcdp_statement(guarantee, what)
         epsilon = getattr(guarantee, "epsilon_exact", None)
         if epsilon is None:
             epsilon = getattr(guarantee, "epsilon", None)
         delta = getattr(guarantee, "delta_exact", None)
         if epsilon is None or delta is None:
-            raise TypeError("guarantee must state an epsilon and a delta_exact (a zCDP-only statement must "
-                            "be converted to (epsilon, delta) first)")
+            advice = (" (a zCDP-only statement: charge its rho with charge_guarantee(..., as_zcdp=True) or "
+                      "charge_zcdp(rho, what=...))" if getattr(guarantee, "rho", None) is not None else
+                      " (a zCDP-only statement must be converted to (epsilon, delta) first, or charged by its rho)")
+            raise TypeError("guarantee must state an epsilon and a delta_exact" + advice)
         return self.charge(epsilon, delta, what=what)
+
+    def _charge_zcdp_statement(self, guarantee: object, what: str) -> Charge:
+        rho = getattr(guarantee, "rho", None)
+        if rho is not None:
+            return self.charge_zcdp(rho, what=what)
+        components = getattr(guarantee, "components", None)
+        if components:
+            eps, dlt, total_rho = Fraction(0), Fraction(0), Fraction(0)
+            for component in components:
+                part = getattr(component, "rho", None)
+                if part is not None:
+                    total_rho += _rho(part)
+                else:
+                    eps += _epsilon(getattr(component, "epsilon_exact", None))
+                    dlt += _delta(getattr(component, "delta_exact", None))
+            if total_rho:
+                return self.charge(eps, dlt, what=what, rho=total_rho)
+        raise TypeError("as_zcdp=True needs a statement with a rho (or components with one); this one has "
+                        "none: charge it with charge_guarantee(g, what=...)")
 
     def split(self, epsilon: object | None = None, delta: object | None = None,
               weights: Mapping[str, object] | None = None, *,
@@ -168,14 +290,20 @@ class Budget:
         return {name: (eps_shares[name], delta_shares[name]) for name in eps_shares}
 
     def summary(self) -> str:
-        """The ledger and totals, one line each."""
+        """The ledger and totals, one line each (with ρ charges, how their total was converted)."""
         with self._lock:
-            lines = [f"Budget: epsilon {_show(self._epsilon)}, delta {format_delta(self._delta)} "
-                     "(basic sequential composition)"]
+            conv = self._conversion
+            rule = ("basic sequential composition" if conv.rho == 0 else
+                    "basic sequential composition; rho-zCDP charges added and converted once, docs/privacy/zcdp.md")
+            lines = [f"Budget: epsilon {_show(self._epsilon)}, delta {format_delta(self._delta)} ({rule})"]
             lines += [f"  {i}. {entry}" for i, entry in enumerate(self._ledger, start=1)]
-            lines.append(f"  spent: epsilon {_show(self._spent[0])}, delta {format_delta(self._spent[1])}; "
-                         f"remaining: epsilon {_show(self._epsilon - self._spent[0])}, "
-                         f"delta {format_delta(self._delta - self._spent[1])}")
+            if conv.rho:
+                lines.append(f"  zCDP: rho {_show(conv.rho)} in all, with delta {format_delta(self._delta - conv.delta_approx)} "
+                             f"left for it, converts to epsilon {_show(conv.epsilon_z)}, delta {format_delta(conv.delta_z)} "
+                             f"(certified); plus (epsilon, delta) charges ({_show(conv.xi)}, {format_delta(conv.delta_approx)})")
+            lines.append(f"  spent: epsilon {_show(conv.epsilon)}, delta {format_delta(conv.delta)}; "
+                         f"remaining: epsilon {_show(self._epsilon - conv.epsilon)}, "
+                         f"delta {format_delta(self._delta - conv.delta)}")
             return "\n".join(lines)
 
     def __repr__(self) -> str:
