@@ -347,3 +347,31 @@ def test_converting_each_charge_separately_is_caught() -> None:
     with pytest.raises(AssertionError, match="rule's total"):
         check_ledger(budget)
     check_ledger(_mixed_ledger(Budget(3, MICRO)))  # and the real one passes the same check
+
+
+# ------------------------------------------------------------------ a fully adaptive analyst
+
+def test_fully_adaptive_budgets_take_epsilon_delta_charges_first_then_rho_only() -> None:
+    budget = Budget(2, MICRO, fully_adaptive=True)
+    budget.charge(Fraction(1, 2), Fraction(1, 10**7), what="selection")
+    budget.charge_zcdp(Fraction(1, 100), what="counts")
+    budget.charge_zcdp(Fraction(1, 100), what="sums")
+    before = (budget.spent, budget.ledger)
+    assert not budget.can_charge(Fraction(1, 10))
+    with pytest.raises(BudgetExceededError, match="fully_adaptive.*Nothing was charged"):
+        budget.charge(Fraction(1, 10), what="another selection")
+    with pytest.raises(BudgetExceededError, match="fully_adaptive"):
+        budget.charge(0, Fraction(1, 10**8), what="a delta only")
+    assert (budget.spent, budget.ledger) == before
+    check_ledger(budget)
+    fresh = Budget(2, MICRO, fully_adaptive=True)
+    with pytest.raises(BudgetExceededError, match="fully_adaptive"):  # a mixed charge: its (ε, δ) part is not first
+        fresh.charge(Fraction(1, 2), Fraction(1, 10**7), rho=Fraction(1, 100), what="a grouped release")
+    assert fresh.ledger == () and fresh.fully_adaptive and not Budget(1).fully_adaptive
+    with pytest.raises(TypeError, match="fully_adaptive"):
+        Budget(1, MICRO, fully_adaptive=1)  # type: ignore[arg-type]
+    # the same sequence in a budget planned in advance
+    planned = Budget(2, MICRO)
+    planned.charge_zcdp(Fraction(1, 100), what="counts")
+    planned.charge(Fraction(1, 10), what="another selection")
+    check_ledger(planned)

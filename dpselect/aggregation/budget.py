@@ -90,16 +90,31 @@ class Budget:
     ``spent`` and ``remaining`` are always (ε, δ): what the ledger's totals convert to. A charge
     fits iff that certified conversion of the new totals is within the budget.
 
+    Mixing the two kinds of charge is proven for a sequence whose charges are planned in
+    advance (each step may use earlier outputs, its parameters may not). For an analyst who
+    chooses the next charge after seeing results, ``fully_adaptive=True`` enforces an order
+    that is proven for that too: every (ε, δ) charge before the first ρ charge, then only ρ
+    charges (docs/privacy/zcdp.md, "Adaptivity"). With charges of one kind only, both modes
+    are the same and proven for an adaptive analyst.
+
     Thread-safe: charges are checked and recorded under one lock, so concurrent charges can
     never overspend together."""
 
-    def __init__(self, epsilon: object, delta: object = 0) -> None:
+    def __init__(self, epsilon: object, delta: object = 0, *, fully_adaptive: bool = False) -> None:
         self._epsilon = check_epsilon(epsilon, positive=True, zero_reason=": a budget of 0 cannot pay for anything")[1]
         self._delta = _delta(delta)
+        if not isinstance(fully_adaptive, bool):
+            raise TypeError(f"fully_adaptive must be True or False, got {fully_adaptive!r}")
+        self._fully_adaptive = fully_adaptive
         self._ledger: list[Charge] = []
         self._totals = (Fraction(0), Fraction(0), Fraction(0))  # Σξ (ε of (ε, δ) charges), Σρ, Σδ
         self._conversion = accounting.convert(Fraction(0), Fraction(0), Fraction(0), self._delta)
         self._lock = threading.Lock()
+
+    @property
+    def fully_adaptive(self) -> bool:
+        """Whether (ε, δ) charges are refused after a ρ charge (docs/privacy/zcdp.md, "Adaptivity")."""
+        return self._fully_adaptive
 
     @property
     def epsilon(self) -> Fraction:
@@ -151,7 +166,13 @@ class Budget:
         with self._lock:
             return tuple(self._ledger)
 
+    def _out_of_order(self, eps: Fraction, dlt: Fraction, rho: Fraction) -> bool:
+        """Whether ``fully_adaptive`` refuses the charge: an (ε, δ) part with or after ρ."""
+        return self._fully_adaptive and bool(eps or dlt) and (rho > 0 or self._totals[1] > 0)
+
     def _fits(self, eps: Fraction, dlt: Fraction, rho: Fraction) -> bool:
+        if self._out_of_order(eps, dlt, rho):
+            return False
         xi, total_rho, total_delta = self._totals
         return accounting.fits(xi + eps, total_rho + rho, total_delta + dlt, self._epsilon, self._delta)
 
@@ -178,6 +199,13 @@ class Budget:
                 "Nothing was charged.")
         with self._lock:
             xi, total_rho, total_delta = self._totals
+            if self._out_of_order(eps, dlt, r):
+                raise BudgetExceededError(
+                    f"charging {name!r}: this Budget is fully_adaptive, and an (epsilon, delta) part after or with a "
+                    "rho charge is proven only for charges planned in advance (docs/privacy/zcdp.md, \"Adaptivity\"): "
+                    "make the (epsilon, delta) charges first, charge a grouped release by its (epsilon, delta) "
+                    "statement, or use Budget(..., fully_adaptive=False) for a sequence planned in advance. "
+                    "Nothing was charged.")
             new = (xi + eps, total_rho + r, total_delta + dlt)
             if not accounting.fits(new[0], new[1], new[2], self._epsilon, self._delta):
                 raise BudgetExceededError(self._overspend(name, eps, dlt, r, new))
