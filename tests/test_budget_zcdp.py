@@ -96,6 +96,16 @@ def test_the_conversion_is_near_the_real_optimum() -> None:
         assert abs(eps - best) <= 1e-6, (rho, delta, eps, best)
 
 
+def test_a_delta_below_the_smallest_float_still_converts() -> None:
+    """δ = 10^-320 is 0 as a float: the search works from ln δ, the certificate in Fractions."""
+    tiny = Fraction(1, 10**320)
+    eps = epsilon_for_rho(Fraction(1, 100), tiny)
+    assert zcdp_delta(Fraction(1, 100), eps) <= tiny < zcdp_delta(Fraction(1, 100), eps - Fraction(1, GRID))
+    budget = Budget(10, tiny)
+    budget.charge_zcdp(Fraction(1, 100), what="counts")
+    check_ledger(budget)
+
+
 def test_without_rho_nothing_changes() -> None:
     budget = Budget(1, MICRO)
     budget.charge(Fraction(1, 3), Fraction(1, 10**7), what="a")

@@ -65,10 +65,11 @@ def _log_delta(rho: float, eps: float) -> float:
     return (a - 1) * (a * rho - eps) + a * math.log1p(-1 / a) - math.log(a - 1)
 
 
-def _epsilon_float(rho: float, delta: float) -> float:
-    """The ε at which CKS's bound reaches δ, in floating point (a starting point only)."""
-    target = math.log(delta)
-    lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta)) + 1.0  # Bun-Steinke's ε is larger
+def _epsilon_float(rho: float, log_delta: float) -> float:
+    """The ε at which CKS's bound reaches δ = exp(log_delta), in floating point (a starting
+    point only; ln δ is given because δ itself may be below the smallest float)."""
+    target = log_delta
+    lo, hi = 0.0, rho + 2 * math.sqrt(rho * -log_delta) + 1.0  # Bun-Steinke's ε is larger
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if _log_delta(rho, mid) <= target:
@@ -83,7 +84,8 @@ def _epsilon_grid(rho: Fraction, delta: Fraction) -> int:
     def certified(k: int) -> bool:
         return zcdp_delta(rho, Fraction(k, GRID)) <= delta
 
-    guess = _epsilon_float(float(rho), float(delta)) * GRID
+    log_delta = math.log(delta.numerator) - math.log(delta.denominator)  # exact enough for any size
+    guess = _epsilon_float(float(rho), log_delta) * GRID
     hi = math.ceil(guess * (1 + 1e-9)) + 1
     step = max(1, hi // 10**6)
     while not certified(hi):  # the float guess was a little low: walk up, doubling
