@@ -253,6 +253,8 @@ def test_gaussian_and_laplace_statements() -> None:
     budget.charge_guarantee(lap.guarantee, what="selection-free metric")
     with pytest.raises(TypeError, match="needs a statement with a rho"):
         budget.charge_guarantee(lap.guarantee, what="x", as_zcdp=True)
+    with pytest.raises(TypeError, match="as_zcdp must be"):
+        budget.charge_guarantee(gauss.guarantee, what="x", as_zcdp="yes")  # type: ignore[arg-type]
     assert [c.rho for c in budget.ledger] == [gauss.rho, converted.rho, 0]
     assert budget.spent_rho == gauss.rho + converted.rho and budget.conversion.xi == Fraction(1, 4)
     check_ledger(budget)

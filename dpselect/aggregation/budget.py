@@ -263,6 +263,8 @@ class Budget:
         that carry one, the (ε, δ) of the others. By default (None) the (ε, δ) is charged when
         the statement gives one, as planned, and a statement with only ρ is refused with advice;
         ``as_zcdp=False`` always charges (ε, δ)."""
+        if as_zcdp is not None and not isinstance(as_zcdp, bool):
+            raise TypeError(f"as_zcdp must be True, False or None, got {as_zcdp!r}")
         if as_zcdp:
             return self._charge_zcdp_statement(guarantee, what)
         epsilon = getattr(guarantee, "epsilon_exact", None)
