@@ -174,6 +174,7 @@ def _charge(budget: Budget, kind: str, a: Fraction, b: Fraction, what: str) -> N
         budget.charge_zcdp(a, what=what)
 
 
+@pytest.mark.slow
 @given(CHARGES, st.randoms(use_true_random=False))
 @settings(max_examples=25, deadline=None)
 def test_any_order_stays_within_budget_and_the_order_does_not_change_the_total(charges, rnd) -> None:
