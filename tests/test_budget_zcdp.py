@@ -290,8 +290,15 @@ def test_a_grouped_release_is_one_charge_of_its_parts() -> None:
     entry = budget.charge_guarantee(release, what="aggregate", as_zcdp=True)
     assert entry == Charge("aggregate", Fraction(3, 5), Fraction(1, 10**7), Fraction(3, 100))
     check_ledger(budget)
-    whole = Budget(4, MICRO)
-    assert whole.charge_guarantee(replace(release, rho=Fraction(1, 5)), what="all zCDP", as_zcdp=True).rho == Fraction(1, 5)
+    # a release whose own rho covers only its Gaussian steps still pays for its selection
+    covered = Budget(2, MICRO).charge_guarantee(replace(release, rho=Fraction(3, 100)), what="aggregate", as_zcdp=True)
+    assert covered == Charge("aggregate", Fraction(3, 5), Fraction(1, 10**7), Fraction(3, 100))
+    all_zcdp = _Release((_Step("count", Fraction(1), Fraction(1, 10**7), Fraction(1, 10)),
+                         _Step("sum", Fraction(1), Fraction(1, 10**7), Fraction(1, 10))), rho=Fraction(1, 5))
+    assert Budget(4, MICRO).charge_guarantee(all_zcdp, what="all zCDP", as_zcdp=True).rho == Fraction(1, 5)
+    with pytest.raises(TypeError, match="needs a statement with a rho"):  # components, none with a rho
+        Budget(4, MICRO).charge_guarantee(_Release((_Step("selection of keys", Fraction(1), Fraction(0)),),
+                                                   rho=Fraction(1, 5)), what="x", as_zcdp=True)
     assert Budget(4, MICRO).charge_guarantee(release, what="as stated").epsilon == 3  # default: the (ε, δ) it states
 
 

@@ -279,9 +279,8 @@ class Budget:
         return self.charge(epsilon, delta, what=what)
 
     def _charge_zcdp_statement(self, guarantee: object, what: str) -> Charge:
-        rho = getattr(guarantee, "rho", None)
-        if rho is not None:
-            return self.charge_zcdp(rho, what=what)
+        # Components first: a statement's own ρ might cover only its zCDP steps, and a step
+        # without ρ must still be charged its (ε, δ).
         components = getattr(guarantee, "components", None)
         if components:
             eps, dlt, total_rho = Fraction(0), Fraction(0), Fraction(0)
@@ -294,6 +293,9 @@ class Budget:
                     dlt += _delta(getattr(component, "delta_exact", None))
             if total_rho:
                 return self.charge(eps, dlt, what=what, rho=total_rho)
+        rho = getattr(guarantee, "rho", None)
+        if rho is not None and not components:
+            return self.charge_zcdp(rho, what=what)
         raise TypeError("as_zcdp=True needs a statement with a rho (or components with one); this one has "
                         "none: charge it with charge_guarantee(g, what=...)")
 
