@@ -395,3 +395,19 @@ def test_fully_adaptive_budgets_take_epsilon_delta_charges_first_then_rho_only()
     planned.charge_zcdp(Fraction(1, 100), what="counts")
     planned.charge(Fraction(1, 10), what="another selection")
     check_ledger(planned)
+
+
+def test_the_examples_of_the_zcdp_page_run_as_written() -> None:
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "privacy" / "zcdp.md"
+    if not page.is_file():
+        pytest.skip("no docs beside the tests (an installed wheel)")
+    blocks = re.findall(r"```python\n(.*?)\n```", page.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:  # the second re-checks the ledger the first made
+        exec(compile(block, str(page), "exec"), namespace)
+    check_ledger(namespace["budget"])
+    assert namespace["budget"].spent_rho == 2 * namespace["noise"].rho
