@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 from fractions import Fraction
+from typing import Any
 
 from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
@@ -26,11 +27,11 @@ DELTA = Fraction(1, 10**6)
 SELECTION = (Fraction(1, 2), Fraction(1, 10**7))
 
 
-def _pld(dp_path: str | None):  # type: ignore[no-untyped-def]
+def _pld(dp_path: str | None) -> tuple[Any, Any]:
     if dp_path:
         sys.path.append(dp_path)  # after dpselect's own numpy and scipy
     try:
-        from dp_accounting.pld import common, privacy_loss_distribution
+        from dp_accounting.pld import common, privacy_loss_distribution  # type: ignore[import-not-found]
     except ImportError as exc:
         raise SystemExit(f"this comparison needs dp-accounting ({exc}): python -m pip install --target /tmp/dpacc "
                          "dp-accounting, then --dp-accounting /tmp/dpacc") from exc
@@ -43,9 +44,9 @@ def main() -> None:
     args = parser.parse_args()
     common, pld = _pld(args.dp_accounting)
 
-    def with_selection(mechanism):  # type: ignore[no-untyped-def]
+    def with_selection(mechanism: Any) -> float:
         sel = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(*map(float, SELECTION)))
-        return sel.compose(mechanism.self_compose(METRICS * KAPPA)).get_epsilon_for_delta(float(DELTA))
+        return float(sel.compose(mechanism.self_compose(METRICS * KAPPA)).get_epsilon_for_delta(float(DELTA)))
 
     print(f"| κ = {KAPPA}, selection {tuple(map(float, SELECTION))}, {METRICS} metrics | dpselect budget | PLD |")
     print("|---|---|---|")
