@@ -1,0 +1,242 @@
+"""κ and L∞ chosen privately from the rows: ``max_partitions_contributed="auto"`` and
+``max_contributions_per_partition="auto"`` (docs/privacy/auto-bounds.md).
+
+κ: every user u adds 1 to one bin of a histogram of c_u, its number of distinct partitions, over
+the power-of-two bins {1}, {2}, {3, 4}, {5..8}, ..., {2^31 + 1..2^32}. Adding or removing one
+user changes exactly one bin by 1 (L1 sensitivity 1), so exact discrete Laplace noise of scale
+1/ε_κ on every bin (Canonne, Kamath, Steinke, NeurIPS 2020) makes the noisy histogram
+ε_κ-DP (Dwork, McSherry, Nissim, Smith, TCC 2006, Proposition 1). κ is then read off the noisy
+histogram alone — post-processing, no further cost (Dwork and Roth, *The Algorithmic Foundations
+of Differential Privacy*, Proposition 2.1).
+
+L∞: the same histogram over r_{u,p}, the rows of one (user, partition) pair, for ONE pair per
+user chosen uniformly at random with the package CSPRNG among the user's pairs. One pair per user
+keeps the sensitivity at 1 whatever κ is (with all of a user's ≤ κ kept pairs it would be κ, and
+the noise κ times larger for κ times the data: no gain). A uniform pair of the user's pairs is
+also a uniform pair of the κ pairs that κ-bounding keeps (a uniform element of a uniform subset),
+so the histogram describes the pairs that survive bounding, in distribution, at any κ.
+
+The rule (:func:`choose`): the smallest candidate 2^j (capped) whose bin ends where the noisy
+cumulative count first reaches ``quantile`` of the noisy total — a DP quantile of the users (or
+pairs), read only from the noisy histogram. Noisy bins below 0 count as 0 (post-processing).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect.aggregation.noise import DiscreteLaplaceNoise
+
+__all__ = ["AUTO", "DEFAULT_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS", "AutoBounds", "bin_of",
+           "choose", "choose_bounds", "feasible_caps", "histogram", "is_auto", "noisy_histogram",
+           "one_pair_per_user", "pair_counts"]
+
+AUTO = "auto"
+# Bins 0..32: bin 0 is {1}, bin j >= 1 is (2^(j-1), 2^j]; counts of up to 2^32 (the most rows a
+# release reads).
+N_BINS = 33
+# The largest κ auto may choose: a selection at κ = 2^8 already needs hundreds of users per key
+# at ε = 1, and building it costs about a second; beyond it the selection cannot be built at
+# common budgets (its per-key ε would be ε/κ).
+MAX_AUTO_KAPPA = 2**8
+# The largest L∞ auto may choose (the plan lowers both caps until every step's noise fits).
+MAX_AUTO_LINF = 2**16
+# The default quantile (bench/bench_auto_bounds.py measures it against every fixed pair).
+DEFAULT_QUANTILE = Fraction(1, 2)
+
+
+def is_auto(value: object) -> bool:
+    """Exactly the string "auto" (a bound given as "Auto" or 0.5 is refused by the bound's own
+    check, naming the parameter)."""
+    return isinstance(value, str) and value == AUTO
+
+
+def bin_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The bin of each count >= 1: ceil(log2(c)), i.e. (c - 1).bit_length(), exactly in integers."""
+    c = np.asarray(counts, dtype=np.int64)
+    if c.size and (c.min() < 1 or c.max() > 2**32):
+        raise ValueError("counts must be between 1 and 2**32")
+    below = c - 1  # bit_length of c - 1, vectorised: the number of halvings to reach 0
+    out = np.zeros(c.shape, dtype=np.int64)
+    while np.any(below):
+        nonzero = below > 0
+        out += nonzero
+        below >>= 1
+    return out
+
+
+def histogram(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The exact histogram of ``counts`` (one per user) over the N_BINS power-of-two bins."""
+    return np.bincount(bin_of(counts), minlength=N_BINS).astype(np.int64)
+
+
+def noise_for(epsilon: Fraction) -> DiscreteLaplaceNoise:
+    """The histogram's noise: each user changes one bin by 1 (L0 = 1, Δ = 1), scale 1/ε."""
+    return DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=1, max_partitions_contributed=1)
+
+
+def noisy_histogram(exact: npt.NDArray[np.int64], epsilon: Fraction, rng: Any) -> npt.NDArray[np.int64]:
+    """``exact`` plus exact discrete Laplace noise of scale 1/ε on every bin: ε-DP."""
+    return noise_for(epsilon).add(np.asarray(exact, dtype=np.int64), rng=rng)
+
+
+def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction = DEFAULT_QUANTILE, cap: int) -> int:
+    """The bound read from a noisy histogram: 2^j for the first bin j where the cumulative noisy
+    count (negative bins read as 0) reaches ``quantile`` of the noisy total; at most ``cap``
+    (a power of two), and 1 when the noisy total is 0. Depends on nothing but its arguments."""
+    clipped = np.maximum(np.asarray(noisy, dtype=np.int64), 0)
+    total = int(clipped.sum())
+    if total == 0:
+        return 1
+    cumulative = np.cumsum(clipped)
+    # Exact: cumulative * denominator >= numerator * total, in Python integers.
+    q = Fraction(quantile)
+    j = next(i for i, c in enumerate(cumulative.tolist()) if c * q.denominator >= q.numerator * total)
+    return min(1 << j, cap)
+
+
+def pair_counts(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """From the encoded rows: c_u (distinct partitions of each user, 0 for a code with no row),
+    and for every distinct (user, partition) pair its user and its number of rows r_{u,p}."""
+    key = (np.asarray(users, dtype=np.uint64) << np.uint64(32)) | np.asarray(partitions, dtype=np.uint64)
+    pairs, rows = np.unique(key, return_counts=True)
+    pair_users = (pairs >> np.uint64(32)).astype(np.int64)
+    per_user = np.bincount(pair_users, minlength=n_users).astype(np.int64)
+    return per_user, pair_users, rows.astype(np.int64)
+
+
+def one_pair_per_user(pair_users: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], rng: Any
+                      ) -> npt.NDArray[np.int64]:
+    """r_{u,p} of one pair per user: the pair with the smallest of independent uniform 62-bit
+    tags drawn with the package CSPRNG (uniform among the user's pairs up to ties, which only
+    the pair order breaks; the choice reads no other user's rows, which is all the sensitivity
+    argument needs). ``pair_users`` is sorted (as :func:`pair_counts` gives it)."""
+    if pair_users.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    tags = rng.uniform_below_array(1 << 62, int(pair_users.size))
+    order = np.lexsort((tags, pair_users))  # by user, then by tag
+    sorted_users = pair_users[order]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = sorted_users[1:] != sorted_users[:-1]
+    return rows[order[first]]
+
+
+@dataclass(frozen=True)
+class AutoBounds:
+    """What the private choice released: the chosen bounds (None: given, not chosen), the noisy
+    histograms they were read from, and the step's exact ε (the sum of the histograms')."""
+
+    kappa: int | None
+    linf: int | None
+    noisy_kappa: npt.NDArray[np.int64] | None
+    noisy_linf: npt.NDArray[np.int64] | None
+    epsilon: Fraction
+    quantile: Fraction
+
+    def what(self, kappa: int, linf: int | None) -> str:
+        """The step's name in a statement, with the values used."""
+        chosen = [f"κ = {kappa}"] if self.kappa is not None else []
+        chosen += [f"L∞ = {linf}"] if self.linf is not None else []
+        return f"contribution bounds ({' and '.join(chosen)} chosen privately)"
+
+    def statement(self) -> str:
+        """The step's own guarantee."""
+        parts = []
+        if self.noisy_kappa is not None:
+            parts.append("a histogram of each user's number of distinct partitions")
+        if self.noisy_linf is not None:
+            parts.append("a histogram of the rows of one uniformly chosen (user, partition) pair per user")
+        return (f"{' and '.join(parts)} over power-of-two bins, each user in one bin of each (L1 sensitivity 1), "
+                f"with exact discrete Laplace noise (Canonne, Kamath, Steinke, NeurIPS 2020): "
+                f"{float(self.epsilon):.6g}-DP (ε = {self.epsilon}), δ = 0; the bounds are the noisy "
+                f"{float(self.quantile):g}-quantile bins' upper ends (post-processing). See docs/privacy/auto-bounds.md.")
+
+
+def split_epsilon(epsilon: Fraction, kappa_auto: bool, linf_auto: bool) -> tuple[Fraction, Fraction]:
+    """(ε_κ, ε_L) of the step's ε: halves when both are chosen, all of it to the one chosen."""
+    if kappa_auto and linf_auto:
+        return epsilon / 2, epsilon / 2
+    return (epsilon, Fraction(0)) if kappa_auto else (Fraction(0), epsilon)
+
+
+def choose_bounds(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int, *,
+                  epsilon: Fraction, kappa_cap: int | None, linf_cap: int | None, rng: Any,
+                  quantile: Fraction = DEFAULT_QUANTILE) -> AutoBounds:
+    """κ (if ``kappa_cap`` is given) and L∞ (if ``linf_cap`` is given) from the encoded rows,
+    ε-DP in all (``epsilon`` split by :func:`split_epsilon`). Users with no row (a code of a
+    dropped row) are in no bin."""
+    eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
+    per_user, pair_users, rows = pair_counts(users, partitions, n_users)
+    kappa = linf = None
+    noisy_k = noisy_l = None
+    spent = Fraction(0)
+    if kappa_cap is not None:
+        noisy_k = noisy_histogram(histogram(per_user[per_user > 0]), eps_k, rng)
+        kappa = choose(noisy_k, quantile=quantile, cap=kappa_cap)
+        spent += noise_for(eps_k).epsilon
+    if linf_cap is not None:
+        noisy_l = noisy_histogram(histogram(one_pair_per_user(pair_users, rows, rng)), eps_l, rng)
+        linf = choose(noisy_l, quantile=quantile, cap=linf_cap)
+        spent += noise_for(eps_l).epsilon
+    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(quantile))
+
+
+def choose_kappa_from_sets(per_user: npt.NDArray[np.int64], *, epsilon: Fraction, cap: int, rng: Any,
+                           quantile: Fraction = DEFAULT_QUANTILE) -> AutoBounds:
+    """κ alone, from each user's number of distinct partitions (a selection of keys has no L∞)."""
+    noisy = noisy_histogram(histogram(per_user[per_user > 0]), epsilon, rng)
+    return AutoBounds(choose(noisy, quantile=quantile, cap=cap), None, noisy, None, noise_for(epsilon).epsilon,
+                      Fraction(quantile))
+
+
+def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int, int]:
+    """The largest candidates auto may choose, from the parameters alone: start at the caps
+    (a given bound stays as given) and halve the larger auto one until ``check(κ, L∞)`` (every
+    step's noise and the selection at those bounds) passes. The last failure is raised when even
+    1 fails, so a release is refused before any data is read, never after."""
+    k = MAX_AUTO_KAPPA if kappa is None else kappa
+    lf = MAX_AUTO_LINF if linf is None else linf
+    while True:
+        try:
+            check(k, lf)
+            return k, lf
+        except ValueError:
+            if linf is None and lf > 1 and (kappa is not None or lf >= k):
+                lf //= 2
+            elif kappa is None and k > 1:
+                k //= 2
+            elif linf is None and lf > 1:
+                lf //= 2
+            else:
+                raise
+
+
+def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int,
+                    rng: Any) -> tuple[Any, Any]:
+    """For :func:`dpselect.aggregate`: the plan at the privately chosen κ / L∞ (its selection
+    rebuilt at the chosen κ, with its own share of the budget) and the step's component. The
+    plan's κ / L∞ are the largest values the choice may take (checked before any data was read),
+    and the step spends the plan's "contribution_bounds" share."""
+    from dataclasses import replace
+
+    from dpselect.aggregation.guarantee import Component
+    from dpselect.aggregation.plan import CONTRIBUTION_BOUNDS, float_down
+    from dpselect.ingest.plan import build_strategy
+
+    eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
+    found = choose_bounds(users, partitions, n_users, epsilon=eps,
+                          kappa_cap=plan.kappa if plan.auto_kappa else None,
+                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng)
+    kappa = plan.kappa if found.kappa is None else found.kappa
+    linf = plan.linf if found.linf is None else found.linf
+    strategy = plan.strategy
+    if found.kappa is not None and strategy is not None:
+        eps_sel, delta_sel = plan.shares["selection"]
+        strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
+    component = Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
+    return replace(plan, kappa=kappa, linf=linf, strategy=strategy), component
