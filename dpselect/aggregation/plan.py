@@ -365,8 +365,10 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     if kappa is None and not isinstance(strategy, str):
         raise ValueError("max_partitions_contributed='auto' needs the strategy by name: a strategy object carries "
                          "its own max_partitions_contributed")
-    chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
-                                                                     weights)
+    chosen = None
+    if not isinstance(strategy, str):
+        assert kappa is not None  # refused above when "auto"
+        chosen = _strategy_object(strategy, public, kappa, eps_total, delta_total, weights)
     if chosen is None:
         shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights, auto))
     else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε

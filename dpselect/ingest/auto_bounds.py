@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from dpselect.aggregation.noise import DiscreteLaplaceNoise
+if TYPE_CHECKING:  # pragma: no cover
+    from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
 __all__ = ["AUTO", "DEFAULT_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS", "AutoBounds", "bin_of",
            "choose", "choose_bounds", "feasible_caps", "histogram", "is_auto", "noisy_histogram",
@@ -76,6 +77,8 @@ def histogram(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def noise_for(epsilon: Fraction) -> DiscreteLaplaceNoise:
     """The histogram's noise: each user changes one bin by 1 (L0 = 1, Δ = 1), scale 1/ε."""
+    from dpselect.aggregation.noise import DiscreteLaplaceNoise  # here: dpselect.aggregation imports this package
+
     return DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=1, max_partitions_contributed=1)
 
 
@@ -231,7 +234,7 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
     eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
     found = choose_bounds(users, partitions, n_users, epsilon=eps,
                           kappa_cap=plan.kappa if plan.auto_kappa else None,
-                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng)
+                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng, quantile=DEFAULT_QUANTILE)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
     strategy = plan.strategy
@@ -240,3 +243,43 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
         strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
     component = Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
     return replace(plan, kappa=kappa, linf=linf, strategy=strategy), component
+
+
+def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any, int | None, AutoBounds]:
+    """For :func:`dpselect.select_partitions` with ``max_partitions_contributed="auto"``: κ from
+    the counter's user sets (ε of ``auto.epsilon``), the strategy rebuilt at κ (``auto``, a
+    :class:`dpselect.ingest.plan.AutoKappa`), each user bounded to κ of its partitions (uniform,
+    package CSPRNG, the row-bounding kernel with one row per pair), and the distinct-user
+    counts: (partition counts, strategy, its counts' half-width, what was chosen)."""
+    from dpselect import _bound
+    from dpselect.ingest._counter import PartitionCounts
+
+    sets, keys_of = counter.user_sets()
+    per_user = np.diff(sets.ends.astype(np.int64), prepend=0)
+    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=DEFAULT_QUANTILE)
+    assert found.kappa is not None
+    strategy, half_width = auto.build(found.kappa)
+    users = np.repeat(np.arange(per_user.size, dtype=np.uint32), per_user)
+    counts = _bound.bound_rows(users, sets.partitions, int(per_user.size), sets.n_partitions, found.kappa, 1, [],
+                               rng.test_state)[0]
+    if strategy.count_cap is not None:
+        np.minimum(counts, strategy.count_cap, out=counts)
+    present = counts > 0
+    return PartitionCounts(keys=keys_of(present), counts=counts[present]), strategy, half_width, found
+
+
+def with_chosen_kappa(guarantee: Any, found: AutoBounds) -> Any:
+    """A selection's statement composed with the step that chose its κ (basic sequential
+    composition: the ε add up, δ is the selection's)."""
+    from dataclasses import replace
+
+    from dpselect.core.exact import as_fraction
+    from dpselect.core.guarantee import delta_upper_float
+
+    total = delta_upper_float(as_fraction(guarantee.epsilon) + found.epsilon)
+    note = (f"κ = {found.kappa} was chosen privately (contribution bounds, κ chosen privately: "
+            f"{float(found.epsilon):.6g}-DP, δ = 0; {found.statement()}); with the selection's "
+            f"({guarantee.epsilon:g}, {float(guarantee.delta_exact):.3g}) the two compose by basic sequential "
+            "composition.")
+    return replace(guarantee, epsilon=total, mechanism=f"{guarantee.mechanism} with κ = {found.kappa} chosen "
+                   "privately", notes=f"{guarantee.notes} {note}".strip())
