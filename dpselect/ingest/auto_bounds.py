@@ -32,9 +32,9 @@ import numpy.typing as npt
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
-__all__ = ["AUTO", "DEFAULT_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS", "AutoBounds", "bin_of",
+__all__ = ["AUTO", "KAPPA_QUANTILE", "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS", "AutoBounds", "bin_of",
            "choose", "choose_bounds", "feasible_caps", "histogram", "is_auto", "noisy_histogram",
-           "one_pair_per_user", "pair_counts"]
+           "one_pair_per_user", "pair_counts", "pair_tags"]
 
 AUTO = "auto"
 # Bins 0..32: bin 0 is {1}, bin j >= 1 is (2^(j-1), 2^j]; counts of up to 2^32 (the most rows a
@@ -46,8 +46,10 @@ N_BINS = 33
 MAX_AUTO_KAPPA = 2**8
 # The largest L∞ auto may choose (the plan lowers both caps until every step's noise fits).
 MAX_AUTO_LINF = 2**16
-# The default quantile (bench/bench_auto_bounds.py measures it against every fixed pair).
-DEFAULT_QUANTILE = Fraction(1, 2)
+# The quantiles of the rule, for κ (of the users) and for L∞ (of the one pair per user):
+# bench/bench_auto_bounds.py measures them against every fixed pair (docs/privacy/auto-bounds.md).
+KAPPA_QUANTILE = Fraction(3, 4)
+LINF_QUANTILE = Fraction(1, 4)
 
 
 def is_auto(value: object) -> bool:
@@ -70,9 +72,14 @@ def bin_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-def histogram(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """The exact histogram of ``counts`` (one per user) over the N_BINS power-of-two bins."""
-    return np.bincount(bin_of(counts), minlength=N_BINS).astype(np.int64)
+def histogram(counts: npt.NDArray[np.int64], cap: int = 2**32) -> npt.NDArray[np.int64]:
+    """The exact histogram of ``counts`` (one per user) over the power-of-two bins up to the bin
+    of ``cap`` (a power of two), counts above ``cap`` in that last bin: log2(cap) + 1 bins. Bins
+    beyond the largest candidate would only add noise (a noisy empty bin read as its positive
+    part pulls the quantile up), so the histogram stops at the cap, which depends on the
+    parameters alone."""
+    n_bins = bin_of(np.array([cap]))[0] + 1
+    return np.bincount(np.minimum(bin_of(counts), n_bins - 1), minlength=n_bins).astype(np.int64)
 
 
 def noise_for(epsilon: Fraction) -> DiscreteLaplaceNoise:
@@ -87,7 +94,7 @@ def noisy_histogram(exact: npt.NDArray[np.int64], epsilon: Fraction, rng: Any) -
     return noise_for(epsilon).add(np.asarray(exact, dtype=np.int64), rng=rng)
 
 
-def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction = DEFAULT_QUANTILE, cap: int) -> int:
+def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction, cap: int) -> int:
     """The bound read from a noisy histogram: 2^j for the first bin j where the cumulative noisy
     count (negative bins read as 0) reaches ``quantile`` of the noisy total; at most ``cap``
     (a power of two), and 1 when the noisy total is 0. Depends on nothing but its arguments."""
@@ -103,30 +110,39 @@ def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction = DEFAULT_QUANTIL
 
 
 def pair_counts(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int
-                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """From the encoded rows: c_u (distinct partitions of each user, 0 for a code with no row),
-    and for every distinct (user, partition) pair its user and its number of rows r_{u,p}."""
+    and for every distinct (user, partition) pair, sorted, its user, its partition and its number
+    of rows r_{u,p}."""
     key = (np.asarray(users, dtype=np.uint64) << np.uint64(32)) | np.asarray(partitions, dtype=np.uint64)
     pairs, rows = np.unique(key, return_counts=True)
     pair_users = (pairs >> np.uint64(32)).astype(np.int64)
+    pair_parts = (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
     per_user = np.bincount(pair_users, minlength=n_users).astype(np.int64)
-    return per_user, pair_users, rows.astype(np.int64)
+    return per_user, pair_users, pair_parts, rows.astype(np.int64)
 
 
-def one_pair_per_user(pair_users: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], rng: Any
+def one_pair_per_user(pair_users: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], tags: npt.NDArray[Any]
                       ) -> npt.NDArray[np.int64]:
-    """r_{u,p} of one pair per user: the pair with the smallest of independent uniform 62-bit
-    tags drawn with the package CSPRNG (uniform among the user's pairs up to ties, which only
-    the pair order breaks; the choice reads no other user's rows, which is all the sensitivity
-    argument needs). ``pair_users`` is sorted (as :func:`pair_counts` gives it)."""
+    """r_{u,p} of one pair per user: the user's pair with the smallest tag (``tags``, one per
+    pair, drawn independently and uniformly: :func:`pair_tags`), so a uniform pair of the user's
+    up to ties, which the pair order breaks. Each user's choice reads only its own pairs and their
+    tags, which is all the sensitivity argument needs. ``pair_users`` is sorted (as
+    :func:`pair_counts` gives it)."""
     if pair_users.size == 0:
         return np.zeros(0, dtype=np.int64)
-    tags = rng.uniform_below_array(1 << 62, int(pair_users.size))
     order = np.lexsort((tags, pair_users))  # by user, then by tag
     sorted_users = pair_users[order]
     first = np.ones(order.size, dtype=bool)
     first[1:] = sorted_users[1:] != sorted_users[:-1]
     return rows[order[first]]
+
+
+def pair_tags(n_pairs: int, rng: Any) -> npt.NDArray[np.uint64]:
+    """Independent uniform 62-bit tags, one per pair, from the package CSPRNG."""
+    if n_pairs == 0:
+        return np.zeros(0, dtype=np.uint64)
+    return np.asarray(rng.uniform_below_array(1 << 62, n_pairs), dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,8 @@ class AutoBounds:
     noisy_kappa: npt.NDArray[np.int64] | None
     noisy_linf: npt.NDArray[np.int64] | None
     epsilon: Fraction
-    quantile: Fraction
+    kappa_quantile: Fraction
+    linf_quantile: Fraction
 
     def what(self, kappa: int, linf: int | None) -> str:
         """The step's name in a statement, with the values used."""
@@ -151,13 +168,16 @@ class AutoBounds:
         """The step's own guarantee."""
         parts = []
         if self.noisy_kappa is not None:
-            parts.append("a histogram of each user's number of distinct partitions")
+            parts.append("a histogram of each user's number of distinct partitions (κ: its noisy "
+                         f"{float(self.kappa_quantile):g}-quantile)")
         if self.noisy_linf is not None:
-            parts.append("a histogram of the rows of one uniformly chosen (user, partition) pair per user")
+            parts.append("a histogram of the rows of one uniformly chosen (user, partition) pair per user (L∞: its "
+                         f"noisy {float(self.linf_quantile):g}-quantile)")
         return (f"{' and '.join(parts)} over power-of-two bins, each user in one bin of each (L1 sensitivity 1), "
                 f"with exact discrete Laplace noise (Canonne, Kamath, Steinke, NeurIPS 2020): "
-                f"{float(self.epsilon):.6g}-DP (ε = {self.epsilon}), δ = 0; the bounds are the noisy "
-                f"{float(self.quantile):g}-quantile bins' upper ends (post-processing). See docs/privacy/auto-bounds.md.")
+                f"{float(self.epsilon):.6g}-DP (ε = {self.epsilon}), δ = 0; each bound is the upper end of its "
+                "quantile's bin, read from the noisy histogram alone (post-processing). See "
+                "docs/privacy/auto-bounds.md.")
 
 
 def split_epsilon(epsilon: Fraction, kappa_auto: bool, linf_auto: bool) -> tuple[Fraction, Fraction]:
@@ -169,32 +189,33 @@ def split_epsilon(epsilon: Fraction, kappa_auto: bool, linf_auto: bool) -> tuple
 
 def choose_bounds(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int, *,
                   epsilon: Fraction, kappa_cap: int | None, linf_cap: int | None, rng: Any,
-                  quantile: Fraction = DEFAULT_QUANTILE) -> AutoBounds:
+                  kappa_quantile: Fraction = KAPPA_QUANTILE, linf_quantile: Fraction = LINF_QUANTILE) -> AutoBounds:
     """κ (if ``kappa_cap`` is given) and L∞ (if ``linf_cap`` is given) from the encoded rows,
     ε-DP in all (``epsilon`` split by :func:`split_epsilon`). Users with no row (a code of a
     dropped row) are in no bin."""
     eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
-    per_user, pair_users, rows = pair_counts(users, partitions, n_users)
+    per_user, pair_users, _, rows = pair_counts(users, partitions, n_users)
     kappa = linf = None
     noisy_k = noisy_l = None
     spent = Fraction(0)
     if kappa_cap is not None:
-        noisy_k = noisy_histogram(histogram(per_user[per_user > 0]), eps_k, rng)
-        kappa = choose(noisy_k, quantile=quantile, cap=kappa_cap)
+        noisy_k = noisy_histogram(histogram(per_user[per_user > 0], kappa_cap), eps_k, rng)
+        kappa = choose(noisy_k, quantile=kappa_quantile, cap=kappa_cap)
         spent += noise_for(eps_k).epsilon
     if linf_cap is not None:
-        noisy_l = noisy_histogram(histogram(one_pair_per_user(pair_users, rows, rng)), eps_l, rng)
-        linf = choose(noisy_l, quantile=quantile, cap=linf_cap)
+        chosen_rows = one_pair_per_user(pair_users, rows, pair_tags(int(pair_users.size), rng))
+        noisy_l = noisy_histogram(histogram(chosen_rows, linf_cap), eps_l, rng)
+        linf = choose(noisy_l, quantile=linf_quantile, cap=linf_cap)
         spent += noise_for(eps_l).epsilon
-    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(quantile))
+    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile))
 
 
 def choose_kappa_from_sets(per_user: npt.NDArray[np.int64], *, epsilon: Fraction, cap: int, rng: Any,
-                           quantile: Fraction = DEFAULT_QUANTILE) -> AutoBounds:
+                           quantile: Fraction = KAPPA_QUANTILE) -> AutoBounds:
     """κ alone, from each user's number of distinct partitions (a selection of keys has no L∞)."""
-    noisy = noisy_histogram(histogram(per_user[per_user > 0]), epsilon, rng)
+    noisy = noisy_histogram(histogram(per_user[per_user > 0], cap), epsilon, rng)
     return AutoBounds(choose(noisy, quantile=quantile, cap=cap), None, noisy, None, noise_for(epsilon).epsilon,
-                      Fraction(quantile))
+                      Fraction(quantile), LINF_QUANTILE)
 
 
 def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int, int]:
@@ -234,7 +255,8 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
     eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
     found = choose_bounds(users, partitions, n_users, epsilon=eps,
                           kappa_cap=plan.kappa if plan.auto_kappa else None,
-                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng, quantile=DEFAULT_QUANTILE)
+                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng, kappa_quantile=KAPPA_QUANTILE,
+                          linf_quantile=LINF_QUANTILE)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
     strategy = plan.strategy
@@ -256,7 +278,7 @@ def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any,
 
     sets, keys_of = counter.user_sets()
     per_user = np.diff(sets.ends.astype(np.int64), prepend=0)
-    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=DEFAULT_QUANTILE)
+    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=KAPPA_QUANTILE)
     assert found.kappa is not None
     strategy, half_width = auto.build(found.kappa)
     users = np.repeat(np.arange(per_user.size, dtype=np.uint32), per_user)
