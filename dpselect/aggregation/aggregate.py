@@ -139,7 +139,7 @@ def aggregate(
     so whether a release succeeds does not depend on the data.
 
     The budget's default weights are 1 for the selection, 1 per column whose bounds are found,
-    1 per metric, 1/2 for κ / L∞ chosen privately; ``weights`` changes any of them by name
+    1 per metric, 1/4 for κ / L∞ chosen privately; ``weights`` changes any of them by name
     ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a :class:`dpselect.Budget`) the call charges (ε, δ)
     before any work and fails without charging if that would overspend.
 

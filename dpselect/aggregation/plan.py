@@ -45,7 +45,7 @@ _MAX_EPSILON = 2**20
 # The step that chooses κ / L∞ privately, and its default weight: its histograms sum over all
 # users, so it needs far less than a metric (docs/privacy/auto-bounds.md, "What it costs").
 CONTRIBUTION_BOUNDS = "contribution_bounds"
-AUTO_BOUNDS_WEIGHT = Fraction(1, 2)
+AUTO_BOUNDS_WEIGHT = Fraction(1, 4)
 _BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
                  "never from the exact report of the data you release")
 

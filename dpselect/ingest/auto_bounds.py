@@ -305,3 +305,13 @@ def with_chosen_kappa(guarantee: Any, found: AutoBounds) -> Any:
             "composition.")
     return replace(guarantee, epsilon=total, mechanism=f"{guarantee.mechanism} with κ = {found.kappa} chosen "
                    "privately", notes=f"{guarantee.notes} {note}".strip())
+
+
+def refuse_auto(where: str, **bounds: object) -> None:
+    """Refuse "auto" where it is not built (dpselect.spark), naming the parameter, before any
+    work: choose the bound on one machine, or give it."""
+    for name, value in bounds.items():
+        if is_auto(value):
+            raise ValueError(f"{name}='auto' is not available in {where}: give {name} as a positive int (chosen "
+                             "from public knowledge or a held-out sample), or choose it privately with "
+                             "dpselect.aggregate / dpselect.select_partitions on one machine")

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from dpselect.ingest.auto_bounds import refuse_auto
 from dpselect.ingest.plan import plan_selection
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
@@ -136,6 +137,7 @@ def select_partitions(
     types = sql.types
     if strategy is not None:
         strategy = check_strategy(strategy)  # what runs on one machine only is refused first
+    refuse_auto("dpselect.spark.select_partitions", max_partitions_contributed=max_partitions_contributed)
     plan = plan_selection(privacy_unit=privacy_unit, by=by, epsilon=epsilon, delta=delta,
                           max_partitions_contributed=max_partitions_contributed, strategy=strategy, counts=counts,
                           count_column=count_column, null_privacy_units=null_privacy_units,
