@@ -264,3 +264,65 @@ def test_select_partitions_auto_report_and_budget() -> None:
                                              rng=InsecureDeterministicRNG(5))
     assert report.kappa == 4 and len(out) == 20
     assert budget.spent[0] == 1
+
+
+def test_the_hindsight_figures_are_exact() -> None:
+    # c_u = 1, 2, 4; rows per pair 1, (3, 1), (2, 2, 2, 2).
+    per_pairs = [[(0, 1)], [(0, 3), (1, 1)], [(0, 2), (1, 2), (2, 2), (3, 2)]]
+    users, parts = _rows(per_pairs)
+    per_user, pair_users, pair_parts, rows = pair_counts(users, parts, 3)
+    figures = auto_bounds.hindsight(per_user, pair_users, pair_parts, rows, 4, kappa=2)
+    assert figures.pairs_kept[0] == pytest.approx(3 / 7)  # κ = 1: 1 + 2·1/2 + 4·1/4 of 7 pairs
+    assert figures.pairs_kept[2] == 1.0  # κ = 4 keeps every pair
+    assert figures.expected_users[0].tolist() == pytest.approx([1 + 1 / 2 + 1 / 4, 1 / 2 + 1 / 4, 1 / 4, 1 / 4])
+    # L∞ = 1 at κ = 2: 1 + (1 + 1) + 4·(1·1/2) = 5 of 13 rows.
+    assert figures.rows_kept[0] == pytest.approx(5 / 13)
+    assert "NOT DP" in repr(figures)
+
+
+def test_the_report_names_the_best_kappa_in_hindsight() -> None:
+    result = _aggregate(_frame(3000, 3), epsilon=2)
+    report = result.report()
+    assert [k for k, _, _ in report.hindsight_kappa] == [1, 2, 4, 8, 16]
+    assert report.best_kappa is not None
+    text = str(report)
+    assert "In hindsight (exact, NOT DP" in text and f"κ = {report.best_kappa}" in text
+    assert report.as_dict()["hindsight"]["best_kappa"] == report.best_kappa
+    fixed = _aggregate(_frame(3000, 3), max_partitions_contributed=4, max_contributions_per_partition=1).report()
+    assert fixed.hindsight_kappa == () and "In hindsight" not in str(fixed)
+
+
+def _cli(*args: str) -> int:
+    from dpselect import cli
+
+    return cli.main(list(args))
+
+
+def test_the_cli_accepts_auto(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "in.csv"
+    _frame(2000, 3).to_csv(data, index=False)
+    out = tmp_path / "out.csv"
+    assert _cli("aggregate", str(data), "-u", "user", "-b", "key", "--epsilon", "1", "--delta", "1e-6",
+                "--max-partitions-contributed", "auto", "--max-contributions-per-partition", "auto", "-m", "users",
+                "-o", str(out), "--quiet") == 0
+    sidecar = (tmp_path / "out.csv.guarantee.json").read_text(encoding="utf-8")
+    assert "chosen privately" in sidecar and '"max_partitions_contributed": 4' in sidecar
+    selected = tmp_path / "sel.csv"
+    assert _cli("select", str(data), "-u", "user", "-b", "key", "--epsilon", "1", "--delta", "1e-6",
+                "--max-partitions-contributed", "auto", "-o", str(selected)) == 0
+    assert "with κ = 4 chosen privately" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--max-partitions-contributed", "--max-contributions-per-partition"])
+@pytest.mark.parametrize("bad", ["Auto", "0.5", "x"])
+def test_the_cli_refuses_bad_bounds_naming_the_flag(tmp_path: Any, capsys: pytest.CaptureFixture[str], flag: str,
+                                                    bad: str) -> None:
+    data = tmp_path / "in.csv"
+    _frame(5, 1).to_csv(data, index=False)
+    other = "--max-contributions-per-partition" if flag == "--max-partitions-contributed" else \
+        "--max-partitions-contributed"
+    with pytest.raises(SystemExit) as exc:
+        _cli("aggregate", str(data), "-u", "user", "-b", "key", "--epsilon", "1", "--delta", "1e-6", flag, bad,
+             other, "2", "-m", "users", "-o", str(tmp_path / "o.csv"))
+    assert exc.value.code == 2
+    assert f"argument {flag}: expected a positive integer or 'auto'" in capsys.readouterr().err

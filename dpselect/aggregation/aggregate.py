@@ -191,9 +191,10 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     counter = RowCounter(plan.privacy_unit, plan.by, null_privacy_units=plan.null_privacy_units)  # type: ignore[arg-type]
     users, partitions, used = counter.encode(table)
     warn_dropped(counter, plan.privacy_unit)
-    chose = None
+    chose = figures = None
     if plan.auto_kappa or plan.auto_linf:  # κ / L∞ chosen privately (docs/privacy/auto-bounds.md)
-        plan, chose = choose_for_plan(plan, users, partitions, counter.n_users, generator)
+        plan, chose, figures = choose_for_plan(plan, users, partitions, counter.n_users, counter.n_partitions,
+                                               generator)
     kappa, linf = plan.kappa, plan.linf
     values = {c: ValueColumn(used, c) for c in plan.value_columns}
     known = [c for c in plan.value_columns if c in grids]
@@ -308,7 +309,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         return AggregateReport.build(
             totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
             candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
-            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums)
+            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums,
+            hindsight=figures)
 
     return AggregateResult(frame=frame, guarantee=guarantee,
                            bounds={**{c: (g.lower, g.upper) for c, g in grids.items()},

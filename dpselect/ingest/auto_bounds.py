@@ -193,8 +193,17 @@ def choose_bounds(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint
     """κ (if ``kappa_cap`` is given) and L∞ (if ``linf_cap`` is given) from the encoded rows,
     ε-DP in all (``epsilon`` split by :func:`split_epsilon`). Users with no row (a code of a
     dropped row) are in no bin."""
-    eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
     per_user, pair_users, _, rows = pair_counts(users, partitions, n_users)
+    return choose_from_pairs(per_user, pair_users, rows, epsilon=epsilon, kappa_cap=kappa_cap, linf_cap=linf_cap,
+                             rng=rng, kappa_quantile=kappa_quantile, linf_quantile=linf_quantile)
+
+
+def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[np.int64],
+                      rows: npt.NDArray[np.int64], *, epsilon: Fraction, kappa_cap: int | None, linf_cap: int | None,
+                      rng: Any, kappa_quantile: Fraction = KAPPA_QUANTILE,
+                      linf_quantile: Fraction = LINF_QUANTILE) -> AutoBounds:
+    """:func:`choose_bounds` from :func:`pair_counts`' arrays."""
+    eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
     kappa = linf = None
     noisy_k = noisy_l = None
     spent = Fraction(0)
@@ -241,9 +250,10 @@ def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int,
 
 
 def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int,
-                    rng: Any) -> tuple[Any, Any]:
+                    n_partitions: int, rng: Any) -> tuple[Any, Any, Hindsight]:
     """For :func:`dpselect.aggregate`: the plan at the privately chosen κ / L∞ (its selection
-    rebuilt at the chosen κ, with its own share of the budget) and the step's component. The
+    rebuilt at the chosen κ, with its own share of the budget), the step's component, and the
+    data holder's exact hindsight figures (NOT DP, :func:`hindsight`). The
     plan's κ / L∞ are the largest values the choice may take (checked before any data was read),
     and the step spends the plan's "contribution_bounds" share."""
     from dataclasses import replace
@@ -253,10 +263,11 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
     from dpselect.ingest.plan import build_strategy
 
     eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
-    found = choose_bounds(users, partitions, n_users, epsilon=eps,
-                          kappa_cap=plan.kappa if plan.auto_kappa else None,
-                          linf_cap=plan.linf if plan.auto_linf else None, rng=rng, kappa_quantile=KAPPA_QUANTILE,
-                          linf_quantile=LINF_QUANTILE)
+    per_user, pair_users, pair_parts, rows = pair_counts(users, partitions, n_users)
+    found = choose_from_pairs(per_user, pair_users, rows, epsilon=eps,
+                              kappa_cap=plan.kappa if plan.auto_kappa else None,
+                              linf_cap=plan.linf if plan.auto_linf else None, rng=rng, kappa_quantile=KAPPA_QUANTILE,
+                              linf_quantile=LINF_QUANTILE)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
     strategy = plan.strategy
@@ -264,7 +275,8 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
         eps_sel, delta_sel = plan.shares["selection"]
         strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
     component = Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
-    return replace(plan, kappa=kappa, linf=linf, strategy=strategy), component
+    figures = hindsight(per_user, pair_users, pair_parts, rows, n_partitions, kappa)
+    return replace(plan, kappa=kappa, linf=linf, strategy=strategy), component, figures
 
 
 def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any, int | None, AutoBounds]:
@@ -305,6 +317,44 @@ def with_chosen_kappa(guarantee: Any, found: AutoBounds) -> Any:
             "composition.")
     return replace(guarantee, epsilon=total, mechanism=f"{guarantee.mechanism} with κ = {found.kappa} chosen "
                    "privately", notes=f"{guarantee.notes} {note}".strip())
+
+
+# The bounds the data holder's report looks back on.
+HINDSIGHT_GRID = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True, repr=False)
+class Hindsight:
+    """Exact, NOT DP (for the data holder's report only): for each κ of HINDSIGHT_GRID, the
+    expected number of users each partition keeps after κ-bounding, E_p = Σ_{u in p} min(1, κ/c_u)
+    (each user keeps a uniform κ of its c_u partitions), and the expected share of (user,
+    partition) pairs kept; for each L∞ of the grid, the expected share of rows kept at the
+    release's κ, Σ min(r_{u,p}, L∞)·min(1, κ/c_u) / Σ r_{u,p}."""
+
+    kappas: tuple[int, ...]
+    expected_users: tuple[npt.NDArray[np.float64], ...]
+    pairs_kept: tuple[float, ...]
+    linfs: tuple[int, ...]
+    rows_kept: tuple[float, ...]
+
+    def __repr__(self) -> str:
+        return "Hindsight(exact figures, NOT DP: for the data holder's report only)"
+
+
+def hindsight(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[np.int64],
+              pair_parts: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], n_partitions: int,
+              kappa: int) -> Hindsight:
+    """The exact figures of :class:`Hindsight` from :func:`pair_counts`' arrays."""
+    c = per_user[pair_users].astype(np.float64)
+    users, pairs = [], []
+    for k in HINDSIGHT_GRID:
+        keep = np.minimum(1.0, k / c) if c.size else c
+        users.append(np.bincount(pair_parts, weights=keep, minlength=n_partitions))
+        pairs.append(float(keep.sum() / c.size) if c.size else 1.0)
+    keep = np.minimum(1.0, kappa / c) if c.size else c
+    total = float(rows.sum())
+    kept_rows = tuple(float(np.sum(np.minimum(rows, lf) * keep) / total) if total else 1.0 for lf in HINDSIGHT_GRID)
+    return Hindsight(HINDSIGHT_GRID, tuple(users), tuple(pairs), HINDSIGHT_GRID, kept_rows)
 
 
 def refuse_auto(where: str, **bounds: object) -> None:
