@@ -378,24 +378,8 @@ class SelectionReport:
         if self.expected_if_double_epsilon is not None:
             lines.append(f"Doubling epsilon would release {self.expected_if_double_epsilon:,.1f} partitions in "
                          "expectation.")
-        lines += self._hindsight_lines()
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-    def _hindsight_lines(self) -> list[str]:
-        """What other bounds would have kept and released (only with bounds chosen privately)."""
-        if not self.hindsight_kappa:
-            return []
-        lines = ["", "In hindsight (exact, NOT DP; expectations over the uniform bounding):",
-                 "  κ  | (user, key) pairs kept | keys released (expected)"]
-        for k, pairs, keys in self.hindsight_kappa:
-            lines.append(f"  {k:>2} | {pairs:>22.1%} | {'' if keys is None else f'{keys:,.1f}'}")
-        if self.best_kappa is not None:
-            lines.append(f"  the most keys in expectation at κ = {self.best_kappa}")
-        lines.append(f"  L∞ | rows kept at κ = {self.kappa}")
-        lines += [f"  {lf:>2} | {share:.1%}" for lf, share in self.hindsight_linf]
-        return lines
-
 
     def __repr__(self) -> str:
         return str(self)

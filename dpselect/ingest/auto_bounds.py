@@ -349,7 +349,7 @@ def hindsight(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[np.int64]
     users, pairs = [], []
     for k in HINDSIGHT_GRID:
         keep = np.minimum(1.0, k / c) if c.size else c
-        users.append(np.bincount(pair_parts, weights=keep, minlength=n_partitions))
+        users.append(np.bincount(pair_parts, weights=keep, minlength=n_partitions).astype(np.float64))
         pairs.append(float(keep.sum() / c.size) if c.size else 1.0)
     keep = np.minimum(1.0, kappa / c) if c.size else c
     total = float(rows.sum())
