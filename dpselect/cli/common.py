@@ -113,8 +113,9 @@ def positive_int_or_auto(text: str) -> int | str:
         return text
     try:
         return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {shown(text)}") from None
+    except argparse.ArgumentTypeError as exc:  # the integer's message, saying "auto" is also accepted
+        message = str(exc).replace("expected a positive integer,", "expected a positive integer or 'auto',", 1)
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def byte_size(text: str) -> int:
