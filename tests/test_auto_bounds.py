@@ -326,3 +326,15 @@ def test_the_cli_refuses_bad_bounds_naming_the_flag(tmp_path: Any, capsys: pytes
              other, "2", "-m", "users", "-o", str(tmp_path / "o.csv"))
     assert exc.value.code == 2
     assert f"argument {flag}: expected a positive integer or 'auto'" in capsys.readouterr().err
+
+
+def test_spark_refuses_auto_naming_the_parameter() -> None:
+    pytest.importorskip("pyspark")
+    from dpselect import spark
+
+    with pytest.raises(ValueError, match="max_partitions_contributed='auto' is not available in dpselect.spark"):
+        spark.select_partitions(None, privacy_unit="user", by="key", epsilon=1, delta=1e-6,
+                                max_partitions_contributed="auto")
+    with pytest.raises(ValueError, match="max_contributions_per_partition='auto' is not available"):
+        spark.aggregate(None, privacy_unit="user", by="key", metrics=_METRICS, epsilon=1, delta=1e-6,
+                        max_partitions_contributed=2, max_contributions_per_partition="auto")

@@ -238,12 +238,12 @@ def aggregate(
     from dpselect.aggregation.plan import plan_aggregate
     from dpselect.ingest.auto_bounds import refuse_auto
 
+    refuse_auto("dpselect.spark.aggregate", max_partitions_contributed=max_partitions_contributed,
+                max_contributions_per_partition=max_contributions_per_partition)
     sql = spark()
     types = sql.types
     if not isinstance(report, bool):
         raise TypeError(f"report must be a bool, got {type(report).__name__}")
-    refuse_auto("dpselect.spark.aggregate", max_partitions_contributed=max_partitions_contributed,
-                max_contributions_per_partition=max_contributions_per_partition)
     plan = plan_aggregate(privacy_unit=privacy_unit, by=by, metrics=metrics, epsilon=epsilon, delta=delta,
                           max_partitions_contributed=max_partitions_contributed,
                           max_contributions_per_partition=max_contributions_per_partition,

@@ -133,11 +133,11 @@ def select_partitions(
     ``rng``: None (the secure CSPRNG, the only private choice) or a
     :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
     """
+    refuse_auto("dpselect.spark.select_partitions", max_partitions_contributed=max_partitions_contributed)
     sql = spark()
     types = sql.types
     if strategy is not None:
         strategy = check_strategy(strategy)  # what runs on one machine only is refused first
-    refuse_auto("dpselect.spark.select_partitions", max_partitions_contributed=max_partitions_contributed)
     plan = plan_selection(privacy_unit=privacy_unit, by=by, epsilon=epsilon, delta=delta,
                           max_partitions_contributed=max_partitions_contributed, strategy=strategy, counts=counts,
                           count_column=count_column, null_privacy_units=null_privacy_units,
