@@ -28,8 +28,8 @@ mean delay, near 0 at many destinations, has relative errors far above a count's
 (default 20). The table gives, per ε, auto's score, the best fixed pair in hindsight, the median
 of the 25 fixed pairs' scores, and auto's ratio to each (targets: ≤ 1.1 and ≤ 0.7).
 
-    python bench/bench_auto_bounds.py                # ~3 minutes on two cores
-    python bench/bench_auto_bounds.py --repeat 5     # quicker
+    python bench/bench_auto_bounds.py                # ~8 minutes on two shared cores
+    python bench/bench_auto_bounds.py --repeat 5     # ~2 minutes
     python bench/bench_auto_bounds.py --quantiles 1/2:1/2,3/4:1/4   # auto at other quantiles
 """
 from __future__ import annotations
