@@ -116,13 +116,20 @@ def test_the_rule_reads_the_noisy_histogram() -> None:
     assert choose(h, quantile=Fraction(2, 5), cap=2**16) == 4
     assert choose(h, quantile=Fraction(41, 100), cap=2**16) == 16
     assert choose(h, quantile=Fraction(41, 100), cap=8) == 8
-    h[1] = -1000  # a negative noisy bin counts as 0, not against the total
-    assert choose(h, quantile=Fraction(2, 5), cap=2**16) == 4
+    h[1] = -5  # a negative noisy bin is read as drawn: cumulative 10, 5, 35, 35, 95
+    assert choose(h, quantile=Fraction(2, 5), cap=2**16) == 16
+    assert choose(h, quantile=Fraction(1, 3), cap=2**16) == 4
     assert choose(np.full(N_BINS, -3, dtype=np.int64), quantile=Fraction(1, 2), cap=16) == 1
+    # A noisy total within three standard deviations of the noise on it, 3·t·√(2·bins), gives 1.
+    small = np.zeros(9, dtype=np.int64)
+    small[5] = 127  # 3·10·√18 = 127.3
+    assert choose(small, quantile=Fraction(1, 2), cap=256, scale=Fraction(10)) == 1
+    small[5] = 128
+    assert choose(small, quantile=Fraction(1, 2), cap=256, scale=Fraction(10)) == 32
 
 
 def test_the_chosen_values_are_the_rule_on_the_noisy_histograms(monkeypatch: pytest.MonkeyPatch) -> None:
-    injected = iter([np.eye(N_BINS, dtype=np.int64)[5] * 7, np.eye(N_BINS, dtype=np.int64)[3] * 2])
+    injected = iter([np.eye(N_BINS, dtype=np.int64)[5] * 7000, np.eye(N_BINS, dtype=np.int64)[3] * 2000])
     monkeypatch.setattr(auto_bounds, "noisy_histogram", lambda exact, eps, rng: next(injected))
     users, parts = _rows([[(0, 1)], [(1, 2), (2, 1)]])
     found = choose_bounds(users, parts, 2, epsilon=Fraction(1), kappa_cap=256, linf_cap=2**16,
@@ -338,3 +345,8 @@ def test_spark_refuses_auto_naming_the_parameter() -> None:
     with pytest.raises(ValueError, match="max_contributions_per_partition='auto' is not available"):
         spark.aggregate(None, privacy_unit="user", by="key", metrics=_METRICS, epsilon=1, delta=1e-6,
                         max_partitions_contributed=2, max_contributions_per_partition="auto")
+
+
+def test_too_few_users_to_read_anything_gives_the_smallest_bounds() -> None:
+    result = _aggregate(_frame(5, 3, rows=4))
+    assert (result.guarantee.kappa, result.guarantee.linf) == (1, 1)

@@ -18,7 +18,8 @@ so the histogram describes the pairs that survive bounding, in distribution, at 
 
 The rule (:func:`choose`): the smallest candidate 2^j (capped) whose bin ends where the noisy
 cumulative count first reaches ``quantile`` of the noisy total — a DP quantile of the users (or
-pairs), read only from the noisy histogram. Noisy bins below 0 count as 0 (post-processing).
+pairs), read only from the noisy histogram (post-processing); 1 when the noisy total is within
+the noise of zero.
 """
 from __future__ import annotations
 
@@ -94,19 +95,26 @@ def noisy_histogram(exact: npt.NDArray[np.int64], epsilon: Fraction, rng: Any) -
     return noise_for(epsilon).add(np.asarray(exact, dtype=np.int64), rng=rng)
 
 
-def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction, cap: int) -> int:
+def choose(noisy: npt.NDArray[np.int64], *, quantile: Fraction, cap: int, scale: Fraction = Fraction(0)) -> int:
     """The bound read from a noisy histogram: 2^j for the first bin j where the cumulative noisy
-    count (negative bins read as 0) reaches ``quantile`` of the noisy total; at most ``cap``
-    (a power of two), and 1 when the noisy total is 0. Depends on nothing but its arguments."""
-    clipped = np.maximum(np.asarray(noisy, dtype=np.int64), 0)
-    total = int(clipped.sum())
-    if total == 0:
+    count reaches ``quantile`` of the noisy total, at most ``cap`` (a power of two). The bins are
+    read as drawn, negative ones included: the noise has mean 0, so the empty bins' noise does
+    not pull the quantile up (as reading a negative bin as 0 would). 1 when the noisy total is
+    not above three standard deviations of its noise, 3·t·√(2·bins) for noise of scale ``t`` on
+    each bin (the variance of discrete Laplace noise is below 2t²): too few users to read
+    anything, and the smallest bound adds the least noise. Depends on nothing but its arguments
+    (exact integer and rational arithmetic)."""
+    bins = [int(x) for x in np.asarray(noisy, dtype=np.int64)]
+    total = sum(bins)
+    if total <= 0 or Fraction(total) ** 2 <= 18 * len(bins) * Fraction(scale) ** 2:
         return 1
-    cumulative = np.cumsum(clipped)
-    # Exact: cumulative * denominator >= numerator * total, in Python integers.
     q = Fraction(quantile)
-    j = next(i for i, c in enumerate(cumulative.tolist()) if c * q.denominator >= q.numerator * total)
-    return min(1 << j, cap)
+    running = 0
+    for j, count in enumerate(bins):
+        running += count
+        if running * q.denominator >= q.numerator * total:
+            return min(1 << j, cap)
+    return cap  # not reached: the last running sum is the total
 
 
 def pair_counts(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int
@@ -209,12 +217,12 @@ def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[n
     spent = Fraction(0)
     if kappa_cap is not None:
         noisy_k = noisy_histogram(histogram(per_user[per_user > 0], kappa_cap), eps_k, rng)
-        kappa = choose(noisy_k, quantile=kappa_quantile, cap=kappa_cap)
+        kappa = choose(noisy_k, quantile=kappa_quantile, cap=kappa_cap, scale=noise_for(eps_k).scale)
         spent += noise_for(eps_k).epsilon
     if linf_cap is not None:
         chosen_rows = one_pair_per_user(pair_users, rows, pair_tags(int(pair_users.size), rng))
         noisy_l = noisy_histogram(histogram(chosen_rows, linf_cap), eps_l, rng)
-        linf = choose(noisy_l, quantile=linf_quantile, cap=linf_cap)
+        linf = choose(noisy_l, quantile=linf_quantile, cap=linf_cap, scale=noise_for(eps_l).scale)
         spent += noise_for(eps_l).epsilon
     return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile))
 
@@ -223,7 +231,8 @@ def choose_kappa_from_sets(per_user: npt.NDArray[np.int64], *, epsilon: Fraction
                            quantile: Fraction = KAPPA_QUANTILE) -> AutoBounds:
     """κ alone, from each user's number of distinct partitions (a selection of keys has no L∞)."""
     noisy = noisy_histogram(histogram(per_user[per_user > 0], cap), epsilon, rng)
-    return AutoBounds(choose(noisy, quantile=quantile, cap=cap), None, noisy, None, noise_for(epsilon).epsilon,
+    noise = noise_for(epsilon)
+    return AutoBounds(choose(noisy, quantile=quantile, cap=cap, scale=noise.scale), None, noisy, None, noise.epsilon,
                       Fraction(quantile), LINF_QUANTILE)
 
 
