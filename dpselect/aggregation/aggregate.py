@@ -140,8 +140,9 @@ def aggregate(
 
     The budget's default weights are 1 for the selection, 1 per column whose bounds are found,
     1 per metric, 1/4 for κ / L∞ chosen privately; ``weights`` changes any of them by name
-    ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a :class:`dpselect.Budget`) the call charges (ε, δ)
-    before any work and fails without charging if that would overspend.
+    ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a
+    :class:`dpselect.Budget`) the call charges (ε, δ) before any work and fails without charging
+    if that would overspend.
 
     ``bounds_scope``: where APPROX_BOUNDS looks for a column given no bounds. "dataset" (default):
     once over every kept value, one grid and one noise scale for all keys (more data per

@@ -36,7 +36,8 @@ from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
-__all__ = ["AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
+__all__ = ["AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES", "budget_shares",
+           "float_down", "plan_aggregate", "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
@@ -388,7 +389,20 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         if kappa_auto and chosen is None and not public and strategy in SELECTION_STRATEGIES:
             build_selection(kappa)
 
+    built: dict[int, CountMechanism | ValueError] = {}  # by κ: the search for the caps builds each κ once
+
     def build_selection(kappa: int) -> CountMechanism:
+        if kappa not in built:
+            try:
+                built[kappa] = build_selection_at(kappa)
+            except ValueError as exc:
+                built[kappa] = exc
+        found = built[kappa]
+        if isinstance(found, ValueError):
+            raise found
+        return found
+
+    def build_selection_at(kappa: int) -> CountMechanism:
         eps_sel, delta_sel = shares["selection"]
         if delta_sel == 0:
             raise ParameterError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines "
@@ -399,9 +413,9 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         if args[1] <= 0:
             raise ParameterError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
                                  "raise epsilon or the 'selection' weight")
-        built = build_strategy(*args)
-        assert isinstance(built, CountMechanism)  # the names above are count-based
-        return built
+        strategy_at = build_strategy(*args)
+        assert isinstance(strategy_at, CountMechanism)  # the names above are count-based
+        return strategy_at
 
     kappa_auto, linf_auto = kappa is None, linf is None
     if auto:  # the largest candidates whose every step fits (halved from the caps, parameters only)

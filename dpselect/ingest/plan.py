@@ -20,7 +20,8 @@ from dpselect.ingest.auto_bounds import is_auto
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism
 
-__all__ = ["AUTO_KAPPA_SHARE", "AutoKappa", "SelectionPlan", "build_strategy", "check_columns", "count_half_width", "plan_selection"]
+__all__ = ["AUTO_KAPPA_SHARE", "AutoKappa", "SelectionPlan", "build_strategy", "check_columns", "count_half_width",
+           "plan_selection"]
 
 
 def check_columns(privacy_unit: object, by: object, count_column: object | None) -> list[str]:
