@@ -295,6 +295,7 @@ def test_the_report_names_the_best_kappa_in_hindsight() -> None:
     text = str(report)
     assert "In hindsight (exact, NOT DP" in text and f"κ = {report.best_kappa}" in text
     assert report.as_dict()["hindsight"]["best_kappa"] == report.best_kappa
+    assert "In hindsight (exact, NOT DP)" in report._repr_html_()
     fixed = _aggregate(_frame(3000, 3), max_partitions_contributed=4, max_contributions_per_partition=1).report()
     assert fixed.hindsight_kappa == () and "In hindsight" not in str(fixed)
 

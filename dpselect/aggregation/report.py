@@ -248,6 +248,14 @@ class AggregateReport:
         parts += _selection_notes(self.smallest_count_half, self.smallest_count_95, self.expected_if_double_epsilon,
                                   "Doubling the selection's epsilon",
                                   ": coarser keys (fewer, larger partitions) or a larger epsilon lower these")
+        if self.hindsight_kappa:
+            best = "" if self.best_kappa is None else f"; the most keys in expectation at κ = {self.best_kappa}"
+            parts.append(_section(f"In hindsight (exact, NOT DP){best}", html_table(
+                ["κ", "(user, key) pairs kept", "keys released (expected)"],
+                [[str(k), f"{pairs:.1%}", "" if keys is None else f"{keys:,.1f}"]
+                 for k, pairs, keys in self.hindsight_kappa])
+                + html_table(["L∞", f"rows kept at κ = {self.kappa}"],
+                             [[str(lf), f"{share:.1%}"] for lf, share in self.hindsight_linf])))
         return f'<div class="dpselect-report">{"".join(parts)}</div>'
 
 
