@@ -30,7 +30,7 @@ from dpselect.core.checks import (
 )
 from dpselect.core.exact import as_fraction
 from dpselect.errors import ParameterError, ParameterTypeError
-from dpselect.ingest.auto_bounds import feasible_caps, is_auto
+from dpselect.ingest.auto_bounds import feasible_caps, is_auto, refuse_other_strings
 from dpselect.ingest.plan import build_strategy, check_columns
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
@@ -138,9 +138,7 @@ def _bound_parameter(label: str, symbol: str, value: object, check: Callable[[ob
     """The bound as an int, or None for "auto" (chosen privately at release)."""
     if is_auto(value):
         return None
-    if isinstance(value, str):
-        raise ParameterError(f"{label} must be a positive int or 'auto' (chosen privately, "
-                             f"docs/privacy/auto-bounds.md), got {value!r}")
+    refuse_other_strings(label, value, check)
     if value is None:
         raise ParameterTypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and "
                                  f"the guarantee and the noise depend on it. A value too small drops data, too large "

@@ -33,9 +33,11 @@ import numpy.typing as npt
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
-__all__ = ["AUTO", "KAPPA_QUANTILE", "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS", "AutoBounds", "bin_of",
-           "choose", "choose_bounds", "feasible_caps", "histogram", "is_auto", "noisy_histogram",
-           "one_pair_per_user", "pair_counts", "pair_tags"]
+__all__ = ["AUTO", "HINDSIGHT_GRID", "KAPPA_QUANTILE", "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS",
+           "AutoBounds", "Hindsight", "bin_of", "choose", "choose_bounds", "choose_for_plan", "choose_from_pairs",
+           "choose_kappa_from_sets", "feasible_caps", "hindsight", "histogram", "is_auto", "noise_for",
+           "noisy_histogram", "one_pair_per_user", "pair_counts", "pair_tags", "refuse_auto", "refuse_other_strings",
+           "select_with_auto_kappa", "split_epsilon", "with_chosen_kappa"]
 
 AUTO = "auto"
 # Bins 0..32: bin 0 is {1}, bin j >= 1 is (2^(j-1), 2^j]; counts of up to 2^32 (the most rows a
@@ -57,6 +59,17 @@ def is_auto(value: object) -> bool:
     """Exactly the string "auto" (a bound given as "Auto" or 0.5 is refused by the bound's own
     check, naming the parameter)."""
     return isinstance(value, str) and value == AUTO
+
+
+def refuse_other_strings(name: str, value: object, check: Any) -> None:
+    """A bound given as a string other than "auto" ("Auto", "2"): the bound's own check's error
+    (a TypeError naming the parameter), with the one string that is accepted."""
+    if isinstance(value, str) and not is_auto(value):
+        try:
+            check(value)
+        except TypeError as exc:
+            raise type(exc)(f"{exc} (the one string accepted is 'auto': {name} chosen privately, "
+                            "docs/privacy/auto-bounds.md)") from None
 
 
 def bin_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

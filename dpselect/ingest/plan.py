@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, SupportsFloat
 
-from dpselect.core.checks import check_level
+from dpselect.core.checks import check_level, check_max_partitions_contributed
 from dpselect.core.params import PrivacyParams
-from dpselect.ingest.auto_bounds import is_auto
+from dpselect.ingest.auto_bounds import is_auto, refuse_other_strings
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism
 
@@ -274,9 +274,7 @@ def plan_selection(*, privacy_unit: object, by: object, epsilon: Any = None, del
         auto = _auto_kappa(strategy, epsilon, delta, counts, allow_no_release, options, confidence_level)
         strat, _ = auto.build(auto.cap)
     else:
-        if isinstance(max_partitions_contributed, str):
-            raise ValueError(f"max_partitions_contributed must be a positive int or 'auto' (chosen privately, "
-                             f"docs/privacy/auto-bounds.md), got {max_partitions_contributed!r}")
+        refuse_other_strings("max_partitions_contributed", max_partitions_contributed, check_max_partitions_contributed)
         strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts,
                                allow_no_release, **options)  # type: ignore[arg-type]
     if not isinstance(report, bool):
