@@ -33,7 +33,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
-__all__ = ["AUTO", "HINDSIGHT_GRID", "KAPPA_QUANTILE", "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS",
+__all__ = ["AUTO", "HINDSIGHT_GRID", "KAPPA_QUANTILE", "KAPPA_QUANTILE_SELECTED",
+           "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS",
            "AutoBounds", "Hindsight", "bin_of", "choose", "choose_bounds", "choose_for_plan", "choose_from_pairs",
            "choose_kappa_from_sets", "feasible_caps", "hindsight", "histogram", "is_auto", "noise_for",
            "noisy_histogram", "one_pair_per_user", "pair_counts", "pair_tags", "refuse_auto", "refuse_other_strings",
@@ -51,7 +52,11 @@ MAX_AUTO_KAPPA = 2**8
 MAX_AUTO_LINF = 2**16
 # The quantiles of the rule, for κ (of the users) and for L∞ (of the one pair per user):
 # bench/bench_auto_bounds.py measures them against every fixed pair (docs/privacy/auto-bounds.md).
-KAPPA_QUANTILE = Fraction(3, 4)
+# κ is read lower when keys are selected from the data: the selection's threshold grows linearly
+# with κ (each key runs at ε/κ) while a key's bounded user count grows more slowly, so the keys
+# near the threshold, which decide how many are released, favour a small κ.
+KAPPA_QUANTILE = Fraction(3, 4)  # with public partitions (no selection)
+KAPPA_QUANTILE_SELECTED = Fraction(1, 4)  # with keys selected from the data
 LINF_QUANTILE = Fraction(1, 4)
 
 
@@ -288,7 +293,8 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
     per_user, pair_users, pair_parts, rows = pair_counts(users, partitions, n_users)
     found = choose_from_pairs(per_user, pair_users, rows, epsilon=eps,
                               kappa_cap=plan.kappa if plan.auto_kappa else None,
-                              linf_cap=plan.linf if plan.auto_linf else None, rng=rng, kappa_quantile=KAPPA_QUANTILE,
+                              linf_cap=plan.linf if plan.auto_linf else None, rng=rng,
+                              kappa_quantile=KAPPA_QUANTILE if plan.public else KAPPA_QUANTILE_SELECTED,
                               linf_quantile=LINF_QUANTILE)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
@@ -312,7 +318,8 @@ def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any,
 
     sets, keys_of = counter.user_sets()
     per_user = np.diff(sets.ends.astype(np.int64), prepend=0)
-    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=KAPPA_QUANTILE)
+    quantile = KAPPA_QUANTILE if auto.strategy == "public" else KAPPA_QUANTILE_SELECTED  # "public": no selection
+    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=quantile)
     assert found.kappa is not None
     strategy, half_width = auto.build(found.kappa)
     users = np.repeat(np.arange(per_user.size, dtype=np.uint32), per_user)
