@@ -2,7 +2,8 @@
 ``max_contributions_per_partition="auto"`` (docs/privacy/auto-bounds.md).
 
 κ: every user u adds 1 to one bin of a histogram of c_u, its number of distinct partitions, over
-the power-of-two bins {1}, {2}, {3, 4}, {5..8}, ..., {2^31 + 1..2^32}. Adding or removing one
+the power-of-two bins {1}, {2}, {3, 4}, {5..8}, ..., up to the bin of the largest κ auto may
+choose (a cap fixed from the parameters; larger counts fall in that bin). Adding or removing one
 user changes exactly one bin by 1 (L1 sensitivity 1), so exact discrete Laplace noise of scale
 1/ε_κ on every bin (Canonne, Kamath, Steinke, NeurIPS 2020) makes the noisy histogram
 ε_κ-DP (Dwork, McSherry, Nissim, Smith, TCC 2006, Proposition 1). κ is then read off the noisy
@@ -19,7 +20,8 @@ so the histogram describes the pairs that survive bounding, in distribution, at 
 The rule (:func:`choose`): the smallest candidate 2^j (capped) whose bin ends where the noisy
 cumulative count first reaches ``quantile`` of the noisy total — a DP quantile of the users (or
 pairs), read only from the noisy histogram (post-processing); 1 when the noisy total is within
-the noise of zero.
+the noise of zero. The quantiles (KAPPA_QUANTILE, KAPPA_QUANTILE_SELECTED, LINF_QUANTILE) are
+measured by bench/bench_auto_bounds.py.
 """
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ AUTO = "auto"
 # release reads).
 N_BINS = 33
 # The largest κ auto may choose: a selection at κ = 2^8 already needs hundreds of users per key
-# at ε = 1, and building it costs about a second; beyond it the selection cannot be built at
-# common budgets (its per-key ε would be ε/κ).
+# at ε = 1, and building it costs from a fraction of a second (π_opt) to seconds (Gaussian
+# thresholding); beyond it the selection cannot be built at common budgets (each key runs at ε/κ).
 MAX_AUTO_KAPPA = 2**8
 # The largest L∞ auto may choose (the plan lowers both caps until every step's noise fits).
 MAX_AUTO_LINF = 2**16
