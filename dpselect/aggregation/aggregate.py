@@ -34,6 +34,7 @@ from dpselect.aggregation.values import ValueColumn, check_value_types
 from dpselect.aggregation.wide import Wide, sums_by_code
 from dpselect.core.exact import as_fraction
 from dpselect.errors import DPSelectWarning
+from dpselect.ingest.auto_bounds import choose_for_plan
 from dpselect.ingest.frames import FrameKind, from_arrow, result_schema, to_arrow
 from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
 from dpselect.ingest.public_keys import public_table, with_public_partitions
@@ -90,8 +91,8 @@ def aggregate(
     metrics: Mapping[str, Metric],
     epsilon: float,
     delta: float,
-    max_partitions_contributed: int | None = None,
-    max_contributions_per_partition: int | None = None,
+    max_partitions_contributed: int | str | None = None,
+    max_contributions_per_partition: int | str | None = None,
     public_partitions: Any = None,
     strategy: str | CountMechanism = "pi_opt",
     bounds_scope: str = "dataset",
@@ -113,7 +114,11 @@ def aggregate(
        L∞ = ``max_contributions_per_partition`` of its rows in each, uniform subsets drawn with
        the package CSPRNG. Both are required: they are what one person may contribute, and
        should come from public knowledge of the data (or a held-out sample), never from the
-       exact report of the data released;
+       exact report of the data released; or "auto": chosen privately from the rows, a noisy
+       quantile of a power-of-two histogram (users' distinct keys for κ, one pair's rows per user
+       for L∞) with the "contribution_bounds" share of ε, a pure-DP step of its own in the
+       statement (docs/privacy/auto-bounds.md). Every check is then made at the largest value
+       auto may choose (κ ≤ 256, L∞ ≤ 65536, halved until every step's noise fits);
     2. selection (skipped with ``public_partitions``): ``strategy`` (default "pi_opt", the
        optimal rule of Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022, Theorems 1–3; or
        "release", "laplace", "gaussian") on the bounded distinct-user counts, with the selection's
@@ -134,9 +139,10 @@ def aggregate(
     so whether a release succeeds does not depend on the data.
 
     The budget's default weights are 1 for the selection, 1 per column whose bounds are found,
-    1 per metric; ``weights`` changes any of them by name ("selection", "bounds:<column>",
-    a metric's name). With ``budget`` (a :class:`dpselect.Budget`) the call charges (ε, δ)
-    before any work and fails without charging if that would overspend.
+    1 per metric, 1/4 for κ / L∞ chosen privately; ``weights`` changes any of them by name
+    ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a
+    :class:`dpselect.Budget`) the call charges (ε, δ) before any work and fails without charging
+    if that would overspend.
 
     ``bounds_scope``: where APPROX_BOUNDS looks for a column given no bounds. "dataset" (default):
     once over every kept value, one grid and one noise scale for all keys (more data per
@@ -183,10 +189,14 @@ def aggregate(
 def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, Grid], integer: dict[str, bool],
              listed: Any, generator: Any) -> AggregateResult:
     """The work of :func:`aggregate`, once the plan is checked and the budget charged."""
-    kappa, linf = plan.kappa, plan.linf
     counter = RowCounter(plan.privacy_unit, plan.by, null_privacy_units=plan.null_privacy_units)  # type: ignore[arg-type]
     users, partitions, used = counter.encode(table)
     warn_dropped(counter, plan.privacy_unit)
+    chose = figures = None
+    if plan.auto_kappa or plan.auto_linf:  # κ / L∞ chosen privately (docs/privacy/auto-bounds.md)
+        plan, chose, figures = choose_for_plan(plan, users, partitions, counter.n_users, counter.n_partitions,
+                                               generator)
+    kappa, linf = plan.kappa, plan.linf
     values = {c: ValueColumn(used, c) for c in plan.value_columns}
     known = [c for c in plan.value_columns if c in grids]
     units = [values[c].units(grids[c]) for c in known]
@@ -196,7 +206,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     del units, users
     _warn_if_bounding_dropped_most(totals, kappa, linf)
     column_sums = dict(zip(known, wide_sums))
-    components: list[Component] = []
+    components: list[Component] = [] if chose is None else [chose]
     kept_values = {c: values[c].take(kept) for c in plan.value_columns}
     del values, used, table  # the input's columns are no longer read
     kept_partitions = partitions[kept.view(bool)] if plan.auto_columns else None
@@ -242,8 +252,9 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         if not released.any():
             _warn_nothing_released(strat)
         selection_guarantee = result.guarantee.enforced()
-        components.insert(0, Component(f"selection of keys ({strat.name})", as_fraction(selection_guarantee.epsilon),
-                                       selection_guarantee.delta_exact, str(selection_guarantee)))
+        components.insert(0 if chose is None else 1, Component(
+            f"selection of keys ({strat.name})", as_fraction(selection_guarantee.epsilon),
+            selection_guarantee.delta_exact, str(selection_guarantee)))
 
     out_index = index[released]
     present = out_index >= 0
@@ -299,7 +310,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         return AggregateReport.build(
             totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
             candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
-            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums)
+            epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums,
+            hindsight=figures)
 
     return AggregateResult(frame=frame, guarantee=guarantee,
                            bounds={**{c: (g.lower, g.upper) for c, g in grids.items()},

@@ -17,6 +17,7 @@ REFERENCE = "docs/privacy/aggregate.md"
 # dpselect.spark build the components).
 _SELECTION = "selection of keys"
 _BOUNDS = "bounds of "
+_CONTRIBUTION = "contribution bounds"  # κ / L∞ chosen privately (dpselect.ingest.auto_bounds)
 
 
 @dataclass(frozen=True, repr=False)
@@ -36,9 +37,11 @@ class Component:
 
     @property
     def kind(self) -> str:
-        """The step's kind: "selection", "bounds" or "metric" (from its name)."""
+        """The step's kind: "selection", "contribution bounds", "bounds" or "metric" (from its name)."""
         if self.what.startswith(_SELECTION):
             return "selection"
+        if self.what.startswith(_CONTRIBUTION):
+            return "contribution bounds"
         return "bounds" if self.what.startswith(_BOUNDS) else "metric"
 
     @property
@@ -117,7 +120,8 @@ class AggregateGuarantee:
     def summary(self) -> str:
         """The statement in one line: the totals rounded up for reading, the steps counted."""
         kinds = [c.kind for c in self.components]
-        steps = (["key selection"] if "selection" in kinds else []) + [
+        steps = (["private κ/L∞"] if "contribution bounds" in kinds else []) + (
+            ["key selection"] if "selection" in kinds else []) + [
             f"{n} {what}{'s' if n > 1 else ''}" for what, n in (("private bound", kinds.count("bounds")),
                                                                 ("metric", kinds.count("metric"))) if n]
         tag = "" if self.privacy_guaranteed else " [NOT DP: deterministic test RNG]"

@@ -30,17 +30,23 @@ from dpselect.core.checks import (
 )
 from dpselect.core.exact import as_fraction
 from dpselect.errors import ParameterError, ParameterTypeError
+from dpselect.ingest.auto_bounds import feasible_caps, is_auto, refuse_other_strings
 from dpselect.ingest.plan import build_strategy, check_columns
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
-__all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
+__all__ = ["AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES", "budget_shares",
+           "float_down", "plan_aggregate", "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
 SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
 _MAX_EPSILON = 2**20
+# The step that chooses κ / L∞ privately, and its default weight: its histograms sum over all
+# users, so it needs far less than a metric (docs/privacy/auto-bounds.md, "What it costs").
+CONTRIBUTION_BOUNDS = "contribution_bounds"
+AUTO_BOUNDS_WEIGHT = Fraction(1, 4)
 _BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
                  "never from the exact report of the data you release")
 
@@ -66,6 +72,10 @@ class AggregatePlan:
     precision_bits: int
     bounds_scope: str
     null_privacy_units: str
+    # κ / L∞ chosen privately at release (docs/privacy/auto-bounds.md): kappa / linf are then the
+    # largest values the choice may take, every check above made at them.
+    auto_kappa: bool = False
+    auto_linf: bool = False
 
     @property
     def output_columns(self) -> list[str]:
@@ -124,7 +134,11 @@ def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[
     return columns
 
 
-def _bound_parameter(label: str, symbol: str, value: object, check: Callable[[object], int]) -> int:
+def _bound_parameter(label: str, symbol: str, value: object, check: Callable[[object], int]) -> int | None:
+    """The bound as an int, or None for "auto" (chosen privately at release)."""
+    if is_auto(value):
+        return None
+    refuse_other_strings(label, value, check)
     if value is None:
         raise ParameterTypeError(f"{label} ({symbol}) is required: it bounds what one person can contribute, and "
                                  f"the guarantee and the noise depend on it. A value too small drops data, too large "
@@ -216,11 +230,14 @@ def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, 
 
 
 def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
-             weights: Mapping[str, object] | None) -> dict[str, Fraction]:
+             weights: Mapping[str, object] | None, auto_bounds: bool = False) -> dict[str, Fraction]:
     """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
-    column whose bounds are found privately ("bounds:<column>"), 1 per metric; ``weights``
+    column whose bounds are found privately ("bounds:<column>"), 1 per metric, and
+    AUTO_BOUNDS_WEIGHT for κ / L∞ chosen privately ("contribution_bounds"); ``weights``
     overrides any of them."""
     default: dict[str, Fraction] = {}
+    if auto_bounds:
+        default[CONTRIBUTION_BOUNDS] = AUTO_BOUNDS_WEIGHT
     if not public:
         default["selection"] = Fraction(1)
     for column in auto_columns:
@@ -343,41 +360,76 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     auto_columns = [c for c in value_columns if c not in given]
     eps_total = _epsilon_total(epsilon)
     delta_total = check_delta(delta)[1]
-    chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
-                                                                     weights)
+    auto = kappa is None or linf is None
+    if kappa is None and not isinstance(strategy, str):
+        raise ValueError("max_partitions_contributed='auto' needs the strategy by name: a strategy object carries "
+                         "its own max_partitions_contributed")
+    chosen = None
+    if not isinstance(strategy, str):
+        assert kappa is not None  # refused above when "auto"
+        chosen = _strategy_object(strategy, public, kappa, eps_total, delta_total, weights)
     if chosen is None:
-        shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights))
+        shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights, auto))
     else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
         eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
         shares = {"selection": (eps_sel, delta_sel),
-                  **budget_shares(eps_total - eps_sel, Fraction(0), step_weights(checked, auto_columns, True, weights))}
-    for name, metric in checked.items():
-        _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
-                            precision_bits)
-    for column in auto_columns:
-        _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
-                     linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
-                     "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
+                  **budget_shares(eps_total - eps_sel, Fraction(0),
+                                  step_weights(checked, auto_columns, True, weights, auto))}
+
+    def check_noise(kappa: int, linf: int) -> None:
+        for name, metric in checked.items():
+            _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
+                                precision_bits)
+        for column in auto_columns:
+            _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
+                         linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
+                         "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
+        if kappa_auto and chosen is None and not public and strategy in SELECTION_STRATEGIES:
+            build_selection(kappa)
+
+    built: dict[int, CountMechanism | ValueError] = {}  # by κ: the search for the caps builds each κ once
+
+    def build_selection(kappa: int) -> CountMechanism:
+        if kappa not in built:
+            try:
+                built[kappa] = build_selection_at(kappa)
+            except ValueError as exc:
+                built[kappa] = exc
+        found = built[kappa]
+        if isinstance(found, ValueError):
+            raise found
+        return found
+
+    def build_selection_at(kappa: int) -> CountMechanism:
+        eps_sel, delta_sel = shares["selection"]
+        if delta_sel == 0:
+            raise ParameterError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines "
+                                 "et al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
+                                 "delta > 0, or pass public_partitions (keys known in advance) to release under pure "
+                                 "DP")
+        args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
+        if args[1] <= 0:
+            raise ParameterError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
+                                 "raise epsilon or the 'selection' weight")
+        strategy_at = build_strategy(*args)
+        assert isinstance(strategy_at, CountMechanism)  # the names above are count-based
+        return strategy_at
+
+    kappa_auto, linf_auto = kappa is None, linf is None
+    if auto:  # the largest candidates whose every step fits (halved from the caps, parameters only)
+        kappa, linf = feasible_caps(kappa, linf, check_noise)
+    else:
+        assert kappa is not None and linf is not None
+        check_noise(kappa, linf)
     if chosen is None and strategy not in SELECTION_STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
                          f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
     strat: CountMechanism | None = chosen
     if chosen is None and not public:
-        eps_sel, delta_sel = shares["selection"]
-        if delta_sel == 0:
-            raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines et "
-                             "al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
-                             "delta > 0, or pass public_partitions (keys known in advance) to release under pure DP")
-        args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
-        if args[1] <= 0:
-            raise ValueError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
-                             "raise epsilon or the 'selection' weight")
-        built = build_strategy(*args)
-        assert isinstance(built, CountMechanism)  # the names above are count-based
-        strat = built
+        strat = build_selection(kappa)  # with auto κ, rebuilt at the chosen κ (below the cap checked here)
     return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,
                          given_bounds=given, auto_columns=auto_columns, epsilon=eps_total, delta=delta_total,
                          shares=shares, kappa=kappa, linf=linf, strategy=strat, public=public,
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
-                         null_privacy_units=str(null_privacy_units))
+                         null_privacy_units=str(null_privacy_units), auto_kappa=kappa_auto, auto_linf=linf_auto)
 

@@ -87,12 +87,24 @@ class AggregateReport:
     kappa: int
     linf: int
     warnings: tuple[str, ...] = field(default=())
+    # With κ / L∞ chosen privately: per κ of 1, 2, 4, 8, 16, the expected share of (user, key)
+    # pairs kept and of keys released (None without a selection); per L∞, the expected share of
+    # rows kept at the release's κ (dpselect.ingest.auto_bounds.Hindsight).
+    hindsight_kappa: tuple[tuple[int, float, float | None], ...] = field(default=())
+    hindsight_linf: tuple[tuple[int, float], ...] = field(default=())
+
+    @property
+    def best_kappa(self) -> int | None:
+        """The κ of 1, 2, 4, 8, 16 that would have released the most keys in expectation (the
+        smallest of equals); None without figures or a selection. Exact, NOT DP."""
+        scored = [(keys, -k) for k, _, keys in self.hindsight_kappa if keys is not None]
+        return -max(scored)[1] if scored else None
 
     @classmethod
     def build(cls, *, totals: dict[str, int], null_unit_rows: int, users_before: npt.NDArray[np.int64],
               users_kept: npt.NDArray[np.int64], candidates: npt.NDArray[np.intp], released_codes: npt.NDArray[Any],
               strategy: Any, clamping: dict[str, ColumnClamping], epsilon: Fraction, kappa: int, linf: int,
-              public: bool, clamped_sums: dict[str, int] | None = None) -> AggregateReport:
+              public: bool, clamped_sums: dict[str, int] | None = None, hindsight: Any = None) -> AggregateReport:
         keep_probability = strategy.keep_probability if isinstance(strategy, IndependentSelection) else None
         released = np.zeros(users_before.size, dtype=bool)
         released[np.asarray(released_codes, dtype=np.int64)] = True
@@ -135,7 +147,9 @@ class AggregateReport:
                    released=int(np.asarray(released_codes).size), buckets=tuple(buckets), clamping=clamping,
                    smallest_count_half=half, smallest_count_95=ninety_five, expected_if_double_epsilon=double,
                    expected_released=None if expected_each is None else float(expected_each.sum()),
-                   kappa=kappa, linf=linf, warnings=tuple(warnings))
+                   kappa=kappa, linf=linf, warnings=tuple(warnings),
+                   hindsight_kappa=_hindsight_kappa(hindsight, None if public else strategy),
+                   hindsight_linf=() if hindsight is None else tuple(zip(hindsight.linfs, hindsight.rows_kept)))
 
     def as_dict(self) -> dict[str, Any]:
         """For a JSON file next to the data (never next to the release)."""
@@ -155,6 +169,10 @@ class AggregateReport:
             "clamping": {name: {"bounds": list(c.bounds), "values": c.values, "below": c.below, "above": c.above,
                                 "total_change": c.total_change} for name, c in self.clamping.items()},
             "max_partitions_contributed": self.kappa, "max_contributions_per_partition": self.linf,
+            "hindsight": {"kappa": [{"kappa": k, "pairs_kept": pairs, "expected_released": keys}
+                                    for k, pairs, keys in self.hindsight_kappa],
+                          "linf": [{"linf": lf, "rows_kept": share} for lf, share in self.hindsight_linf],
+                          "best_kappa": self.best_kappa},
             "warnings": list(self.warnings),
         }
 
@@ -187,8 +205,23 @@ class AggregateReport:
         if self.expected_if_double_epsilon is not None:
             lines.append(f"Doubling the selection's epsilon would release {self.expected_if_double_epsilon:,.1f} "
                          "partitions in expectation.")
+        lines += self._hindsight_lines()
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def _hindsight_lines(self) -> list[str]:
+        """What other bounds would have kept and released (only with bounds chosen privately)."""
+        if not self.hindsight_kappa:
+            return []
+        lines = ["", "In hindsight (exact, NOT DP; expectations over the uniform bounding):",
+                 "  κ  | (user, key) pairs kept | keys released (expected)"]
+        for k, pairs, keys in self.hindsight_kappa:
+            lines.append(f"  {k:>2} | {pairs:>22.1%} | {'' if keys is None else f'{keys:,.1f}'}")
+        if self.best_kappa is not None:
+            lines.append(f"  the most keys in expectation at κ = {self.best_kappa}")
+        lines.append(f"  L∞ | rows kept at κ = {self.kappa}")
+        lines += [f"  {lf:>2} | {share:.1%}" for lf, share in self.hindsight_linf]
+        return lines
 
     def __repr__(self) -> str:
         return str(self)
@@ -215,7 +248,41 @@ class AggregateReport:
         parts += _selection_notes(self.smallest_count_half, self.smallest_count_95, self.expected_if_double_epsilon,
                                   "Doubling the selection's epsilon",
                                   ": coarser keys (fewer, larger partitions) or a larger epsilon lower these")
+        if self.hindsight_kappa:
+            best = "" if self.best_kappa is None else f"; the most keys in expectation at κ = {self.best_kappa}"
+            parts.append(_section(f"In hindsight (exact, NOT DP){best}", html_table(
+                ["κ", "(user, key) pairs kept", "keys released (expected)"],
+                [[str(k), f"{pairs:.1%}", "" if keys is None else f"{keys:,.1f}"]
+                 for k, pairs, keys in self.hindsight_kappa])
+                + html_table(["L∞", f"rows kept at κ = {self.kappa}"],
+                             [[str(lf), f"{share:.1%}"] for lf, share in self.hindsight_linf])))
         return f'<div class="dpselect-report">{"".join(parts)}</div>'
+
+
+def _hindsight_kappa(hindsight: Any, strategy: Any) -> tuple[tuple[int, float, float | None], ...]:
+    """Per κ of the hindsight grid: the expected share of pairs kept, and the expected number of
+    keys the selection (at the same ε and δ, at that κ) would release, read at each key's
+    expected bounded user count (rounded; Σ_p P_keep(round(E_p)), an approximation of the
+    expectation); None without a selection whose keep probability is known."""
+    if hindsight is None:
+        return ()
+    from dpselect.ingest.plan import build_strategy
+
+    out: list[tuple[int, float, float | None]] = []
+    for k, users, pairs in zip(hindsight.kappas, hindsight.expected_users, hindsight.pairs_kept):
+        keys = None
+        if isinstance(strategy, IndependentSelection):
+            params = strategy.params
+            try:
+                other = build_strategy(strategy.name, params.epsilon, params.delta, k, False, False)
+            except (ValueError, TypeError):  # not buildable at this κ: it would release nothing
+                other = None
+            counts = np.rint(users[users > 0]).astype(np.int64)
+            counts = counts[counts > 0]
+            keys = 0.0 if other is None or not isinstance(other, IndependentSelection) else float(
+                np.sum(other.keep_probability(counts)))
+        out.append((k, pairs, keys))
+    return tuple(out)
 
 
 def _smallest_counts(keep_probability: Any, limit: int = 1 << 20) -> tuple[int | None, int | None]:
@@ -321,7 +388,6 @@ class SelectionReport:
                          "expectation.")
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
-
 
     def __repr__(self) -> str:
         return str(self)

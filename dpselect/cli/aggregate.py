@@ -32,7 +32,7 @@ from dpselect.cli.common import (
     note,
     number,
     output_format,
-    positive_int,
+    positive_int_or_auto,
     probe_rng,
     quiet,
     rng_message,
@@ -117,9 +117,10 @@ def add_parser(commands: Any) -> None:
                      help="a partition column; repeat it for a key over several columns "
                      "(--by a --by b is GROUP BY a, b)")
     add_privacy_arguments(agg, required=True, selection_options=False)
-    agg.add_argument("--max-contributions-per-partition", type=positive_int, default=None, metavar="L",
+    agg.add_argument("--max-contributions-per-partition", type=positive_int_or_auto, default=None, metavar="L",
                      help="required: keep at most L rows of each user in each of its partitions, chosen "
-                     "uniformly at random; row counts, sums and means get L times the noise")
+                     "uniformly at random; row counts, sums and means get L times the noise. 'auto': L "
+                     "chosen privately from the rows, with a share of epsilon")
     agg.add_argument("--metric", "-m", required=True, action="append", metavar="[NAME=]SPEC",
                      help="a statistic per released key, repeatable: users, count, sum:COL[:LO:HI] or "
                      "mean:COL[:LO:HI] (see below); NAME= names its output column")

@@ -40,6 +40,7 @@ __all__ = [
     "number",
     "output_format",
     "positive_int",
+    "positive_int_or_auto",
     "probe_rng",
     "quiet",
     "rng_message",
@@ -105,6 +106,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_or_auto(text: str) -> int | str:
+    """A contribution bound: a positive integer, or exactly "auto" (chosen privately from the
+    rows with a share of epsilon; docs/privacy/auto-bounds.md)."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as exc:  # the integer's message, saying "auto" is also accepted
+        message = str(exc).replace("expected a positive integer,", "expected a positive integer or 'auto',", 1)
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def byte_size(text: str) -> int:
     """A size in bytes, optionally with a K, M or G suffix (powers of 1024)."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -152,13 +165,15 @@ def add_privacy_arguments(cmd: argparse.ArgumentParser, required: bool, selectio
                      "privacy parameter 0 < delta < 1, all of it for the key selection (0 is allowed with "
                      "--public-partitions)")
     if not selection_options:  # dpselect aggregate: κ has no default (see _require_contribution_bounds)
-        cmd.add_argument("--max-partitions-contributed", type=positive_int, default=None, metavar="K",
+        cmd.add_argument("--max-partitions-contributed", type=positive_int_or_auto, default=None, metavar="K",
                          help="required: keep at most K partitions (keys) of each user, chosen uniformly at "
-                         "random; the noise of every statistic grows with K")
+                         "random; the noise of every statistic grows with K. 'auto': K chosen privately from "
+                         "the rows, with a share of epsilon")
         return
-    cmd.add_argument("--max-partitions-contributed", type=positive_int, default=1, metavar="N",
+    cmd.add_argument("--max-partitions-contributed", type=positive_int_or_auto, default=1, metavar="N",
                      help="bound each user to at most N partitions, chosen uniformly at random "
-                     "(default 1); the budget is split over them")
+                     "(default 1); the budget is split over them. 'auto': N chosen privately from the rows "
+                     "with a tenth of epsilon (a count-based --strategy)")
     cmd.add_argument("--neighbours", choices=("add_remove", "replace"), default="add_remove",
                      help="neighbouring datasets: add or remove one user (default), or replace one user's "
                      "rows (bounded DP: the budget is split over twice as many partitions)")

@@ -190,14 +190,22 @@ def run(args: argparse.Namespace) -> int:
             sets, keys_of = counter.user_sets()
             released = release_rows(sets, keys_of, strat, schema=schema)
         else:
-            progress.phase("bounding contributions and counting")
-            partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
+            chosen = None
+            if plan.auto_kappa is not None:  # --max-partitions-contributed auto: κ chosen privately
+                from dpselect.ingest.auto_bounds import select_with_auto_kappa
+                from dpselect.rng import resolve_rng
+
+                progress.phase("choosing the bound privately, bounding contributions and counting")
+                partitions, strat, _, chosen = select_with_auto_kappa(counter, plan.auto_kappa, resolve_rng(None))
+            else:
+                progress.phase("bounding contributions and counting")
+                partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap)
             public = None
             if args.public_partitions:
                 partitions, public = _with_public(args, partitions, plan.only_public)
             progress.phase("selecting")
             released = release_table(partitions, strat, counts=args.counts, count_column=args.count_column,
-                                     schema=schema, public=public)
+                                     schema=schema, public=public, chosen=chosen)
         progress.phase("writing")
     except RuntimeError as exc:
         if is_rng_failure(exc):

@@ -72,13 +72,15 @@ def release_table(
     public: np.ndarray | None = None,
     ci_half_width: int | None = None,
     keep_mask: bool = False,
+    chosen: Any = None,
 ) -> Any:
     """Apply the strategy to exact bounded counts (``public`` marks public partitions, whose
     count may be 0, for the public and mixed releases); the kept keys (plus noisy counts if asked),
     sorted by key, as a pyarrow Table whose schema metadata carries the guarantee (with κ
     enforced: the rows were bounded by dpselect). ``schema``, if given, is the result's schema
     decided before the data was read; the table is cast to it, so the output's types never
-    depend on the data.
+    depend on the data. ``chosen``: κ was chosen privately (:mod:`dpselect.ingest.auto_bounds`),
+    and the statement composes that step with the selection.
 
     Sorting matters for privacy: row order by first appearance would reveal more than the
     released set (e.g. which partition the first user of the file belongs to)."""
@@ -103,6 +105,10 @@ def release_table(
         table = table.cast(schema)
     # The rows were bounded here, so κ is enforced, not assumed of the caller.
     guarantee = result.guarantee.enforced()
+    if chosen is not None:  # κ was chosen privately: the statement composes both steps
+        from dpselect.ingest.auto_bounds import with_chosen_kappa
+
+        guarantee = with_chosen_kappa(guarantee, chosen)
     metadata = {
         GUARANTEE_METADATA_KEY: str(guarantee).encode(),
         PRIVATE_METADATA_KEY: b"true" if _is_private(result.privacy_guaranteed, guarantee) else b"false",
@@ -243,22 +249,30 @@ def select_partitions(
     counter.feed(table, final=True)  # the whole input: integer users are grouped in memory
     del table  # the exported columns are no longer needed: lower the peak
     pairs = counter.n_pairs
-    if isinstance(strat, RowMechanism):  # it needs every user's set, not counts
+    chosen = None
+    if plan.auto_kappa is not None:  # κ chosen privately (docs/privacy/auto-bounds.md)
+        from dpselect.ingest.auto_bounds import select_with_auto_kappa
+
+        rng.announce()
+        partitions, strat, half_width, chosen = select_with_auto_kappa(counter, plan.auto_kappa, rng)
+        warn_dropped(counter, privacy_unit)
+    elif isinstance(strat, RowMechanism):  # it needs every user's set, not counts
         sets, keys_of = counter.user_sets()
         warn_dropped(counter, privacy_unit)
         released = release_rows(sets, keys_of, strat, rng=rng, schema=schema)
         out = from_arrow(released, kind)
         _attach_guarantee(out, released)
         return out
-    partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
-    warn_dropped(counter, privacy_unit)
+    else:
+        partitions = counter.finish(strat.max_partitions_contributed, strat.count_cap, rng)
+        warn_dropped(counter, privacy_unit)
     public = None
     if public_partitions is not None:
         from dpselect.ingest.public_keys import with_public_partitions
 
         partitions, public = with_public_partitions(partitions, public_partitions, only_public=plan.only_public)
     released = release_table(partitions, strat, counts=counts, count_column=count_column, rng=rng, schema=schema,
-                             public=public, ci_half_width=half_width, keep_mask=report)
+                             public=public, ci_half_width=half_width, keep_mask=report, chosen=chosen)
     out = from_arrow(released.table if report else released, kind)
     _attach_guarantee(out, released.table if report else released)
     if not report:

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, SupportsFloat
 
-from dpselect.core.checks import check_level
+from dpselect.core.checks import check_level, check_max_partitions_contributed
 from dpselect.core.params import PrivacyParams
+from dpselect.ingest.auto_bounds import is_auto, refuse_other_strings
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism
 
-__all__ = ["SelectionPlan", "build_strategy", "check_columns", "count_half_width", "plan_selection"]
+__all__ = ["AUTO_KAPPA_SHARE", "AutoKappa", "SelectionPlan", "build_strategy", "check_columns", "count_half_width",
+           "plan_selection"]
 
 
 def check_columns(privacy_unit: object, by: object, count_column: object | None) -> list[str]:
@@ -133,6 +135,10 @@ class SelectionPlan:
     report: bool
     epsilon: Fraction | None  # what a budget is charged: as given, or the strategy object's own
     delta: Fraction | None
+    # max_partitions_contributed="auto" (docs/privacy/auto-bounds.md): κ's share of ε, and how to
+    # rebuild the strategy at the chosen κ; the strategy above is built at the largest κ auto may
+    # choose (every check made there).
+    auto_kappa: AutoKappa | None = None
 
     @property
     def rows(self) -> bool:
@@ -179,6 +185,62 @@ def _charged(strategy: SelectionMechanism, epsilon: SupportsFloat | None, delta:
     return eps, dlt
 
 
+@dataclass(frozen=True)
+class AutoKappa:
+    """κ chosen privately for a selection: its share of ε and the strategy's parameters at the
+    rest, to rebuild it at the chosen κ (below ``cap``, where it was checked)."""
+
+    epsilon: Fraction
+    cap: int
+    strategy: str
+    selection_epsilon: float
+    delta: Any  # as given (build_strategy reads it)
+    counts: bool
+    allow_no_release: bool
+    options: dict[str, Any]
+    confidence_level: object
+
+    def build(self, kappa: int) -> tuple[SelectionMechanism, int | None]:
+        """The strategy at κ, and its noisy counts' half-width (None: not asked)."""
+        strat = build_strategy(self.strategy, self.selection_epsilon, self.delta, kappa, self.counts,
+                               self.allow_no_release, **self.options)
+        return strat, count_half_width(strat, self.counts, self.confidence_level)
+
+
+# The share of ε that chooses κ privately in a selection of keys (the histogram sums over all
+# users, the selection decides each key from its own count): docs/privacy/auto-bounds.md.
+AUTO_KAPPA_SHARE = Fraction(1, 10)
+
+
+def _auto_kappa(strategy: object, epsilon: Any, delta: Any, counts: bool, allow_no_release: object,
+                options: dict[str, Any], confidence_level: object) -> AutoKappa:
+    """Check max_partitions_contributed="auto" for a selection and find the largest κ whose
+    strategy builds, from the parameters alone."""
+    from dpselect.core.checks import check_delta, check_epsilon
+    from dpselect.ingest.auto_bounds import feasible_caps
+    from dpselect.mechanisms.registry import STRATEGIES
+
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        shown = strategy if isinstance(strategy, str) else type(strategy).__name__
+        raise ValueError(f"max_partitions_contributed='auto' needs a count-based strategy by name "
+                         f"({', '.join(sorted(STRATEGIES))}), got {shown!r}: a strategy object carries its own "
+                         "max_partitions_contributed, and 'auto' or a row mechanism choose from it")
+    if epsilon is None or delta is None:
+        raise TypeError(f"epsilon and delta are required with strategy={strategy!r}")
+    eps = check_epsilon(epsilon, positive=True, zero_reason=": choosing max_partitions_contributed needs a "
+                        "share of it")[1]
+    check_delta(delta)
+    from dpselect.aggregation.plan import float_down
+
+    share = eps * AUTO_KAPPA_SHARE
+    rest = float_down(eps - share)
+    auto = AutoKappa(share, 1, strategy, rest, delta, counts, bool(allow_no_release), dict(options),
+                     confidence_level)
+    cap, _ = feasible_caps(None, 1, lambda k, _l: auto.build(k))
+    return AutoKappa(share, cap, strategy, auto.selection_epsilon, auto.delta, counts, bool(allow_no_release),
+                     dict(options), confidence_level)
+
+
 def plan_selection(*, privacy_unit: object, by: object, epsilon: Any = None, delta: Any = None,
                    max_partitions_contributed: Any = None, strategy: object = None, counts: object = False,
                    count_column: object | None = "noisy_count", null_privacy_units: object = "error",
@@ -207,8 +269,14 @@ def plan_selection(*, privacy_unit: object, by: object, epsilon: Any = None, del
                          f"keys and the data's own), got strategy={shown!r}")
     if not public_partitions and use != "none":
         raise ValueError(f"strategy={shown!r} needs public_partitions")
-    strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts,
-                           allow_no_release, **options)  # type: ignore[arg-type]
+    auto = None
+    if is_auto(max_partitions_contributed):
+        auto = _auto_kappa(strategy, epsilon, delta, counts, allow_no_release, options, confidence_level)
+        strat, _ = auto.build(auto.cap)
+    else:
+        refuse_other_strings("max_partitions_contributed", max_partitions_contributed, check_max_partitions_contributed)
+        strat = build_strategy(strategy, epsilon, delta, max_partitions_contributed, counts,
+                               allow_no_release, **options)  # type: ignore[arg-type]
     if not isinstance(report, bool):
         raise TypeError(f"report must be a bool, got {type(report).__name__}")
     if report and isinstance(strat, RowMechanism):
@@ -218,7 +286,7 @@ def plan_selection(*, privacy_unit: object, by: object, epsilon: Any = None, del
     return SelectionPlan(privacy_unit=privacy_unit, by=names, strategy=strat, counts=counts,
                          count_column=count_column if counts else None,  # type: ignore[arg-type]
                          null_privacy_units=str(null_privacy_units), public=bool(public_partitions),
-                         ci_half_width=half_width, report=report, epsilon=eps, delta=dlt)
+                         ci_half_width=half_width, report=report, epsilon=eps, delta=dlt, auto_kappa=auto)
 
 
 def _public_use(strategy: object) -> str:

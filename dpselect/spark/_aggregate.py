@@ -236,7 +236,10 @@ def aggregate(
     from dpselect.aggregation.budget import Budget
     from dpselect.aggregation.grid import Grid
     from dpselect.aggregation.plan import plan_aggregate
+    from dpselect.ingest.auto_bounds import refuse_auto
 
+    refuse_auto("dpselect.spark.aggregate", max_partitions_contributed=max_partitions_contributed,
+                max_contributions_per_partition=max_contributions_per_partition)
     sql = spark()
     types = sql.types
     if not isinstance(report, bool):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from dpselect.ingest.auto_bounds import refuse_auto
 from dpselect.ingest.plan import plan_selection
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
@@ -132,6 +133,7 @@ def select_partitions(
     ``rng``: None (the secure CSPRNG, the only private choice) or a
     :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
     """
+    refuse_auto("dpselect.spark.select_partitions", max_partitions_contributed=max_partitions_contributed)
     sql = spark()
     types = sql.types
     if strategy is not None:
