@@ -94,15 +94,16 @@ def test_the_rule_at_the_benched_points(kappa, low, high, choice):
         assert rec.options == {"rounds": ROW_ROUNDS, "ratio": ROW_RATIO} == {"rounds": 3, "ratio": 0.05}
 
 
-def _built_by_auto(monkeypatch, table, kappa: int) -> list[tuple[str, str]]:
-    """The (name asked, class built) of every strategy make_strategy returns during one
-    select_partitions(strategy="auto") call."""
-    built: list[tuple[str, str]] = []
+def _built_by_auto(monkeypatch, table, kappa: int) -> list[tuple[str, str, str]]:
+    """The (name asked, class built, its repr with its options) of every strategy make_strategy
+    returns during one select_partitions(strategy="auto") call."""
+    built: list[tuple[str, str, str]] = []
     original = registry.make_strategy
 
     def recording(strategy, **kwargs):
         out = original(strategy, **kwargs)
-        built.append((strategy if isinstance(strategy, str) else type(strategy).__name__, type(out).__name__))
+        built.append((strategy if isinstance(strategy, str) else type(strategy).__name__, type(out).__name__,
+                      repr(out)))
         return out
 
     monkeypatch.setattr(registry, "make_strategy", recording)
