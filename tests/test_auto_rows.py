@@ -91,7 +91,7 @@ def test_the_rule_at_the_benched_points(kappa, low, high, choice):
     rec = dpselect.recommend(1.0, 1e-5, kappa, rows=True)
     assert rec.strategy in choice, rec.reason
     if rec.strategy == "dp_sips":
-        assert rec.options == {"rounds": ROW_ROUNDS, "ratio": ROW_RATIO} == {"rounds": 3, "ratio": 0.05}
+        assert rec.options == {"rounds": ROW_ROUNDS, "ratio": ROW_RATIO} == {"rounds": 3, "ratio": 0.1}
 
 
 def _built_by_auto(monkeypatch, table, kappa: int) -> list[tuple[str, str, str]]:

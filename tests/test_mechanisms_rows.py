@@ -236,7 +236,7 @@ def test_draws_near_one_are_decided_by_integer_cut_points(kind, monkeypatch):
 @pytest.mark.slow
 def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_wanted():
     rec = dpselect.recommend(1.0, 1e-5, 4, rows=True)
-    assert rec.strategy == "dp_sips" and rec.options["ratio"] == 0.05 and "DP-SIPS" in rec.reason
+    assert rec.strategy == "dp_sips" and rec.options["ratio"] == 0.1 and "DP-SIPS" in rec.reason
     assert dpselect.recommend(1.0, 1e-5, 4).strategy == "gaussian"  # counts alone: unchanged
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"user": list(range(600)), "item": ["a"] * 300 + ["b"] * 300})
