@@ -5,9 +5,11 @@ Every mechanism goes through the public API on raw rows, with the secure CSPRNG:
     dpselect.select_partitions(table, privacy_unit="user", by="key", epsilon=ε, delta=δ,
                                max_partitions_contributed=κ, strategy=S)
 
-for S in pi_opt, release (TSGD, keys and noisy counts), gaussian, dp_sips, weighted_gaussian and
-auto; each cell is the mean number of released keys over ``--repeat`` runs (± the standard error
-of that mean). Real data found on this machine, each built once and cached (``--cache``):
+for S in pi_opt, release (TSGD, keys and noisy counts), laplace, gaussian, weighted_gaussian,
+weighted_laplace, dp_sips and auto; each cell is the mean number of released keys over
+``--repeat`` runs (± the standard error of that mean). "auto loss" is how many fewer keys auto
+released than the best of the other columns, in percent of the best (0 where auto is the best or
+ties it). Real data found on this machine, each built once and cached (``--cache``):
 
 stdlib   every ``*.py`` file of the running interpreter's standard library
          (``sysconfig.get_paths()["stdlib"]``, without ``site-packages`` and ``__pycache__``) is a
@@ -26,7 +28,7 @@ the only randomness is the mechanisms' own (the package CSPRNG).
 
     python bench/bench_auto.py                                   # every data set, default grid
     python bench/bench_auto.py --datasets stdlib --repeat 3      # quick
-    python bench/bench_auto.py --epsilons 1 --kappas 1,2,4 --datasets python,man
+    python bench/bench_auto.py --epsilons 1 --kappas 1,2,4,16,100 --datasets python,man --repeat 3
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ import time
 import tokenize
 from pathlib import Path
 
-MECHANISMS = ("pi_opt", "release", "gaussian", "weighted_gaussian", "dp_sips", "auto")
+MECHANISMS = ("pi_opt", "release", "laplace", "gaussian", "weighted_gaussian", "weighted_laplace", "dp_sips", "auto")
 SKIP_DIRS = {"__pycache__"}
 _ROFF_ESCAPE = re.compile(r"\\(?:f(?:\[[^\]]*\]|\(..|.)|\(..|\[[^\]]*\]|[*n]\(?..|.)")
 _WORD = re.compile(r"[a-z]{3,}")
@@ -192,6 +194,15 @@ def auto_choice(epsilon: float, delta: float, kappa: int) -> str:
     return dpselect.recommend(epsilon, delta, kappa, rows=True).label
 
 
+def loss(runs: dict[str, list[int | None]]) -> str:
+    """auto's shortfall against the best other mechanism's mean, in percent of it."""
+    means = {m: statistics.fmean(v) for m, v in runs.items() if v and all(x is not None for x in v)}  # type: ignore[misc]
+    others = [x for m, x in means.items() if m != "auto"]
+    if "auto" not in means or not others or max(others) == 0:
+        return "-"
+    return f"{100 * max(0.0, 1 - means['auto'] / max(others)):.1f} %"
+
+
 def cell(values: list[int | None]) -> str:
     if any(v is None for v in values):
         return "n/a"
@@ -206,7 +217,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="stdlib,python,man,dpkg")
     parser.add_argument("--epsilons", default="0.5,1,2,4")
-    parser.add_argument("--kappas", default="1,2,3,4,8")
+    parser.add_argument("--kappas", default="1,2,3,4,8,16,100")
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--repeat", type=int, default=5, help="runs per cell (the mean is shown)")
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
@@ -228,15 +239,15 @@ def main() -> None:
             out += [f"### {name}: skipped ({err})", ""]
             continue
         out += [f"### {name}: {describe(table)}", "", description, ""]
-        out.append("| ε | κ | " + " | ".join(mechanisms) + " | auto chose |")
-        out.append("|---" * (len(mechanisms) + 3) + "|")
+        out.append("| ε | κ | " + " | ".join(mechanisms) + " | auto chose | auto loss |")
+        out.append("|---" * (len(mechanisms) + 4) + "|")
         for epsilon in epsilons:
             for kappa in kappas:
-                cells = []
-                for mechanism in mechanisms:
-                    values = [released(table, epsilon, args.delta, kappa, mechanism) for _ in range(args.repeat)]
-                    cells.append(cell(values))
-                row = f"| {epsilon:g} | {kappa} | " + " | ".join(cells) + f" | {auto_choice(epsilon, args.delta, kappa)} |"
+                runs = {mechanism: [released(table, epsilon, args.delta, kappa, mechanism) for _ in range(args.repeat)]
+                        for mechanism in mechanisms}
+                cells = [cell(values) for values in runs.values()]
+                row = (f"| {epsilon:g} | {kappa} | " + " | ".join(cells)
+                       + f" | {auto_choice(epsilon, args.delta, kappa)} | {loss(runs)} |")
                 out.append(row)
                 print(f"[{name}] {row}", file=sys.stderr, flush=True)
         out.append("")

@@ -1,4 +1,4 @@
-"""Utility: how many partitions each mechanism releases, at ε = 1, δ = 1e-5, κ ∈ {1, 2, 4, 8, 16}.
+"""Utility: how many partitions each mechanism releases, at ε = 1, δ = 1e-5, κ ∈ {1, 2, 4, 8, 16, 100}.
 
 Every mechanism goes through the public API on raw rows, with the secure CSPRNG (no ``rng``):
 
@@ -6,7 +6,8 @@ Every mechanism goes through the public API on raw rows, with the secure CSPRNG 
                                max_partitions_contributed=κ, strategy=S)
 
 * count-based (bound each user to κ partitions uniformly, count distinct users, select):
-  ``pi_opt`` (the plain ε/κ, δ' budget split), ``laplace``, ``gaussian``, ``auto``;
+  ``pi_opt`` (the plain ε/κ, δ' budget split), ``release`` (TSGD: keys and noisy counts),
+  ``laplace``, ``gaussian``, ``auto`` (what ``strategy="auto"`` picks on raw rows);
 * row mechanisms (each user's set is weighted): ``weighted_gaussian``, ``weighted_laplace``,
   ``dp_sips`` (parallel, certified) and ``policy_gaussian``, ``policy_laplace`` (sequential
   Python reference implementations, not certified).
@@ -35,16 +36,22 @@ Datasets:
     file is a user (its path relative to the stdlib root, a string); its items are its distinct
     identifiers: ``tokenize`` NAME tokens that are not keywords (``keyword.iskeyword``; soft
     keywords such as ``match`` count as identifiers). Files that do not tokenize are skipped
-    and counted. Small, so each (κ, mechanism) runs ``--repeat`` times (default 11) and the
-    median is shown.
+    and counted. Small (a few to a few dozen keys released), so each (κ, mechanism) runs
+    ``--repeat`` times (default 11) and the mean is shown, with its standard error below the
+    table: the mean estimates the expected number of keys, which is what ``auto`` is compared on.
 
 Each cell is one draw of a random variable: the released count of a count-based mechanism is
 a sum of independent keep decisions, with standard deviation at most √(released) and usually
 much less (only partitions near the threshold are uncertain). Differences of a few √(released)
 between mechanisms are within the noise of one run.
 
-    python bench/bench_utility.py                 # full run (1e6 synthetic users, κ 1..16)
+    python bench/bench_utility.py                 # full run (1e6 synthetic users, κ 1..100)
     python bench/bench_utility.py --quick         # 100,000 users, κ ∈ {1, 4}
+    python bench/bench_utility.py --users 100000 --repeat 5 --no-policy --kappas 1,2,4,16,100
+                                                  # auto against every parallel mechanism, in minutes
+
+The last column, "auto loss", is how many fewer partitions ``auto`` released than the best
+parallel mechanism, in percent of the best (0 where auto is the best or ties it).
 """
 from __future__ import annotations
 
@@ -59,11 +66,11 @@ import tokenize
 from pathlib import Path
 
 EPSILON, DELTA = 1.0, 1e-5
-COUNT_BASED = ("pi_opt", "laplace", "gaussian", "auto")
+COUNT_BASED = ("pi_opt", "release", "laplace", "gaussian", "auto")
 ROW_PARALLEL = ("weighted_gaussian", "weighted_laplace", "dp_sips")
 POLICY = ("policy_gaussian", "policy_laplace")
 MECHANISMS = COUNT_BASED + ROW_PARALLEL + POLICY
-PARALLEL = ("pi_opt", "laplace", "gaussian") + ROW_PARALLEL
+PARALLEL = ("pi_opt", "release", "laplace", "gaussian") + ROW_PARALLEL
 SKIP_DIRS = {"site-packages", "__pycache__"}
 TEST_DIRS = {"test", "tests", "idle_test"}
 SUBSAMPLE = 100_000
@@ -119,6 +126,25 @@ def stdlib_table(skip_dirs: set[str]):
     return table, {"root": str(root), "files": files, "skipped": skipped}
 
 
+def cached_stdlib_table(skip_dirs: set[str], cache: Path | None):
+    """stdlib_table, read once and kept as Parquet under ``cache`` (tokenizing takes minutes)."""
+    import pyarrow.parquet as pq
+
+    if cache is None:
+        return stdlib_table(skip_dirs)
+    tag = "_".join(sorted(skip_dirs))
+    path = cache / f"dpselect_bench_utility_stdlib_py{sys.version_info[0]}{sys.version_info[1]}_{tag}.parquet"
+    if path.exists():
+        table = pq.read_table(path)
+        meta = table.schema.metadata
+        info = {"root": meta[b"root"].decode(), "files": int(meta[b"files"]), "skipped": int(meta[b"skipped"])}
+        return table.replace_schema_metadata(None), info
+    table, info = stdlib_table(skip_dirs)
+    cache.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.replace_schema_metadata({k: str(v) for k, v in info.items()}), path)
+    return table, info
+
+
 def describe(table) -> str:
     import pyarrow.compute as pc
 
@@ -147,12 +173,12 @@ def run_once(table, kappa: int, strategy: str) -> tuple[int, float]:
 
 
 def run_grid(table, kappas, mechanisms, repeat: int, label: str):
-    """{(κ, mechanism): (median released, list of released, median seconds)}."""
+    """{(κ, mechanism): (mean released, list of released, median seconds)}."""
     res = {}
     for kappa in kappas:
         for mech in mechanisms:
             released, seconds = zip(*(run_once(table, kappa, mech) for _ in range(repeat)))
-            res[kappa, mech] = (statistics.median(released), list(released), statistics.median(seconds))
+            res[kappa, mech] = (statistics.fmean(released), list(released), statistics.median(seconds))
             print(f"  [{label}] κ={kappa:<2} {mech:<17} released {res[kappa, mech][0]:>9,.0f} "
                   f"in {res[kappa, mech][2]:7.2f} s", file=sys.stderr, flush=True)
     return res
@@ -166,18 +192,19 @@ def fmt(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
 
 
-def report(title: str, res: dict, kappas, note: dict[str, str], repeat: int, timings: bool = True) -> list[str]:
+def report(title: str, res: dict, kappas, note: dict[str, str], repeat: int, timings: bool = True,
+           mechanisms: tuple[str, ...] = MECHANISMS) -> list[str]:
     lines = [f"### {title}", ""]
     if repeat > 1:
-        lines += [f"Partitions released (median of {repeat} runs):", ""]
+        lines += [f"Partitions released (mean of {repeat} runs):", ""]
     else:
         lines += ["Partitions released (one run each):", ""]
-    header = [m + note.get(m, "") for m in MECHANISMS]
+    header = [m + note.get(m, "") for m in mechanisms]
     lines.append("| κ | " + " | ".join(header) + " | best parallel | (1) max(dp_sips, wG) > pi_opt | "
-                 "(2) auto / best parallel | auto / best count-based |")
-    lines.append("|---" * (len(MECHANISMS) + 5) + "|")
+                 "(2) auto / best parallel | auto / best count-based | auto loss |")
+    lines.append("|---" * (len(mechanisms) + 6) + "|")
     for k in kappas:
-        cells = [fmt(res[k, m][0]) for m in MECHANISMS]
+        cells = [fmt(res[k, m][0]) for m in mechanisms]
         best = max(PARALLEL, key=lambda m: res[k, m][0])
         best_n = res[k, best][0]
         if k >= 4:
@@ -193,18 +220,20 @@ def report(title: str, res: dict, kappas, note: dict[str, str], repeat: int, tim
             q2 = f"{ratio:.3f} > 2 % worse" + (" (gap ≤ 2√best: noise)" if gap <= 2 * best_n ** 0.5 else "")
         best_count = max(res[k, m][0] for m in COUNT_BASED if m != "auto")
         q3 = f"{res[k, 'auto'][0] / best_count:.3f}" if best_count else "-"
-        lines.append(f"| {k} | " + " | ".join(cells) + f" | {best} ({fmt(best_n)}) | {q1} | {q2} | {q3} |")
+        loss = f"{100 * max(0.0, 1 - res[k, 'auto'][0] / best_n):.1f} %" if best_n else "-"
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {best} ({fmt(best_n)}) | {q1} | {q2} | {q3} | {loss} |")
     if not timings:
         return lines + [""]
     lines += ["", "Wall time per call (s" + (", median" if repeat > 1 else "") + "):", ""]
     lines.append("| κ | " + " | ".join(header) + " |")
-    lines.append("|---" * (len(MECHANISMS) + 1) + "|")
+    lines.append("|---" * (len(mechanisms) + 1) + "|")
     for k in kappas:
-        lines.append(f"| {k} | " + " | ".join(f"{res[k, m][2]:.2f}" for m in MECHANISMS) + " |")
-    lines.append("| total | " + " | ".join(f"{sum(res[k, m][2] for k in kappas):.1f}" for m in MECHANISMS) + " |")
+        lines.append(f"| {k} | " + " | ".join(f"{res[k, m][2]:.2f}" for m in mechanisms) + " |")
+    lines.append("| total | " + " | ".join(f"{sum(res[k, m][2] for k in kappas):.1f}" for m in mechanisms) + " |")
     if repeat > 1:
-        lines += ["", "All runs: " + "; ".join(
-            f"κ={k} {m} {res[k, m][1]}" for k in kappas for m in MECHANISMS if len(set(res[k, m][1])) > 1)]
+        lines += ["", "Standard error of each mean: " + "; ".join(
+            f"κ={k} {m} {statistics.stdev(res[k, m][1]) / len(res[k, m][1]) ** 0.5:.2f}"
+            for k in kappas for m in mechanisms)]
     lines.append("")
     return lines
 
@@ -218,16 +247,25 @@ def main() -> None:
     parser.add_argument("--max-items", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1, help="input-data seed (not privacy noise)")
     parser.add_argument("--repeat", type=int, default=11,
-                        help="runs per cell on the stdlib corpus, median shown (default 11: each takes < 1 s)")
+                        help="runs per cell on the stdlib corpus, mean shown (default 11: each takes < 1 s)")
     parser.add_argument("--policy-budget", type=float, default=60.0,
                         help="seconds a policy run on the full synthetic data may take, projected")
     parser.add_argument("--no-stdlib-tests", action="store_true",
                         help="leave the stdlib's test/tests/idle_test directories out")
     parser.add_argument("--skip", default="", help="comma-separated datasets to skip: synthetic,stdlib")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="folder to keep the tokenized stdlib corpus in, as Parquet (default: not kept)")
+    parser.add_argument("--kappas", default=None, help="comma-separated κ (default 1,2,4,8,16,100; --quick 1,4)")
+    parser.add_argument("--no-policy", action="store_true",
+                        help="leave out the sequential policy mechanisms (reference implementations, slow)")
     args = parser.parse_args()
     if args.users is None:
         args.users = SUBSAMPLE if args.quick else 1_000_000
-    kappas = (1, 4) if args.quick else (1, 2, 4, 8, 16)
+    if args.kappas is not None:
+        kappas: tuple[int, ...] = tuple(int(k) for k in args.kappas.split(","))
+    else:
+        kappas = (1, 4) if args.quick else (1, 2, 4, 8, 16, 100)
+    mechanisms = COUNT_BASED + ROW_PARALLEL + (() if args.no_policy else POLICY)
     skip = set(filter(None, args.skip.split(",")))
 
     import dpselect
@@ -246,11 +284,12 @@ def main() -> None:
         res = run_grid(table, kappas, COUNT_BASED + ROW_PARALLEL, 1, "synthetic")
         # Policy mechanisms: time them on a 100k-user subsample first (first users = uniform subsample).
         sub = table.filter(pc.less(table["user"], SUBSAMPLE)) if args.users > SUBSAMPLE else table
-        probe = run_grid(sub, (kappas[0], kappas[-1]), POLICY, 1, "synthetic 100k probe")
+        policy = () if args.no_policy else POLICY
+        probe = run_grid(sub, (kappas[0], kappas[-1]), policy, 1, "synthetic 100k probe")
         projected = {m: max(probe[k, m][2] for k in (kappas[0], kappas[-1])) * args.users / min(args.users, SUBSAMPLE)
-                     for m in POLICY}  # linear in users: one Python step per user
+                     for m in policy}  # linear in users: one Python step per user
         note: dict[str, str] = {}
-        for m in POLICY:
+        for m in policy:
             if args.users <= SUBSAMPLE:
                 res.update({(k, m): probe[k, m] for k in (kappas[0], kappas[-1])})
                 res.update(run_grid(sub, [k for k in kappas if (k, m) not in res], (m,), 1, "synthetic"))
@@ -262,7 +301,7 @@ def main() -> None:
                 res.update(run_grid(sub, [k for k in kappas if (k, m) not in res], (m,), 1, "synthetic 100k"))
         title = (f"(a) Synthetic: {describe(table)}; items per user uniform on 1..{args.max_items} draws, "
                  f"truncated Zipf s={args.zipf:g} over {args.vocabulary:,} items, seed {args.seed}")
-        out += report(title, res, kappas, note, 1)
+        out += report(title, res, kappas, note, 1, mechanisms=mechanisms)
         if note:
             out.append("(100k) = run on the 100,000-user subsample (" + describe(sub) + "): projected full-size "
                        "time per run " + ", ".join(f"{m} {projected[m]:.0f} s" for m in note)
@@ -270,23 +309,23 @@ def main() -> None:
                        "runs every mechanism on that subsample.")
             out.append("")
             sub_res = {key: val for key, val in res.items() if key[1] in note}
-            sub_res.update(run_grid(sub, kappas, [m for m in MECHANISMS if m not in note], 1, "synthetic 100k"))
+            sub_res.update(run_grid(sub, kappas, [m for m in mechanisms if m not in note], 1, "synthetic 100k"))
             out += report(f"(a') Synthetic, 100,000-user subsample: {describe(sub)}", sub_res, kappas, {}, 1,
-                          timings=False)
+                          timings=False, mechanisms=mechanisms)
         del table, sub
 
     if "stdlib" not in skip:
         t0 = time.perf_counter()
         skip_dirs = SKIP_DIRS | (TEST_DIRS if args.no_stdlib_tests else set())
-        table, info = stdlib_table(skip_dirs)
+        table, info = cached_stdlib_table(skip_dirs, args.cache)
         print(f"stdlib corpus read in {time.perf_counter() - t0:.1f} s: {describe(table)}", file=sys.stderr)
-        res = run_grid(table, kappas, MECHANISMS, args.repeat, "stdlib")
+        res = run_grid(table, kappas, mechanisms, args.repeat, "stdlib")
         title = (f"(b) Python {sys.version.split()[0]} standard library ({info['root']}, *.py without "
                  f"{'/'.join(sorted(skip_dirs))} dirs; {info['skipped']} files failed to tokenize): "
                  f"{describe(table)}; user = file, item = distinct non-keyword NAME token")
-        out += report(title, res, kappas, {}, args.repeat)
+        out += report(title, res, kappas, {}, args.repeat, mechanisms=mechanisms)
 
-    out.append("Caveat: each cell is one random draw (secure CSPRNG; the stdlib cells are medians). A count is "
+    out.append("Caveat: each cell is one random draw (secure CSPRNG; the stdlib cells are means). A count is "
                "a sum of independent keep decisions: its noise is at most ±√(released) per standard deviation, "
                "usually less; differences within a few √(released) are not significant.")
     out.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s. Command: "
