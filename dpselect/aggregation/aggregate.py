@@ -25,7 +25,7 @@ from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
-from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
@@ -94,6 +94,7 @@ def aggregate(
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
     strategy: str | CountMechanism = "pi_opt",
+    noise: str = "auto",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
@@ -158,7 +159,7 @@ def aggregate(
                           max_contributions_per_partition=max_contributions_per_partition,
                           public=public_partitions is not None, strategy=strategy, bounds_scope=bounds_scope,
                           weights=weights, confidence_level=confidence_level, precision_bits=precision_bits,
-                          null_privacy_units=null_privacy_units)
+                          null_privacy_units=null_privacy_units, noise=noise)
     generator = resolve_rng(rng)
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
@@ -273,22 +274,18 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
-    labels = plan.metric_labels()
     level = plan.confidence_level
     columns: dict[str, npt.NDArray[Any]] = {}
-    for name, m in plan.metrics.items():
-        eps_m, _ = plan.shares[name]
-        values_out, low, high, component = noisy_metric(labels[name], m, eps_m, kappa, linf, stat(users_kept),
-                                                        stat(rows_kept), out_sums[m.column] if m.column else None,
-                                                        out_grids[m.column] if m.column else None, level,
-                                                        generator)
+    metrics_out = release_metrics(plan.metric_labels(), plan.metrics, plan.metric_noise(kappa, linf), plan.means,
+                                  stat(users_kept), stat(rows_kept), out_sums, out_grids, level, generator)
+    for name, (values_out, low, high, component) in metrics_out.items():
         columns[name] = values_out
         if level is not None:
             columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = low, high
         components.append(component)
 
     guarantee = AggregateGuarantee(components=tuple(components), requested_epsilon=plan.epsilon,
-                                   requested_delta=plan.delta, kappa=kappa, linf=linf,
+                                   requested_delta=plan.delta, kappa=kappa, linf=linf, noise_choice=plan.noise_reason,
                                    privacy_guaranteed=generator.privacy_guaranteed and (
                                        selection_guarantee is None or selection_guarantee.is_dp))
     frame = _frame(plan, keys if listed is not None else keys.filter(arrow_from_numpy(released)), columns, guarantee,

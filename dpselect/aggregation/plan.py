@@ -8,6 +8,7 @@ release can run never depends on the data, and a fix to a check is made once for
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,14 @@ from typing import Callable
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.noise_choice import (
+    NOISE_CHOICES,
+    GaussianGroup,
+    MeanSource,
+    MetricNoise,
+    choose_noise,
+    mean_sources,
+)
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
 from dpselect.core.checks import (
     check_delta,
@@ -35,7 +44,8 @@ from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
-__all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "plan_aggregate", "step_weights"]
+__all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "metric_noises", "plan_aggregate",
+           "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
@@ -66,6 +76,19 @@ class AggregatePlan:
     precision_bits: int
     bounds_scope: str
     null_privacy_units: str
+    # Each budget-spending metric's noise ("laplace" or "gaussian"); a mean computed from a
+    # released sum and count spends nothing and is absent (``means`` says where it comes from).
+    noises: dict[str, str] = dataclasses.field(default_factory=dict)
+    gaussian: GaussianGroup | None = None  # the Gaussian metrics' (ε_z, δ_z, ρ_z)
+    noise_reason: str = ""
+    means: dict[str, MeanSource] = dataclasses.field(default_factory=dict)
+
+    def metric_noise(self, kappa: int, linf: int) -> dict[str, MetricNoise]:
+        """Each budget-spending metric's noise at contribution bounds (κ, L∞): its kind, its ε
+        share and (Gaussian) its ρ share, ρ_z·ε_i/ε_z. The one place where the release (on one
+        machine and on Spark) gets its metrics' noise; the shares depend on the parameters only,
+        κ and L∞ only set the scales."""
+        return metric_noises(self.noises, self.shares, self.gaussian, kappa, linf)
 
     @property
     def output_columns(self) -> list[str]:
@@ -96,6 +119,20 @@ class AggregatePlan:
                 where = f"bounds={self.given_bounds[metric.column]}, given with metric {giver!r}"
             labels[name] = f"{name} = {metric.kind}({metric.column!r}, {where})"
         return labels
+
+
+def metric_noises(noises: Mapping[str, str], shares: Mapping[str, tuple[Fraction, Fraction]],
+                  group: GaussianGroup | None, kappa: int, linf: int) -> dict[str, MetricNoise]:
+    """:meth:`AggregatePlan.metric_noise`, from its parts (the plan checks them with it)."""
+    out = {}
+    for name, kind in noises.items():
+        eps = shares[name][0]
+        rho = None
+        if kind == "gaussian":
+            assert group is not None
+            rho = group.rho * eps / group.epsilon
+        out[name] = MetricNoise(kind, eps, rho, kappa, linf)
+    return out
 
 
 def float_down(x: Fraction) -> float:
@@ -218,19 +255,27 @@ def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, 
 def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
              weights: Mapping[str, object] | None) -> dict[str, Fraction]:
     """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
-    column whose bounds are found privately ("bounds:<column>"), 1 per metric; ``weights``
-    overrides any of them."""
+    column whose bounds are found privately ("bounds:<column>"), 1 per metric that spends
+    budget (a mean computed from a released sum and count spends none); ``weights`` overrides
+    any of them."""
     default: dict[str, Fraction] = {}
     if not public:
         default["selection"] = Fraction(1)
     for column in auto_columns:
         default[f"bounds:{column}"] = Fraction(1)
+    derived = {name: source for name, source in mean_sources(metrics).items() if source.derived}
     for name in metrics:
-        default[name] = Fraction(1)
+        if name not in derived:
+            default[name] = Fraction(1)
     if weights is None:
         return default
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a dict of step -> weight, got {type(weights).__name__}")
+    for name, source in derived.items():
+        if name in weights:
+            raise ValueError(f"weights names {name!r}, a mean computed from the released sum {source.total!r} over "
+                             f"the released count {source.count!r} (post-processing, no budget of its own); leave "
+                             "it out of weights and weigh those two instead")
     unknown = set(weights) - set(default)
     if unknown:
         raise ValueError(f"weights names unknown step(s) {sorted(unknown)}; the steps are {sorted(default)}")
@@ -242,7 +287,8 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
 def budget_shares(epsilon: Fraction, delta: Fraction, weights: dict[str, Fraction]
                   ) -> dict[str, tuple[Fraction, Fraction]]:
     """Each step's (ε, δ): ε in proportion to the weights, exactly (the shares sum to ε); all of
-    δ to the selection, the one step that needs it (the metrics' noise is pure ε-DP)."""
+    δ to the selection (:func:`plan_aggregate` then gives the Gaussian metrics, if any, their δ_z
+    out of it: docs/privacy/aggregate.md, "Composition")."""
     total = sum(weights.values(), Fraction(0))
     return {step: (epsilon * w / total, delta if step == "selection" else Fraction(0)) for step, w in weights.items()}
 
@@ -257,15 +303,33 @@ def _check_noise(what: str, epsilon: Fraction, kappa: int, sensitivity: int, adv
     DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=sensitivity, max_partitions_contributed=kappa)
 
 
-def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int,
+def _check_gaussian(what: str, noise: MetricNoise, sensitivity: int, part: Fraction, advice: str) -> None:
+    """Refuse, from the parameters, Gaussian noise whose σ the exact sampler cannot take."""
+    try:
+        noise.make(sensitivity, part)
+    except ValueError:
+        raise ValueError(f"{what}: Gaussian noise at this metric's share of rho ({_show(noise.rho or Fraction(0))}) would "
+                         f"have sigma above 2**49, too large for exact sampling; {advice}, or use "
+                         "noise='laplace'") from None
+
+
+def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_count: bool,
                         bounds: tuple[float, float] | None, precision_bits: int) -> None:
+    epsilon, kappa, linf = noise.epsilon, noise.kappa, noise.linf
     advice = "raise epsilon (or this metric's weight), or lower max_partitions_contributed or " \
              "max_contributions_per_partition"
+
+    def check(part: Fraction, sensitivity: int) -> None:
+        if noise.kind == "gaussian":
+            _check_gaussian(f"metric {name!r}", noise, sensitivity, part, advice)
+        else:
+            _check_noise(f"metric {name!r}", epsilon * part, kappa, sensitivity, advice)
+
     if metric.kind == "count_distinct_units":
-        _check_noise(f"metric {name!r}", epsilon, kappa, 1, advice)
+        check(Fraction(1), 1)
         return
     if metric.kind == "count":
-        _check_noise(f"metric {name!r}", epsilon, kappa, linf, advice)
+        check(Fraction(1), linf)
         return
     # A value's magnitude in grid units is at most 2^precision_bits (the grid's step is chosen so);
     # with given bounds the exact figure is known.
@@ -273,10 +337,12 @@ def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int
     units = max(units, 1)
     advice += ", or lower precision_bits"
     if metric.kind == "sum":
-        _check_noise(f"metric {name!r}", epsilon, kappa, linf * units, advice)
+        check(Fraction(1), linf * units)
+    elif reuses_count:  # a mean whose divisor is a released count: all its share on the sum of offsets
+        check(Fraction(1), linf * units * 2)
     else:  # a mean: half the share on a sum of offsets (at most the full range), half on a row count
-        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf * units * 2, advice)
-        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf, advice)
+        check(Fraction(1, 2), linf * units * 2)
+        check(Fraction(1, 2), linf)
 
 
 def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fraction, delta: Fraction,
@@ -317,7 +383,7 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
                    public: bool, strategy: object = "pi_opt", bounds_scope: object = "dataset",
                    weights: Mapping[str, object] | None = None, confidence_level: object = None,
                    precision_bits: object = DEFAULT_PRECISION_BITS, null_privacy_units: object = "error",
-                   ) -> AggregatePlan:
+                   noise: object = "auto") -> AggregatePlan:
     """Check every parameter of a GROUP BY and derive its plan, before any data is read.
 
     Raises TypeError or ValueError naming the parameter. Nothing here looks at the data."""
@@ -341,6 +407,8 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     _check_names(privacy_unit, names, checked, value_columns, level)
     given = _given_bounds(checked, precision_bits)
     auto_columns = [c for c in value_columns if c not in given]
+    if not isinstance(noise, str) or noise not in NOISE_CHOICES:
+        raise ValueError(f"noise must be 'auto', 'laplace' or 'gaussian', got {short(noise)}")
     eps_total = _epsilon_total(epsilon)
     delta_total = check_delta(delta)[1]
     chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
@@ -351,9 +419,19 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
         shares = {"selection": (eps_sel, delta_sel),
                   **budget_shares(eps_total - eps_sel, Fraction(0), step_weights(checked, auto_columns, True, weights))}
+    means = mean_sources(checked)
+    # The δ the selection and the Gaussian metrics share: all of it, or what a strategy object left.
+    delta_free = delta_total if chosen is None else delta_total - chosen.params.delta_exact
+    has_selection = chosen is None and not public
+    noises, group, reason = choose_noise(checked, {n: shares[n][0] for n in checked if n in shares}, noise,
+                                         delta_free, has_selection, kappa, linf)
+    if group is not None and has_selection:  # the selection keeps the rest of δ
+        shares["selection"] = (shares["selection"][0], delta_total - group.delta)
+    plan_noise = metric_noises(noises, shares, group, kappa, linf)
     for name, metric in checked.items():
-        _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
-                            precision_bits)
+        if name in plan_noise:
+            _check_metric_noise(name, metric, plan_noise[name], name in means and means[name].count is not None,
+                                given.get(metric.column or ""), precision_bits)
     for column in auto_columns:
         _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
                      linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
@@ -379,5 +457,6 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
                          given_bounds=given, auto_columns=auto_columns, epsilon=eps_total, delta=delta_total,
                          shares=shares, kappa=kappa, linf=linf, strategy=strat, public=public,
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
-                         null_privacy_units=str(null_privacy_units))
+                         null_privacy_units=str(null_privacy_units), noises=noises, gaussian=group,
+                         noise_reason=reason, means=means)
 
