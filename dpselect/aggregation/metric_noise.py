@@ -201,13 +201,15 @@ def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: np
 
 def _derived_mean(label: str, count: Released, total: Released, grids: PartitionGrids, level: float | None
                   ) -> tuple[npt.NDArray[Any], Any, Any, Component, None]:
-    """The released sum over the released row count (at least 1), clamped to the bounds: a
-    function of released values only, so it spends no budget (post-processing, Dwork and Roth,
+    """The released sum over the released row count, clamped to the bounds (the bounds'
+    midpoint where the noisy count is below 1): a function of released values only, so it spends no budget (post-processing, Dwork and Roth,
     Proposition 2.1). Its interval: both released values' intervals at level 1 − α/2 (union
     bound, :func:`mean_interval`)."""
     divisor = np.maximum(count.noisy, 1).astype(np.float64)
-    mean = np.where(grids.found, np.clip(np.ldexp(total.noisy.astype(np.float64) / divisor, grids.exponent),
-                                         grids.lower, grids.upper), np.nan)
+    quotient = np.clip(np.ldexp(total.noisy.astype(np.float64) / divisor, grids.exponent), grids.lower, grids.upper)
+    # A noisy count below 1 says nothing of the mean: the bounds' midpoint, as a mean of its own gives.
+    midpoint = np.ldexp(((grids.lower_units + grids.upper_units) // 2).astype(np.float64), grids.exponent)
+    mean = np.where(grids.found, np.where(count.noisy >= 1, quotient, midpoint), np.nan)
     low = high = None
     if level is not None:
         each = split_level(level, 2)
