@@ -174,7 +174,7 @@ def test_the_release_composes_to_the_formula_exactly_and_within_the_request():
     assert (g.epsilon_exact, g.delta_exact) == (want_eps, want_delta)
     assert g.epsilon_exact <= eps and g.delta_exact <= delta
     assert g.gaussian_group == (rho, eps_z, zcdp_delta(rho, eps_z)) and g.rho is None
-    assert "converted once" in str(g) and "converted once" in g.summary()
+    assert "converted once" in str(g) and "Gaussian ρ" in g.summary()
     assert g.as_dict()["gaussian_group"]["rho"] >= float(rho)
     # A broken composition would not match: δ_z forgotten, or ρ summed and never converted.
     assert sum((c.delta_exact for c in g.components), Fraction(0)) != g.delta_exact

@@ -197,10 +197,10 @@ class AggregateGuarantee:
                                                                 ("metric", kinds.count("metric"))) if n]
         tag = "" if self.privacy_guaranteed else " [NOT DP: deterministic test RNG]"
         group = self.gaussian_group
-        gauss = "" if group is None else (f" (Gaussian metrics: ρ = {format_upper(group[0])}, converted once to "
-                                          f"ε = {format_upper(group[1])}, δ = {format_delta(group[2])})")
+        # The Gaussian metrics' ρ and the ε at which it was converted once (their δ is in the total).
+        gauss = "" if group is None else f", Gaussian ρ = {format_upper(group[0])}"
         return (f"(ε = {format_upper(self.epsilon_exact)}, δ = {format_delta(self.delta_exact)})-DP GROUP BY: "
-                f"{' + '.join(steps) or 'no step'}{gauss}, κ = {self.kappa}, L∞ = {self.linf}{tag}")
+                f"{' + '.join(steps) or 'no step'}, κ = {self.kappa}, L∞ = {self.linf}{gauss}{tag}")
 
     def __repr__(self) -> str:
         return f"AggregateGuarantee: {self.summary()} — str() for the statement, .components for each step"
