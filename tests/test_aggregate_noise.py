@@ -263,3 +263,33 @@ def test_a_mean_with_a_released_sum_and_count_is_their_quotient_and_spends_nothi
     mean = next(c for c in out.guarantee.components if c.what.startswith("m ="))
     assert (mean.epsilon_exact, mean.delta_exact, mean.rho) == (0, 0, None)
     assert out.guarantee.epsilon_exact <= 1
+
+
+def test_the_tsgd_release_noisy_user_counts_are_the_user_count_metric():
+    from dpselect.aggregation.intervals import tsgd_half_width
+
+    metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count()}
+    p = plan(metrics, strategy="release", noise="laplace")
+    assert p.selection_counts == "users" and "users" not in p.shares and "users" not in p.noises
+    assert p.shares["selection"][0] == Fraction(2, 3)  # its weight went to the selection
+    with pytest.raises(ValueError, match="weigh 'selection' instead"):
+        plan(metrics, strategy="release", weights={"users": 2})
+    # A user count that asks for its own noise keeps it; other strategies release no counts.
+    assert plan({"users": dpselect.count_distinct_units(noise="laplace")}, strategy="release").selection_counts is None
+    assert plan(metrics, strategy="pi_opt").selection_counts is None
+
+    keys, users = 40, 200
+    out = dpselect.aggregate(users_per_key(keys, users), privacy_unit="u", by="k", metrics=metrics, epsilon=1.0,
+                             delta=1e-6, strategy="release", noise="laplace", confidence_level=0.9,
+                             rng=InsecureDeterministicRNG(seed=7), **BOUNDS)
+    strat = p.strategy
+    f = out.frame
+    assert len(f) == keys
+    h = tsgd_half_width(strat.table, 0.9)
+    assert (f["users_ci_high"] - f["users"] == h).all() and (f["users"] - f["users_ci_low"] == h).all()
+    assert ((f["users"] - users).abs() <= strat.k).all()  # TSGD noise never exceeds k
+    g = out.guarantee
+    by_name = {c.what.split(" = ")[0]: c for c in g.components}
+    assert (by_name["users"].epsilon_exact, by_name["users"].delta_exact) == (0, 0)
+    assert g.epsilon_exact == g.components[0].epsilon_exact + by_name["rows"].epsilon_exact <= 1
+    assert g.delta_exact == g.components[0].delta_exact <= Fraction(1, 10**6)

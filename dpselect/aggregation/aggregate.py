@@ -25,7 +25,7 @@ from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
-from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics
+from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
@@ -40,6 +40,7 @@ from dpselect.ingest.public_keys import public_table, with_public_partitions
 from dpselect.rng import resolve_rng, shard_test_state
 from dpselect.ingest.rows import PartitionCounts, RowCounter, arrow_from_numpy
 from dpselect.mechanisms.protocols import CountMechanism, IndependentSelection
+from dpselect.mechanisms.tsgd import TSGDRelease
 
 __all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
@@ -228,6 +229,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     candidates = np.flatnonzero(users_kept > 0)
     strat = plan.strategy
     selection_guarantee = None
+    given: dict[str, Any] = {}
     if listed is not None:
         data_keys = counter.keys_of(candidates)
         joined, _ = with_public_partitions(PartitionCounts(data_keys, candidates + 1), listed, only_public=True)
@@ -243,6 +245,11 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         if not released.any():
             _warn_nothing_released(strat)
         selection_guarantee = result.guarantee.enforced()
+        if plan.selection_counts is not None:  # the TSGD release's noisy user counts are that metric
+            assert result.noisy_counts is not None and isinstance(strat, TSGDRelease)
+            name = plan.selection_counts
+            given[name] = selection_counts_metric(plan.metric_labels()[name], result.noisy_counts[released],
+                                                  strat.table, plan.confidence_level)
         components.insert(0, Component(f"selection of keys ({strat.name})", as_fraction(selection_guarantee.epsilon),
                                        selection_guarantee.delta_exact, str(selection_guarantee)))
 
@@ -277,7 +284,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     level = plan.confidence_level
     columns: dict[str, npt.NDArray[Any]] = {}
     metrics_out = release_metrics(plan.metric_labels(), plan.metrics, plan.metric_noise(kappa, linf), plan.means,
-                                  stat(users_kept), stat(rows_kept), out_sums, out_grids, level, generator)
+                                  stat(users_kept), stat(rows_kept), out_sums, out_grids, level, generator, given)
     for name, (values_out, low, high, component) in metrics_out.items():
         columns[name] = values_out
         if level is not None:

@@ -17,13 +17,14 @@ import numpy.typing as npt
 
 from dpselect.aggregation.grid import Grid
 from dpselect.aggregation.guarantee import Component
-from dpselect.aggregation.intervals import mean_interval, split_level
+from dpselect.aggregation.intervals import interval, mean_interval, split_level, tsgd_half_width
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, IntegerNoise
 from dpselect.aggregation.noise_choice import MeanSource, MetricNoise
 from dpselect.aggregation.wide import SUM_LIMIT, Wide
+from dpselect.core.tables import TSGDTable
 
-__all__ = ["PartitionGrids", "Released", "noisy_metric", "release_metrics"]
+__all__ = ["PartitionGrids", "Released", "noisy_metric", "release_metrics", "selection_counts_metric"]
 
 
 @dataclass(frozen=True)
@@ -223,16 +224,34 @@ def _derived_mean(label: str, count: Released, total: Released, grids: Partition
     return mean, low, high, Component(label, Fraction(0), Fraction(0), text), None
 
 
+def selection_counts_metric(label: str, noisy: npt.NDArray[np.int64], table: TSGDTable, level: float | None
+                            ) -> tuple[npt.NDArray[np.int64], Any, Any, Component]:
+    """The user-count metric served by the TSGD release's own noisy user counts: the released
+    keys' n + X, with the half-width of the certified k-TSGD table at ``level``. It spends
+    nothing beyond the selection's (ε, δ), which covers the keys and their noisy counts
+    together (docs/privacy/tsgd-release.md)."""
+    low = high = None
+    if level is not None:
+        low, high = interval(noisy, tsgd_half_width(table, level))
+    text = ("the noisy user counts the TSGD release published with the keys (k-truncated symmetric geometric "
+            "noise, counted in the selection's step): no budget of its own.")
+    return noisy, low, high, Component(label, Fraction(0), Fraction(0), text)
+
+
 def release_metrics(labels: dict[str, str], metrics: dict[str, Metric], noises: dict[str, MetricNoise],
                     means: dict[str, MeanSource], users: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
-                    sums: dict[str, Wide], grids: dict[str, PartitionGrids], level: float | None, rng: Any
+                    sums: dict[str, Wide], grids: dict[str, PartitionGrids], level: float | None, rng: Any,
+                    given: dict[str, tuple[npt.NDArray[Any], Any, Any, Component]] | None = None
                     ) -> dict[str, tuple[npt.NDArray[Any], Any, Any, Component]]:
     """Every metric of a release, in the order asked, each mean after the count and sum it
-    reuses (so they are drawn first); the same for one machine and Spark's executors."""
+    reuses (so they are drawn first); ``given``: metrics already released by the selection
+    (:func:`selection_counts_metric`). The same for one machine and Spark's executors."""
     order = [n for n in metrics if metrics[n].kind != "mean"] + [n for n in metrics if metrics[n].kind == "mean"]
     released: dict[str, Released] = {}
-    out = {}
+    out = dict(given or {})
     for name in order:
+        if name in out:
+            continue
         m = metrics[name]
         source = means.get(name)
         count = released[source.count] if source is not None and source.count is not None else None

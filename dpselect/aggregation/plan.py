@@ -82,6 +82,9 @@ class AggregatePlan:
     gaussian: GaussianGroup | None = None  # the Gaussian metrics' (ε_z, δ_z, ρ_z)
     noise_reason: str = ""
     means: dict[str, MeanSource] = dataclasses.field(default_factory=dict)
+    # The user-count metric whose values are the TSGD release's own noisy user counts (strategy
+    # "release"): no noise or share of its own.
+    selection_counts: str | None = None
 
     def metric_noise(self, kappa: int, linf: int) -> dict[str, MetricNoise]:
         """Each budget-spending metric's noise at contribution bounds (κ, L∞): its kind, its ε
@@ -253,24 +256,29 @@ def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, 
 
 
 def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
-             weights: Mapping[str, object] | None) -> dict[str, Fraction]:
+             weights: Mapping[str, object] | None, selection_counts: str | None = None) -> dict[str, Fraction]:
     """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
     column whose bounds are found privately ("bounds:<column>"), 1 per metric that spends
-    budget (a mean computed from a released sum and count spends none); ``weights`` overrides
-    any of them."""
+    budget (a mean computed from a released sum and count spends none; the user count that the
+    TSGD release's noisy counts serve, ``selection_counts``, gives its 1 to the selection);
+    ``weights`` overrides any of them."""
     default: dict[str, Fraction] = {}
     if not public:
-        default["selection"] = Fraction(1)
+        default["selection"] = Fraction(1 if selection_counts is None else 2)
     for column in auto_columns:
         default[f"bounds:{column}"] = Fraction(1)
     derived = {name: source for name, source in mean_sources(metrics).items() if source.derived}
     for name in metrics:
-        if name not in derived:
+        if name not in derived and name != selection_counts:
             default[name] = Fraction(1)
     if weights is None:
         return default
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a dict of step -> weight, got {type(weights).__name__}")
+    if selection_counts is not None and selection_counts in weights:
+        raise ValueError(f"weights names {selection_counts!r}, a user count released by the selection itself "
+                         "(strategy 'release' publishes each key's noisy user count; no budget of its own); weigh "
+                         "'selection' instead")
     for name, source in derived.items():
         if name in weights:
             raise ValueError(f"weights names {name!r}, a mean computed from the released sum {source.total!r} over "
@@ -413,12 +421,19 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     delta_total = check_delta(delta)[1]
     chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
                                                                      weights)
+    # With the TSGD release the selection publishes every released key's noisy user count: the
+    # first user-count metric (one that asks for no noise of its own) is those counts.
+    selection_counts = None
+    if not public and (chosen.name if chosen is not None else strategy) == "release":
+        selection_counts = next((n for n, m in checked.items() if m.kind == "count_distinct_units" and m.noise is None),
+                                None)
     if chosen is None:
-        shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights))
+        shares = budget_shares(eps_total, delta_total,
+                               step_weights(checked, auto_columns, public, weights, selection_counts))
     else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
         eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
-        shares = {"selection": (eps_sel, delta_sel),
-                  **budget_shares(eps_total - eps_sel, Fraction(0), step_weights(checked, auto_columns, True, weights))}
+        rest = step_weights(checked, auto_columns, True, weights, selection_counts)
+        shares = {"selection": (eps_sel, delta_sel), **budget_shares(eps_total - eps_sel, Fraction(0), rest)}
     means = mean_sources(checked)
     # The δ the selection and the Gaussian metrics share: all of it, or what a strategy object left.
     delta_free = delta_total if chosen is None else delta_total - chosen.params.delta_exact
@@ -458,5 +473,5 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
                          shares=shares, kappa=kappa, linf=linf, strategy=strat, public=public,
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
                          null_privacy_units=str(null_privacy_units), noises=noises, gaussian=group,
-                         noise_reason=reason, means=means)
+                         noise_reason=reason, means=means, selection_counts=selection_counts)
 

@@ -323,7 +323,7 @@ def aggregate(
 
     release = Release(keys, value_columns, checked, plan.metric_noise(kappa, linf), grids, kappa, linf,
                       confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
-                      unbounded=tuple(unbounded), means=plan.means)
+                      unbounded=tuple(unbounded), means=plan.means, selection_counts=plan.selection_counts)
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}
