@@ -94,7 +94,7 @@ def aggregate(
     max_partitions_contributed: int | None = None,
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
-    strategy: str | CountMechanism = "pi_opt",
+    strategy: str | CountMechanism = "auto",
     noise: str = "auto",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
@@ -116,17 +116,26 @@ def aggregate(
        the package CSPRNG. Both are required: they are what one person may contribute, and
        should come from public knowledge of the data (or a held-out sample), never from the
        exact report of the data released;
-    2. selection (skipped with ``public_partitions``): ``strategy`` (default "pi_opt", the
-       optimal rule of Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022, Theorems 1–3; or
-       "release", "laplace", "gaussian") on the bounded distinct-user counts, with the selection's
-       share of ε and all of δ. A mechanism built by :func:`dpselect.make_strategy` (one of those,
-       at the same κ) spends its own (ε, δ) instead: the other steps share the rest of ε;
+    2. selection (skipped with ``public_partitions``): ``strategy`` on the bounded distinct-user
+       counts, with the selection's share of ε and of δ (all of it, or half when Gaussian metrics
+       take the other half): "pi_opt" (the optimal rule of Desfontaines, Voss, Gipson, Mandayam,
+       PoPETs 2022, Theorems 1–3), "release" (TSGD: its noisy user counts are then the
+       ``count_distinct_units`` metric, whose weight goes to the selection), "laplace",
+       "gaussian", or "auto" (default: the one that needs the fewest users to release a key at
+       that share and κ, from the parameters only; :func:`dpselect.mechanisms.recommend.recommend`).
+       A mechanism built by :func:`dpselect.make_strategy` (one of those, at the same κ) spends its
+       own (ε, δ) instead: the other steps share the rest of ε;
     3. bounds: a value column of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS
        over all kept values (its own share; docs/privacy/approx-bounds.md);
-    4. metrics: each gets its share of ε and exact discrete Laplace noise (Canonne, Kamath,
-       Steinke, NeurIPS 2020) scaled to its sensitivity: κ for a user count, κ·L∞ for a row
-       count, κ·L∞·max|value| in grid units for a sum; a mean is its bounds' midpoint plus a
-       noisy sum of offsets from it over a noisy row count, each with half its share.
+    4. metrics: each gets its share of ε and exact discrete Laplace noise, or exact discrete
+       Gaussian noise (Canonne, Kamath, Steinke, NeurIPS 2020) scaled to its sensitivity: κ for a
+       user count, κ·L∞ for a row count, κ·L∞·max|value| in grid units for a sum; a mean is its
+       bounds' midpoint plus a noisy sum of offsets from it over a noisy row count, each with half
+       its share (or the released ``count()`` as divisor; or, with a released ``sum`` of its
+       column too, their quotient, spending nothing). ``noise``: "auto" (default: per metric, the
+       law with the smaller standard deviation, from the parameters only), "laplace" or
+       "gaussian"; a metric's own ``noise=`` wins. The Gaussian metrics compose as one zCDP group,
+       converted once to (ε, δ) (docs/privacy/aggregate.md, "Composition").
        Values are clamped and snapped to a power-of-two grid first (Mironov, CCS 2012), so no
        float noise is ever added; sums are exact (128-bit) and each key's is clamped to ±2^62
        grid units before noise, a 1-Lipschitz step that keeps every sensitivity.

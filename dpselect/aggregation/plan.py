@@ -44,12 +44,15 @@ from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
-__all__ = ["AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "metric_noises", "plan_aggregate",
+__all__ = ["AGGREGATE_STRATEGIES", "AggregatePlan", "SELECTION_STRATEGIES", "budget_shares", "float_down", "metric_noises", "plan_aggregate",
            "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
 SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+# By name: those, or "auto", the one that releases the most at the selection's share (chosen from
+# the parameters only, :func:`dpselect.mechanisms.recommend.recommend`).
+AGGREGATE_STRATEGIES = ("auto", *SELECTION_STRATEGIES)
 _MAX_EPSILON = 2**20
 _BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
                  "never from the exact report of the data you release")
@@ -386,9 +389,23 @@ def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fracti
     return strategy
 
 
+def _recommended(epsilon: float, delta: float, kappa: int) -> tuple[str, dict[str, object], str]:
+    """strategy="auto": the count-based selection that needs the fewest users to release a key
+    with probability 1/2 at the selection's (ε, δ) and κ — public parameters only — with its
+    options, and one line naming it."""
+    from dpselect.mechanisms.recommend import recommend
+
+    choice = recommend(epsilon, delta, kappa)
+    best = min(c.midpoint for c in choice.candidates if c.label == choice.label)
+    return choice.strategy, dict(choice.options), (
+        f"strategy='auto' chose {choice.label} for the selection: a key needs {best:.1f} users to be released with "
+        f"probability 1/2 at its share (epsilon {epsilon:.3g}, delta {delta:.3g}, kappa {kappa}), the fewest of the "
+        "count-based selections.")
+
+
 def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon: object, delta: object,
                    max_partitions_contributed: object, max_contributions_per_partition: object,
-                   public: bool, strategy: object = "pi_opt", bounds_scope: object = "dataset",
+                   public: bool, strategy: object = "auto", bounds_scope: object = "dataset",
                    weights: Mapping[str, object] | None = None, confidence_level: object = None,
                    precision_bits: object = DEFAULT_PRECISION_BITS, null_privacy_units: object = "error",
                    noise: object = "auto") -> AggregatePlan:
@@ -421,51 +438,72 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     delta_total = check_delta(delta)[1]
     chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
                                                                      weights)
-    # With the TSGD release the selection publishes every released key's noisy user count: the
-    # first user-count metric (one that asks for no noise of its own) is those counts.
-    selection_counts = None
-    if not public and (chosen.name if chosen is not None else strategy) == "release":
-        selection_counts = next((n for n, m in checked.items() if m.kind == "count_distinct_units" and m.noise is None),
-                                None)
-    if chosen is None:
-        shares = budget_shares(eps_total, delta_total,
-                               step_weights(checked, auto_columns, public, weights, selection_counts))
-    else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
-        eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
-        rest = step_weights(checked, auto_columns, True, weights, selection_counts)
-        shares = {"selection": (eps_sel, delta_sel), **budget_shares(eps_total - eps_sel, Fraction(0), rest)}
-    means = mean_sources(checked)
+    if chosen is None and strategy not in AGGREGATE_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(AGGREGATE_STRATEGIES)} (a count-based selection of "
+                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
+    has_selection = chosen is None and not public
     # The δ the selection and the Gaussian metrics share: all of it, or what a strategy object left.
     delta_free = delta_total if chosen is None else delta_total - chosen.params.delta_exact
-    has_selection = chosen is None and not public
-    noises, group, reason = choose_noise(checked, {n: shares[n][0] for n in checked if n in shares}, noise,
-                                         delta_free, has_selection, kappa, linf)
-    if group is not None and has_selection:  # the selection keeps the rest of δ
-        shares["selection"] = (shares["selection"][0], delta_total - group.delta)
-    plan_noise = metric_noises(noises, shares, group, kappa, linf)
-    for name, metric in checked.items():
-        if name in plan_noise:
-            _check_metric_noise(name, metric, plan_noise[name], name in means and means[name].count is not None,
-                                given.get(metric.column or ""), precision_bits)
-    for column in auto_columns:
-        _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
-                     linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
-                     "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
-    if chosen is None and strategy not in SELECTION_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
-                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
-    strat: CountMechanism | None = chosen
-    if chosen is None and not public:
+
+    def split(selection_counts: str | None) -> tuple[dict[str, tuple[Fraction, Fraction]], dict[str, str],
+                                                     GaussianGroup | None, str]:
+        """The shares, each metric's noise and the Gaussian group, for a selection that does (or
+        does not) release the user-count metric ``selection_counts``."""
+        if chosen is None:
+            shares = budget_shares(eps_total, delta_total,
+                                   step_weights(checked, auto_columns, public, weights, selection_counts))
+        else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
+            rest = step_weights(checked, auto_columns, True, weights, selection_counts)
+            shares = {"selection": (chosen.params.epsilon_exact, chosen.params.delta_exact),
+                      **budget_shares(eps_total - chosen.params.epsilon_exact, Fraction(0), rest)}
+        noises, group, reason = choose_noise(checked, {n: shares[n][0] for n in checked if n in shares}, noise,
+                                             delta_free, has_selection, kappa, linf)
+        if group is not None and has_selection:  # the selection keeps the rest of δ
+            shares["selection"] = (shares["selection"][0], delta_total - group.delta)
+        return shares, noises, group, reason
+
+    def counts_metric(name: object) -> str | None:
+        # With the TSGD release the selection publishes every released key's noisy user count: the
+        # first user-count metric (one that asks for no noise of its own) is those counts.
+        if public or name != "release":
+            return None
+        return next((n for n, m in checked.items() if m.kind == "count_distinct_units" and m.noise is None), None)
+
+    name = chosen.name if chosen is not None else strategy
+    selection_counts = counts_metric(name)
+    shares, noises, group, reason = split(selection_counts)
+    options: dict[str, object] = {}
+    if has_selection:
         eps_sel, delta_sel = shares["selection"]
         if delta_sel == 0:
             raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines et "
                              "al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
                              "delta > 0, or pass public_partitions (keys known in advance) to release under pure DP")
-        args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
-        if args[1] <= 0:
+        if float_down(eps_sel) <= 0:
             raise ValueError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
                              "raise epsilon or the 'selection' weight")
-        built = build_strategy(*args)
+        if name == "auto":
+            name, options, why = _recommended(float_down(eps_sel), float_down(delta_sel), kappa)
+            reason = f"{why} {reason}"
+            selection_counts = counts_metric(name)
+            if selection_counts is not None:  # the user count's weight goes to the selection (chosen without it)
+                shares, noises, group, more = split(selection_counts)
+                reason = f"{why} {more}"
+    plan_noise = metric_noises(noises, shares, group, kappa, linf)
+    means = mean_sources(checked)
+    for metric_name, metric in checked.items():
+        if metric_name in plan_noise:
+            _check_metric_noise(metric_name, metric, plan_noise[metric_name],
+                                metric_name in means and means[metric_name].count is not None,
+                                given.get(metric.column or ""), precision_bits)
+    for column in auto_columns:
+        _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
+                     linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
+                     "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
+    strat: CountMechanism | None = chosen
+    if has_selection:
+        eps_sel, delta_sel = shares["selection"]
+        built = build_strategy(name, float_down(eps_sel), float_down(delta_sel), kappa, False, False, **options)
         assert isinstance(built, CountMechanism)  # the names above are count-based
         strat = built
     return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,

@@ -91,7 +91,7 @@ are held in memory. Unlike 'dpselect select', files larger than memory are not s
 See docs/aggregate.md and docs/privacy/aggregate.md.
 """
 
-_AGGREGATE_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+_AGGREGATE_STRATEGIES = ("auto", "pi_opt", "release", "laplace", "gaussian")
 
 _VALUE_TYPES = ("float64", "int64")
 
@@ -134,7 +134,8 @@ def add_parser(commands: Any) -> None:
                      "columns: exactly these keys are released (with statistics 0 plus noise where absent), "
                      "no selection runs and delta may be 0")
     agg.add_argument("--strategy", default=None, choices=_AGGREGATE_STRATEGIES,
-                     help="key selection mechanism (default pi_opt, the optimal keep rule); not with "
+                     help="key selection mechanism (default auto: the one that needs the fewest users to "
+                     "release a key at the selection's share, from the parameters only); not with "
                      "--public-partitions")
     agg.add_argument("--noise", choices=("auto", "laplace", "gaussian"), default="auto",
                      help="each metric's noise: discrete Laplace (pure epsilon-DP), discrete Gaussian (zCDP, "
@@ -530,7 +531,7 @@ def _aggregate_parameters(args: argparse.Namespace, metrics: dict[str, Any]) -> 
     return dict(privacy_unit=args.privacy_unit, by=list(args.by), metrics=metrics, epsilon=args.epsilon,
                 delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
                 max_contributions_per_partition=args.max_contributions_per_partition,
-                strategy=args.strategy or "pi_opt", bounds_scope=args.bounds_scope, noise=args.noise,
+                strategy=args.strategy or "auto", bounds_scope=args.bounds_scope, noise=args.noise,
                 confidence_level=args.confidence_level,
                 null_privacy_units="drop" if args.drop_null_privacy_units else "error")
 

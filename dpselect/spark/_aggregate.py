@@ -189,7 +189,7 @@ def aggregate(
     max_partitions_contributed: int | None = None,
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
-    strategy: str | CountMechanism = "pi_opt",
+    strategy: str | CountMechanism = "auto",
     noise: str = "auto",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
