@@ -293,3 +293,25 @@ def test_the_tsgd_release_noisy_user_counts_are_the_user_count_metric():
     assert (by_name["users"].epsilon_exact, by_name["users"].delta_exact) == (0, 0)
     assert g.epsilon_exact == g.components[0].epsilon_exact + by_name["rows"].epsilon_exact <= 1
     assert g.delta_exact == g.components[0].delta_exact <= Fraction(1, 10**6)
+
+
+# ------------------------------------------------------------------ strategy="auto"
+
+@pytest.mark.parametrize("kappa", [1, 4])
+def test_auto_strategy_is_the_recommended_count_selection_at_the_selection_share(kappa):
+    from dpselect.aggregation.plan import float_down
+    from dpselect.mechanisms.recommend import recommend
+
+    metrics = {"n": dpselect.count()}
+    p = plan(metrics, kappa=kappa, noise="laplace")  # strategy left out: "auto"
+    eps_s, delta_s = p.shares["selection"]
+    want = recommend(float_down(eps_s), float_down(delta_s), kappa)
+    assert p.strategy.name == want.strategy and "strategy='auto' chose" in p.noise_reason
+    out = dpselect.aggregate(users_per_key(20, 300), privacy_unit="u", by="k", metrics=metrics, epsilon=1.0,
+                             delta=1e-6, max_partitions_contributed=kappa, max_contributions_per_partition=1,
+                             noise="laplace", rng=InsecureDeterministicRNG(seed=8))
+    g = out.guarantee
+    assert g.components[0].what == f"selection of keys ({want.strategy})"
+    assert g.epsilon_exact == g.components[0].epsilon_exact + g.components[1].epsilon_exact <= 1
+    assert g.delta_exact == g.components[0].delta_exact <= Fraction(1, 10**6)
+    assert "strategy='auto' chose" in str(g)
