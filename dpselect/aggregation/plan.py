@@ -439,8 +439,9 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     chosen = None if isinstance(strategy, str) else _strategy_object(strategy, public, kappa, eps_total, delta_total,
                                                                      weights)
     if chosen is None and strategy not in AGGREGATE_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(AGGREGATE_STRATEGIES)} (a count-based selection of "
-                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys) or 'auto' (the one of them that releases the most here), got {strategy!r}; for a "
+                         "list of keys known in advance pass public_partitions")
     has_selection = chosen is None and not public
     # The δ the selection and the Gaussian metrics share: all of it, or what a strategy object left.
     delta_free = delta_total if chosen is None else delta_total - chosen.params.delta_exact
