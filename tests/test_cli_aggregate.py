@@ -408,8 +408,10 @@ def _raises_overflow(message: str, exception: type = ValueError, read_first: boo
 
 @pytest.mark.parametrize("extra,message", [
     # The library's own check of the budget split, now made before the input is read.
+    (["--max-partitions-contributed", "2147483648", "--max-contributions-per-partition", "2147483648",
+      "--strategy", "pi_opt"], "is too small for strategy 'pi_opt'"),
     (["--max-partitions-contributed", "2147483648", "--max-contributions-per-partition", "2147483648"],
-     "is too small for strategy 'pi_opt'"),
+     "no mechanism can run at these parameters"),
     (["--epsilon", "1e-320"], "argument --epsilon/-e: '1e-320' is too close to 0 for a float64"),
     (["--epsilon", "1" + "0" * 400], "argument --epsilon/-e: '1000"),
     (["--metric", "sum:amount:0:1" + "0" * 400], "the bounds must be at most 1.797"),

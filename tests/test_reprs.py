@@ -47,7 +47,7 @@ def shop(n: int = 4_321, users: int = 800, seed: int = 0, key: str = "city", val
 def shop_release(data: object = None, **kwargs: object) -> object:
     args: dict[str, object] = dict(privacy_unit="user", by="city", metrics=METRICS, epsilon=1, delta=1e-6,
                                    max_partitions_contributed=4, max_contributions_per_partition=2,
-                                   rng=InsecureDeterministicRNG(seed=1), noise="laplace")
+                                   rng=InsecureDeterministicRNG(seed=1), noise="laplace", strategy="pi_opt")
     args.update(kwargs)
     return dpselect.aggregate(shop() if data is None else data, **args)
 
