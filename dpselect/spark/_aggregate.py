@@ -204,8 +204,9 @@ def aggregate(
     (``epsilon``, ``delta``)-DP: :func:`dpselect.aggregate` run by Spark, with its statement
     (docs/privacy/aggregate.md): each user is bounded once (κ keys, then at most
     L∞ = ``max_contributions_per_partition`` rows in each kept key, uniform subsets drawn with
-    the package CSPRNG on the executors), keys are selected by ``strategy`` on the bounded user
-    counts with the selection's share of ε and all of δ (a mechanism built by
+    the package CSPRNG on the executors), keys are selected by ``strategy`` (default "auto": the
+    recommended count-based selection, as on one machine) on the bounded user counts with the
+    selection's share of ε and of δ (a mechanism built by
     :func:`dpselect.make_strategy` spends its own (ε, δ), as on one machine), a value column
     of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
     "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete
