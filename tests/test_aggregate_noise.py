@@ -30,6 +30,7 @@ BOUNDS = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
 
 
 def plan(metrics, *, epsilon=1.0, delta=1e-6, kappa=1, linf=1, public=False, **kwargs):
+    kwargs.setdefault("strategy", "pi_opt")  # "auto" has its own tests (it builds every candidate)
     return plan_aggregate(privacy_unit="u", by="k", metrics=metrics, epsilon=epsilon, delta=delta,
                           max_partitions_contributed=kappa, max_contributions_per_partition=linf, public=public,
                           **kwargs)
@@ -121,20 +122,21 @@ def test_the_choice_reads_no_data():
 def test_delta_is_split_between_the_selection_and_the_gaussian_group():
     delta = Fraction(1, 10**6)
     metrics = {"n": dpselect.count_distinct_units()}
-    both = plan(metrics, kappa=100, noise="gaussian")
+    both = plan(metrics, kappa=4, noise="gaussian")
     assert both.shares["selection"][1] == delta / 2 and both.gaussian.delta == delta / 2
     assert both.gaussian.rho == rho_for_epsilon_delta(both.shares["n"][0], delta / 2)
-    alone = plan(metrics, kappa=100, noise="gaussian", public=True)
+    alone = plan(metrics, kappa=4, noise="gaussian", public=True)
     assert alone.gaussian.delta == delta and alone.gaussian.epsilon == 1
-    none = plan(metrics, kappa=100, noise="laplace")
+    none = plan(metrics, kappa=4, noise="laplace")
     assert none.shares["selection"][1] == delta and none.gaussian is None
-    strategy = dpselect.make_strategy("pi_opt", epsilon=0.5, delta=4e-7, max_partitions_contributed=100)
-    given = plan(metrics, kappa=100, noise="gaussian", strategy=strategy)
+    strategy = dpselect.make_strategy("pi_opt", epsilon=0.5, delta=4e-7, max_partitions_contributed=4)
+    given = plan(metrics, kappa=4, noise="gaussian", strategy=strategy)
     assert given.gaussian.delta == delta - Fraction(4, 10**7)
 
 
 # ------------------------------------------------------------------ the composition, exactly
 
+@pytest.mark.slow
 def test_the_release_composes_to_the_formula_exactly_and_within_the_request():
     df = users_per_key(20, 60)
     metrics = {"users": dpselect.count_distinct_units(noise="gaussian"), "rows": dpselect.count(noise="gaussian"),
@@ -142,7 +144,7 @@ def test_the_release_composes_to_the_formula_exactly_and_within_the_request():
                "found": dpselect.sum("y", noise="gaussian")}
     eps, delta, kappa, linf = Fraction(3), Fraction(1, 10**6), 4, 2
     out = dpselect.aggregate(df, privacy_unit="u", by="k", metrics=metrics, epsilon=3.0, delta=1e-6,
-                             max_partitions_contributed=kappa, max_contributions_per_partition=linf,
+                             max_partitions_contributed=kappa, max_contributions_per_partition=linf, strategy="pi_opt",
                              weights={"users": 2, "total": 3}, rng=InsecureDeterministicRNG(seed=3))
     g = out.guarantee
     # Recomputed independently: the shares from the weights (selection 1, bounds:y 1, users 2,
@@ -192,6 +194,7 @@ def test_the_budget_assertion_catches_an_overspent_gaussian_group():
                            kappa=1, linf=1)
 
 
+@pytest.mark.slow
 def test_rho_is_stated_when_every_step_is_zcdp():
     df = users_per_key(10, 30)
     kwargs = dict(privacy_unit="u", by="k", epsilon=1.0, delta=1e-6, public_partitions=list(range(10)),
@@ -297,13 +300,14 @@ def test_the_tsgd_release_noisy_user_counts_are_the_user_count_metric():
 
 # ------------------------------------------------------------------ strategy="auto"
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kappa", [1, 4])
 def test_auto_strategy_is_the_recommended_count_selection_at_the_selection_share(kappa):
     from dpselect.aggregation.plan import float_down
     from dpselect.mechanisms.recommend import recommend
 
     metrics = {"n": dpselect.count()}
-    p = plan(metrics, kappa=kappa, noise="laplace")  # strategy left out: "auto"
+    p = plan(metrics, kappa=kappa, noise="laplace", strategy="auto")
     eps_s, delta_s = p.shares["selection"]
     want = recommend(float_down(eps_s), float_down(delta_s), kappa)
     assert p.strategy.name == want.strategy and "strategy='auto' chose" in p.noise_reason
