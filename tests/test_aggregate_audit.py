@@ -202,8 +202,11 @@ def test_a_uint64_value_above_int64_is_clamped_not_refused():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(epsilon=1e-30), "noise scale"),
-    (dict(epsilon=1e-320), "noise scale"),
+    # Laplace pinned: at such an epsilon the discrete Gaussian (delta > 0) is still representable.
+    (dict(epsilon=1e-30, noise="laplace"), "noise scale"),
+    (dict(epsilon=1e-320, noise="laplace"), "noise scale"),
+    (dict(noise="gaussian", delta=0), "delta = 0"),
+    (dict(noise="normal"), "noise must be"),
     (dict(epsilon=10**400), "epsilon"),
     (dict(epsilon=float("inf")), "epsilon"),
     (dict(weights={"n": 10**400}), "weights"),

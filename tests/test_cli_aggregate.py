@@ -408,8 +408,10 @@ def _raises_overflow(message: str, exception: type = ValueError, read_first: boo
 
 @pytest.mark.parametrize("extra,message", [
     # The library's own check of the budget split, now made before the input is read.
+    (["--max-partitions-contributed", "2147483648", "--max-contributions-per-partition", "2147483648",
+      "--strategy", "pi_opt"], "is too small for strategy 'pi_opt'"),
     (["--max-partitions-contributed", "2147483648", "--max-contributions-per-partition", "2147483648"],
-     "is too small for strategy 'pi_opt'"),
+     "no mechanism can run at these parameters"),
     (["--epsilon", "1e-320"], "argument --epsilon/-e: '1e-320' is too close to 0 for a float64"),
     (["--epsilon", "1" + "0" * 400], "argument --epsilon/-e: '1000"),
     (["--metric", "sum:amount:0:1" + "0" * 400], "the bounds must be at most 1.797"),
@@ -631,3 +633,22 @@ def test_console_entry_point(tmp_path):
                           "-o", str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == cli.EXIT_DATA and bad.stderr.startswith("dpselect aggregate: error:")
     assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_noise_flag_reaches_the_plan_and_its_errors_name_the_flag(tmp_path, capsys):
+    src = write(tmp_path / "in.csv", make_table(), "csv")
+    public = tmp_path / "public.csv"
+    public.write_text("key\na\nc\n")
+    out = tmp_path / "out.csv"
+    common = [src, "-u", "user", "-b", "key", "-e", "4", *BOUNDS, "--metric", "users", "--metric", "rows",
+              "--public-partitions", str(public)]
+    assert run(*common, "-d", "1e-6", "--noise", "gaussian", "-o", str(out)) == 0
+    sidecar = json.loads((tmp_path / "out.csv.guarantee.json").read_text())
+    assert all("rho" in c for c in sidecar["components"]) and sidecar["gaussian_group"]["delta"] <= 1e-6
+    assert "noise='gaussian'" in sidecar["noise_choice"]
+    assert run(*common, "-d", "1e-6", "--noise", "laplace", "-o", str(out)) == 0
+    assert json.loads((tmp_path / "out.csv.guarantee.json").read_text())["gaussian_group"] is None
+    capsys.readouterr()
+    assert run(*common, "-d", "0", "--noise", "gaussian", "-o", str(tmp_path / "other.csv")) == cli.EXIT_USAGE
+    err = one_error(capsys.readouterr().err)
+    assert "delta = 0" in err and "--noise laplace" in err and "noise=" not in err

@@ -24,16 +24,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWar
 
 METRICS = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
            "total": dpselect.sum("spend"), "avg": dpselect.mean("spend", bounds=(0, 100))}
-# What str() of the guarantee of shop_release() said before the reprs changed, word for word:
-# it is the statement that ships in the frame's metadata.
+# What str() of the guarantee of shop_release() says, word for word: it is the statement that ships
+# in the frame's metadata (Laplace noise pinned; avg is the released total over rows, no share).
 STATEMENT = (
     "NOT DP: made with the deterministic test RNG. Were it drawn with the secure generator, this grouped release "
     "(keys and every metric) is (1, 1e-06)-differentially private (computational, ChaCha20 CSPRNG) for neighbouring "
     "datasets that add or remove all rows of one privacy unit (user): dpselect bounded each user to 4 partition(s) "
     "and 2 row(s) per partition (uniform choices), and the steps compose by basic sequential composition: "
-    "(1) selection of keys (pi_opt): (0.2, 1e-06); (2) users = count_distinct_units(): (0.2, 0); "
-    "(3) rows = count(): (0.2, 0); (4) total = sum('spend', bounds=(0, 100), given with metric 'avg'): (0.2, 0); "
-    "(5) avg = mean('spend', bounds=(0, 100)): (0.2, 0). See docs/privacy/aggregate.md.")
+    "(1) selection of keys (pi_opt): (0.25, 1e-06); (2) users = count_distinct_units(): (0.25, 0); "
+    "(3) rows = count(): (0.25, 0); (4) total = sum('spend', bounds=(0, 100), given with metric 'avg'): (0.25, 0); "
+    "(5) avg = mean('spend', bounds=(0, 100)): (0, 0). noise='laplace' asked (Laplace: users, rows, total). "
+    "See docs/privacy/aggregate.md.")
 VOID = {"br", "hr", "img", "input", "meta", "link", "col", "wbr", "source", "area", "base", "embed", "param", "track"}
 
 
@@ -46,7 +47,7 @@ def shop(n: int = 4_321, users: int = 800, seed: int = 0, key: str = "city", val
 def shop_release(data: object = None, **kwargs: object) -> object:
     args: dict[str, object] = dict(privacy_unit="user", by="city", metrics=METRICS, epsilon=1, delta=1e-6,
                                    max_partitions_contributed=4, max_contributions_per_partition=2,
-                                   rng=InsecureDeterministicRNG(seed=1))
+                                   rng=InsecureDeterministicRNG(seed=1), noise="laplace", strategy="pi_opt")
     args.update(kwargs)
     return dpselect.aggregate(shop() if data is None else data, **args)
 
@@ -129,9 +130,9 @@ def test_guarantee_repr_is_one_rounded_line_with_the_exact_values_kept() -> None
     for component in g.components:
         line = repr(component)
         assert "\n" not in line and len(line) < 300 and not long_numbers(line), line
-    assert repr(g.components[0]) == ("Component('selection of keys (pi_opt)': ε = 0.2, δ = 1e-06, "
+    assert repr(g.components[0]) == ("Component('selection of keys (pi_opt)': ε = 0.25, δ = 1e-06, "
                                      "pi_opt partition selection)")
-    assert repr(g.components[1]).endswith("discrete Laplace noise of scale 20)")
+    assert repr(g.components[1]).endswith("discrete Laplace noise of scale 16)")
 
 
 def test_guarantee_repr_counts_private_bounds_and_public_keys_have_no_selection() -> None:

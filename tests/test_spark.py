@@ -860,3 +860,18 @@ def test_a_lost_shuffle_recomputed_mid_release_redraws_nothing(spark, monkeypatc
     assert retried, "the fault did not make Spark recompute a stage"
     assert sum(r[1] for r in rows_of(selected)) == 3000
     assert faulted == clean and sum(r[1] for r in faulted) == 3000
+
+
+def test_aggregate_tsgd_counts_and_gaussian_metrics_equal_the_single_machine_without_noise(spark):
+    # The release's own noisy user counts as the user-count metric, Gaussian noise, a mean reusing
+    # the released sum and count: the same plan on both paths, so the same values and statement.
+    table = _table(5, users=2000, keys=10, rows=6000, max_keys=2, max_rows=2)
+    metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(noise="gaussian"),
+               "total": dpselect.sum("value", bounds=(0, 10)), "avg": dpselect.mean("value", bounds=(0, 10))}
+    kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=1e6, delta=1e-5, strategy="release",
+                  max_partitions_contributed=2, max_contributions_per_partition=2)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    got, want = on_spark.frame.toPandas(), local.frame.to_pandas()
+    assert got.equals(want), (got.head(), want.head())
+    assert str(on_spark.guarantee) == str(local.guarantee) and "converted once" in str(local.guarantee)

@@ -25,7 +25,7 @@ from dpselect.aggregation.budget import Budget
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
-from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
@@ -41,6 +41,7 @@ from dpselect.ingest.public_keys import public_table, with_public_partitions
 from dpselect.rng import resolve_rng, shard_test_state
 from dpselect.ingest.rows import PartitionCounts, RowCounter, arrow_from_numpy
 from dpselect.mechanisms.protocols import CountMechanism, IndependentSelection
+from dpselect.mechanisms.tsgd import TSGDRelease
 
 __all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
@@ -94,7 +95,8 @@ def aggregate(
     max_partitions_contributed: int | str | None = None,
     max_contributions_per_partition: int | str | None = None,
     public_partitions: Any = None,
-    strategy: str | CountMechanism = "pi_opt",
+    strategy: str | CountMechanism = "auto",
+    noise: str = "auto",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
@@ -119,17 +121,26 @@ def aggregate(
        for L∞) with the "contribution_bounds" share of ε, a pure-DP step of its own in the
        statement (docs/privacy/auto-bounds.md). Every check is then made at the largest value
        auto may choose (κ ≤ 256, L∞ ≤ 65536, halved until every step's noise fits);
-    2. selection (skipped with ``public_partitions``): ``strategy`` (default "pi_opt", the
-       optimal rule of Desfontaines, Voss, Gipson, Mandayam, PoPETs 2022, Theorems 1–3; or
-       "release", "laplace", "gaussian") on the bounded distinct-user counts, with the selection's
-       share of ε and all of δ. A mechanism built by :func:`dpselect.make_strategy` (one of those,
-       at the same κ) spends its own (ε, δ) instead: the other steps share the rest of ε;
+    2. selection (skipped with ``public_partitions``): ``strategy`` on the bounded distinct-user
+       counts, with the selection's share of ε and of δ (all of it, or half when Gaussian metrics
+       take the other half): "pi_opt" (the optimal rule of Desfontaines, Voss, Gipson, Mandayam,
+       PoPETs 2022, Theorems 1–3), "release" (TSGD: its noisy user counts are then the
+       ``count_distinct_units`` metric, whose weight goes to the selection), "laplace",
+       "gaussian", or "auto" (default: the one that needs the fewest users to release a key at
+       that share and κ, from the parameters only; :func:`dpselect.mechanisms.recommend.recommend`).
+       A mechanism built by :func:`dpselect.make_strategy` (one of those, at the same κ) spends its
+       own (ε, δ) instead: the other steps share the rest of ε;
     3. bounds: a value column of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS
        over all kept values (its own share; docs/privacy/approx-bounds.md);
-    4. metrics: each gets its share of ε and exact discrete Laplace noise (Canonne, Kamath,
-       Steinke, NeurIPS 2020) scaled to its sensitivity: κ for a user count, κ·L∞ for a row
-       count, κ·L∞·max|value| in grid units for a sum; a mean is its bounds' midpoint plus a
-       noisy sum of offsets from it over a noisy row count, each with half its share.
+    4. metrics: each gets its share of ε and exact discrete Laplace noise, or exact discrete
+       Gaussian noise (Canonne, Kamath, Steinke, NeurIPS 2020) scaled to its sensitivity: κ for a
+       user count, κ·L∞ for a row count, κ·L∞·max|value| in grid units for a sum; a mean is its
+       bounds' midpoint plus a noisy sum of offsets from it over a noisy row count, each with half
+       its share (or the released ``count()`` as divisor; or, with a released ``sum`` of its
+       column too, their quotient, spending nothing). ``noise``: "auto" (default: per metric, the
+       law with the smaller standard deviation, from the parameters only), "laplace" or
+       "gaussian"; a metric's own ``noise=`` wins. The Gaussian metrics compose as one zCDP group,
+       converted once to (ε, δ) (docs/privacy/aggregate.md, "Composition").
        Values are clamped and snapped to a power-of-two grid first (Mironov, CCS 2012), so no
        float noise is ever added; sums are exact (128-bit) and each key's is clamped to ±2^62
        grid units before noise, a 1-Lipschitz step that keeps every sensitivity.
@@ -164,7 +175,7 @@ def aggregate(
                           max_contributions_per_partition=max_contributions_per_partition,
                           public=public_partitions is not None, strategy=strategy, bounds_scope=bounds_scope,
                           weights=weights, confidence_level=confidence_level, precision_bits=precision_bits,
-                          null_privacy_units=null_privacy_units)
+                          null_privacy_units=null_privacy_units, noise=noise)
     generator = resolve_rng(rng)
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
@@ -237,6 +248,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     candidates = np.flatnonzero(users_kept > 0)
     strat = plan.strategy
     selection_guarantee = None
+    given: dict[str, Any] = {}
     if listed is not None:
         data_keys = counter.keys_of(candidates)
         joined, _ = with_public_partitions(PartitionCounts(data_keys, candidates + 1), listed, only_public=True)
@@ -252,6 +264,11 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         if not released.any():
             _warn_nothing_released(strat)
         selection_guarantee = result.guarantee.enforced()
+        if plan.selection_counts is not None:  # the TSGD release's noisy user counts are that metric
+            assert result.noisy_counts is not None and isinstance(strat, TSGDRelease)
+            name = plan.selection_counts
+            given[name] = selection_counts_metric(plan.metric_labels()[name], result.noisy_counts[released],
+                                                  strat.table, plan.confidence_level)
         components.insert(0 if chose is None else 1, Component(
             f"selection of keys ({strat.name})", as_fraction(selection_guarantee.epsilon),
             selection_guarantee.delta_exact, str(selection_guarantee)))
@@ -284,22 +301,18 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
-    labels = plan.metric_labels()
     level = plan.confidence_level
     columns: dict[str, npt.NDArray[Any]] = {}
-    for name, m in plan.metrics.items():
-        eps_m, _ = plan.shares[name]
-        values_out, low, high, component = noisy_metric(labels[name], m, eps_m, kappa, linf, stat(users_kept),
-                                                        stat(rows_kept), out_sums[m.column] if m.column else None,
-                                                        out_grids[m.column] if m.column else None, level,
-                                                        generator)
+    metrics_out = release_metrics(plan.metric_labels(), plan.metrics, plan.metric_noise(kappa, linf), plan.means,
+                                  stat(users_kept), stat(rows_kept), out_sums, out_grids, level, generator, given)
+    for name, (values_out, low, high, component) in metrics_out.items():
         columns[name] = values_out
         if level is not None:
             columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = low, high
         components.append(component)
 
     guarantee = AggregateGuarantee(components=tuple(components), requested_epsilon=plan.epsilon,
-                                   requested_delta=plan.delta, kappa=kappa, linf=linf,
+                                   requested_delta=plan.delta, kappa=kappa, linf=linf, noise_choice=plan.noise_reason,
                                    privacy_guaranteed=generator.privacy_guaranteed and (
                                        selection_guarantee is None or selection_guarantee.is_dp))
     frame = _frame(plan, keys if listed is not None else keys.filter(arrow_from_numpy(released)), columns, guarantee,

@@ -15,9 +15,11 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Metric", "count", "count_distinct_units", "mean", "sum"]
+__all__ = ["Metric", "NOISES", "count", "count_distinct_units", "mean", "sum"]
 
 Kind = Literal["count_distinct_units", "count", "sum", "mean"]
+# The noise a metric may ask for (None: the release's choice, aggregate(noise=...)).
+NOISES = ("laplace", "gaussian")
 
 _builtin_sum = sum
 _FLOAT_MAX = int(sys.float_info.max)
@@ -30,15 +32,20 @@ class Metric:
     ``kind``: "count_distinct_units" (users kept in the partition after bounding), "count"
     (rows kept), "sum" or "mean" of ``column`` over the kept rows, each value clamped to
     ``bounds`` (None: found privately with APPROX_BOUNDS over the whole dataset,
-    docs/privacy/approx-bounds.md)."""
+    docs/privacy/approx-bounds.md). ``noise``: "laplace" or "gaussian" for this metric, None
+    (default) for the release's choice (:func:`dpselect.aggregate`'s ``noise``)."""
 
     kind: Kind
     column: str | None = None
     bounds: tuple[float, float] | None = None
+    noise: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("count_distinct_units", "count", "sum", "mean"):
             raise ValueError(f"unknown metric kind {self.kind!r}")
+        if self.noise is not None and (not isinstance(self.noise, str) or self.noise not in NOISES):
+            raise ValueError(f"{self.kind}(noise=...) must be 'laplace', 'gaussian' or None (the release's "
+                             f"choice), got {self.noise!r}")
         if self.kind in ("sum", "mean"):
             if not isinstance(self.column, str) or not self.column:
                 raise TypeError(f"{self.kind}() needs the value column's name (a non-empty str), got {self.column!r}")
@@ -52,10 +59,11 @@ class Metric:
         return self.kind in ("sum", "mean")
 
     def __str__(self) -> str:
+        noise = "" if self.noise is None else f"noise={self.noise!r}"
         if not self.needs_values:
-            return f"{self.kind}()"
+            return f"{self.kind}({noise})"
         bounds = "bounds found privately" if self.bounds is None else f"bounds={self.bounds}"
-        return f"{self.kind}({self.column!r}, {bounds})"
+        return f"{self.kind}({self.column!r}, {bounds}{', ' + noise if noise else ''})"
 
 
 def _bound_number(kind: str, name: str, value: object) -> int | float:
@@ -95,24 +103,30 @@ def _checked_bounds(kind: str, bounds: object) -> tuple[float, float]:
     return (lower, upper)
 
 
-def count_distinct_units() -> Metric:
-    """The number of privacy units (users) in the partition after contribution bounding."""
-    return Metric("count_distinct_units")
+def count_distinct_units(*, noise: str | None = None) -> Metric:
+    """The number of privacy units (users) in the partition after contribution bounding.
+    ``noise``: "laplace" or "gaussian" for this metric (None: the release's choice)."""
+    return Metric("count_distinct_units", noise=noise)
 
 
-def count() -> Metric:
+def count(*, noise: str | None = None) -> Metric:
     """The number of rows in the partition after contribution bounding (at most
-    ``max_contributions_per_partition`` per user)."""
-    return Metric("count")
+    ``max_contributions_per_partition`` per user). ``noise`` as for :func:`count_distinct_units`."""
+    return Metric("count", noise=noise)
 
 
-def sum(column: str, bounds: tuple[float, float] | None = None) -> Metric:  # noqa: A001 (the ecosystem's name)
-    """The sum of ``column`` over the partition's kept rows, each value clamped to ``bounds``."""
-    return Metric("sum", column, bounds)
+def sum(column: str, bounds: tuple[float, float] | None = None, *,  # noqa: A001 (the ecosystem's name)
+        noise: str | None = None) -> Metric:
+    """The sum of ``column`` over the partition's kept rows, each value clamped to ``bounds``.
+    ``noise`` as for :func:`count_distinct_units`."""
+    return Metric("sum", column, bounds, noise)
 
 
-def mean(column: str, bounds: tuple[float, float] | None = None) -> Metric:
+def mean(column: str, bounds: tuple[float, float] | None = None, *, noise: str | None = None) -> Metric:
     """The mean of ``column`` over the partition's kept rows, each value clamped to ``bounds``:
     a noisy sum of the values' offsets from the bounds' midpoint over a noisy row count, plus
-    the midpoint, clamped to the bounds (Google's BoundedMean)."""
-    return Metric("mean", column, bounds)
+    the midpoint, clamped to the bounds (Google's BoundedMean). When the release also has a
+    ``count()`` its noisy row count is reused, and when it also has a ``sum`` of the same column
+    the mean is the noisy sum over the noisy count, spending nothing (docs/aggregate.md).
+    ``noise`` as for :func:`count_distinct_units`."""
+    return Metric("mean", column, bounds, noise)

@@ -8,15 +8,24 @@ release can run never depends on the data, and a fix to a check is made once for
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable
 
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.noise_choice import (
+    NOISE_CHOICES,
+    GaussianGroup,
+    MeanSource,
+    MetricNoise,
+    choose_noise,
+    mean_sources,
+)
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
 from dpselect.core.checks import (
     check_delta,
@@ -36,12 +45,15 @@ from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
-__all__ = ["AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES", "budget_shares",
-           "float_down", "plan_aggregate", "step_weights"]
+__all__ = ["AGGREGATE_STRATEGIES", "AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES",
+           "budget_shares", "float_down", "metric_noises", "plan_aggregate", "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
 SELECTION_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+# By name: those, or "auto", the one that releases the most at the selection's share (chosen from
+# the parameters only, :func:`dpselect.mechanisms.recommend.recommend`).
+AGGREGATE_STRATEGIES = ("auto", *SELECTION_STRATEGIES)
 _MAX_EPSILON = 2**20
 # The step that chooses κ / L∞ privately, and its default weight: its histograms sum over all
 # users, so it needs far less than a metric (docs/privacy/auto-bounds.md, "What it costs").
@@ -72,10 +84,37 @@ class AggregatePlan:
     precision_bits: int
     bounds_scope: str
     null_privacy_units: str
+    # Each budget-spending metric's noise ("laplace" or "gaussian"); a mean computed from a
+    # released sum and count spends nothing and is absent (``means`` says where it comes from).
+    noises: dict[str, str] = dataclasses.field(default_factory=dict)
+    gaussian: GaussianGroup | None = None  # the Gaussian metrics' (ε_z, δ_z, ρ_z)
+    noise_reason: str = ""
+    means: dict[str, MeanSource] = dataclasses.field(default_factory=dict)
+    # The user-count metric whose values are the TSGD release's own noisy user counts (strategy
+    # "release"): no noise or share of its own.
+    selection_counts: str | None = None
     # κ / L∞ chosen privately at release (docs/privacy/auto-bounds.md): kappa / linf are then the
-    # largest values the choice may take, every check above made at them.
+    # largest values the choice may take, every check made at them; at_bounds() derives the plan
+    # again at the chosen values.
     auto_kappa: bool = False
     auto_linf: bool = False
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def at_bounds(self, kappa: int, linf: int) -> AggregatePlan:
+        """The plan derived again at the κ and L∞ chosen privately (both at most this plan's, where
+        every check passed): the noise of each metric, the δ split and the selection (strategy
+        "auto" included) are then chosen for the bounds that run. The chosen values are the output
+        of a DP step, so this is post-processing; the "contribution_bounds" share is unchanged."""
+        return plan_aggregate(**{**self.parameters, "max_partitions_contributed": kappa,
+                                 "max_contributions_per_partition": linf},
+                              _auto_bounds=(self.auto_kappa, self.auto_linf))
+
+    def metric_noise(self, kappa: int, linf: int) -> dict[str, MetricNoise]:
+        """Each budget-spending metric's noise at contribution bounds (κ, L∞): its kind, its ε
+        share and (Gaussian) its ρ share, ρ_z·ε_i/ε_z. The one place where the release (on one
+        machine and on Spark) gets its metrics' noise; the shares depend on the parameters only,
+        κ and L∞ only set the scales."""
+        return metric_noises(self.noises, self.shares, self.gaussian, kappa, linf)
 
     @property
     def output_columns(self) -> list[str]:
@@ -106,6 +145,20 @@ class AggregatePlan:
                 where = f"bounds={self.given_bounds[metric.column]}, given with metric {giver!r}"
             labels[name] = f"{name} = {metric.kind}({metric.column!r}, {where})"
         return labels
+
+
+def metric_noises(noises: Mapping[str, str], shares: Mapping[str, tuple[Fraction, Fraction]],
+                  group: GaussianGroup | None, kappa: int, linf: int) -> dict[str, MetricNoise]:
+    """:meth:`AggregatePlan.metric_noise`, from its parts (the plan checks them with it)."""
+    out = {}
+    for name, kind in noises.items():
+        eps = shares[name][0]
+        rho = None
+        if kind == "gaussian":
+            assert group is not None
+            rho = group.rho * eps / group.epsilon
+        out[name] = MetricNoise(kind, eps, rho, kappa, linf)
+    return out
 
 
 def float_down(x: Fraction) -> float:
@@ -230,24 +283,38 @@ def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, 
 
 
 def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
-             weights: Mapping[str, object] | None, auto_bounds: bool = False) -> dict[str, Fraction]:
+             weights: Mapping[str, object] | None, selection_counts: str | None = None,
+             auto_bounds: bool = False) -> dict[str, Fraction]:
     """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
-    column whose bounds are found privately ("bounds:<column>"), 1 per metric, and
-    AUTO_BOUNDS_WEIGHT for κ / L∞ chosen privately ("contribution_bounds"); ``weights``
-    overrides any of them."""
+    column whose bounds are found privately ("bounds:<column>"), 1 per metric that spends
+    budget (a mean computed from a released sum and count spends none; the user count that the
+    TSGD release's noisy counts serve, ``selection_counts``, gives its 1 to the selection), and
+    AUTO_BOUNDS_WEIGHT for κ / L∞ chosen privately ("contribution_bounds"); ``weights`` overrides
+    any of them."""
     default: dict[str, Fraction] = {}
     if auto_bounds:
         default[CONTRIBUTION_BOUNDS] = AUTO_BOUNDS_WEIGHT
     if not public:
-        default["selection"] = Fraction(1)
+        default["selection"] = Fraction(1 if selection_counts is None else 2)
     for column in auto_columns:
         default[f"bounds:{column}"] = Fraction(1)
+    derived = {name: source for name, source in mean_sources(metrics).items() if source.derived}
     for name in metrics:
-        default[name] = Fraction(1)
+        if name not in derived and name != selection_counts:
+            default[name] = Fraction(1)
     if weights is None:
         return default
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a dict of step -> weight, got {type(weights).__name__}")
+    if selection_counts is not None and selection_counts in weights:
+        raise ValueError(f"weights names {selection_counts!r}, a user count released by the selection itself "
+                         "(strategy 'release' publishes each key's noisy user count; no budget of its own); weigh "
+                         "'selection' instead")
+    for name, source in derived.items():
+        if name in weights:
+            raise ValueError(f"weights names {name!r}, a mean computed from the released sum {source.total!r} over "
+                             f"the released count {source.count!r} (post-processing, no budget of its own); leave "
+                             "it out of weights and weigh those two instead")
     unknown = set(weights) - set(default)
     if unknown:
         raise ValueError(f"weights names unknown step(s) {sorted(unknown)}; the steps are {sorted(default)}")
@@ -259,7 +326,8 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
 def budget_shares(epsilon: Fraction, delta: Fraction, weights: dict[str, Fraction]
                   ) -> dict[str, tuple[Fraction, Fraction]]:
     """Each step's (ε, δ): ε in proportion to the weights, exactly (the shares sum to ε); all of
-    δ to the selection, the one step that needs it (the metrics' noise is pure ε-DP)."""
+    δ to the selection (:func:`plan_aggregate` then gives the Gaussian metrics, if any, their δ_z
+    out of it: docs/privacy/aggregate.md, "Composition")."""
     total = sum(weights.values(), Fraction(0))
     return {step: (epsilon * w / total, delta if step == "selection" else Fraction(0)) for step, w in weights.items()}
 
@@ -274,15 +342,33 @@ def _check_noise(what: str, epsilon: Fraction, kappa: int, sensitivity: int, adv
     DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=sensitivity, max_partitions_contributed=kappa)
 
 
-def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int, linf: int,
+def _check_gaussian(what: str, noise: MetricNoise, sensitivity: int, part: Fraction, advice: str) -> None:
+    """Refuse, from the parameters, Gaussian noise whose σ the exact sampler cannot take."""
+    try:
+        noise.make(sensitivity, part)
+    except ValueError:
+        raise ValueError(f"{what}: Gaussian noise at this metric's share of rho ({_show(noise.rho or Fraction(0))}) would "
+                         f"have sigma above 2**49, too large for exact sampling; {advice}, or use "
+                         "noise='laplace'") from None
+
+
+def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_count: bool,
                         bounds: tuple[float, float] | None, precision_bits: int) -> None:
+    epsilon, kappa, linf = noise.epsilon, noise.kappa, noise.linf
     advice = "raise epsilon (or this metric's weight), or lower max_partitions_contributed or " \
              "max_contributions_per_partition"
+
+    def check(part: Fraction, sensitivity: int) -> None:
+        if noise.kind == "gaussian":
+            _check_gaussian(f"metric {name!r}", noise, sensitivity, part, advice)
+        else:
+            _check_noise(f"metric {name!r}", epsilon * part, kappa, sensitivity, advice)
+
     if metric.kind == "count_distinct_units":
-        _check_noise(f"metric {name!r}", epsilon, kappa, 1, advice)
+        check(Fraction(1), 1)
         return
     if metric.kind == "count":
-        _check_noise(f"metric {name!r}", epsilon, kappa, linf, advice)
+        check(Fraction(1), linf)
         return
     # A value's magnitude in grid units is at most 2^precision_bits (the grid's step is chosen so);
     # with given bounds the exact figure is known.
@@ -290,10 +376,12 @@ def _check_metric_noise(name: str, metric: Metric, epsilon: Fraction, kappa: int
     units = max(units, 1)
     advice += ", or lower precision_bits"
     if metric.kind == "sum":
-        _check_noise(f"metric {name!r}", epsilon, kappa, linf * units, advice)
+        check(Fraction(1), linf * units)
+    elif reuses_count:  # a mean whose divisor is a released count: all its share on the sum of offsets
+        check(Fraction(1), linf * units * 2)
     else:  # a mean: half the share on a sum of offsets (at most the full range), half on a row count
-        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf * units * 2, advice)
-        _check_noise(f"metric {name!r}", epsilon / 2, kappa, linf, advice)
+        check(Fraction(1, 2), linf * units * 2)
+        check(Fraction(1, 2), linf)
 
 
 def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fraction, delta: Fraction,
@@ -329,15 +417,35 @@ def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fracti
     return strategy
 
 
+def _recommended(epsilon: float, delta: float, kappa: int) -> tuple[str, dict[str, object], str]:
+    """strategy="auto": the count-based selection that needs the fewest users to release a key
+    with probability 1/2 at the selection's (ε, δ) and κ — public parameters only — with its
+    options, and one line naming it."""
+    from dpselect.mechanisms.recommend import recommend
+
+    choice = recommend(epsilon, delta, kappa)
+    best = min(c.midpoint for c in choice.candidates if c.label == choice.label)
+    return choice.strategy, dict(choice.options), (
+        f"strategy='auto' chose {choice.label} for the selection: a key needs {best:.1f} users to be released with "
+        f"probability 1/2 at its share (epsilon {epsilon:.3g}, delta {delta:.3g}, kappa {kappa}), the fewest of the "
+        "count-based selections.")
+
+
 def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon: object, delta: object,
                    max_partitions_contributed: object, max_contributions_per_partition: object,
-                   public: bool, strategy: object = "pi_opt", bounds_scope: object = "dataset",
+                   public: bool, strategy: object = "auto", bounds_scope: object = "dataset",
                    weights: Mapping[str, object] | None = None, confidence_level: object = None,
                    precision_bits: object = DEFAULT_PRECISION_BITS, null_privacy_units: object = "error",
-                   ) -> AggregatePlan:
+                   noise: object = "auto", _auto_bounds: tuple[bool, bool] | None = None) -> AggregatePlan:
     """Check every parameter of a GROUP BY and derive its plan, before any data is read.
 
-    Raises TypeError or ValueError naming the parameter. Nothing here looks at the data."""
+    Raises TypeError or ValueError naming the parameter. Nothing here looks at the data.
+    ``_auto_bounds`` is internal (:meth:`AggregatePlan.at_bounds`): the plan again at bounds that
+    were chosen privately, keeping their step."""
+    parameters = dict(privacy_unit=privacy_unit, by=by, metrics=metrics, epsilon=epsilon, delta=delta,
+                      public=public, strategy=strategy, bounds_scope=bounds_scope, weights=weights,
+                      confidence_level=confidence_level, precision_bits=precision_bits,
+                      null_privacy_units=null_privacy_units, noise=noise)
     names = check_columns(privacy_unit, by, "__dpselect_unused__")
     assert isinstance(privacy_unit, str)
     if null_privacy_units not in NULL_PRIVACY_UNITS:
@@ -358,78 +466,114 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     _check_names(privacy_unit, names, checked, value_columns, level)
     given = _given_bounds(checked, precision_bits)
     auto_columns = [c for c in value_columns if c not in given]
+    if not isinstance(noise, str) or noise not in NOISE_CHOICES:
+        raise ValueError(f"noise must be 'auto', 'laplace' or 'gaussian', got {short(noise)}")
     eps_total = _epsilon_total(epsilon)
     delta_total = check_delta(delta)[1]
-    auto = kappa is None or linf is None
-    if kappa is None and not isinstance(strategy, str):
+    auto_kappa, auto_linf = (kappa is None, linf is None) if _auto_bounds is None else _auto_bounds
+    auto = auto_kappa or auto_linf
+    if auto_kappa and not isinstance(strategy, str):
         raise ValueError("max_partitions_contributed='auto' needs the strategy by name: a strategy object carries "
                          "its own max_partitions_contributed")
     chosen = None
     if not isinstance(strategy, str):
         assert kappa is not None  # refused above when "auto"
         chosen = _strategy_object(strategy, public, kappa, eps_total, delta_total, weights)
-    if chosen is None:
-        shares = budget_shares(eps_total, delta_total, step_weights(checked, auto_columns, public, weights, auto))
-    else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
-        eps_sel, delta_sel = chosen.params.epsilon_exact, chosen.params.delta_exact
-        shares = {"selection": (eps_sel, delta_sel),
-                  **budget_shares(eps_total - eps_sel, Fraction(0),
-                                  step_weights(checked, auto_columns, True, weights, auto))}
+    if chosen is None and strategy not in AGGREGATE_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
+                         f"keys) or 'auto' (the one of them that releases the most here), got {strategy!r}; for a "
+                         "list of keys known in advance pass public_partitions")
+    has_selection = chosen is None and not public
+    # The δ the selection and the Gaussian metrics share: all of it, or what a strategy object left.
+    delta_free = delta_total if chosen is None else delta_total - chosen.params.delta_exact
 
-    def check_noise(kappa: int, linf: int) -> None:
-        for name, metric in checked.items():
-            _check_metric_noise(name, metric, shares[name][0], kappa, linf, given.get(metric.column or ""),
-                                precision_bits)
+    def split(selection_counts: str | None, kappa: int, linf: int
+              ) -> tuple[dict[str, tuple[Fraction, Fraction]], dict[str, str], GaussianGroup | None, str]:
+        """The shares, each metric's noise and the Gaussian group, for a selection that does (or
+        does not) release the user-count metric ``selection_counts``."""
+        if chosen is None:
+            shares = budget_shares(eps_total, delta_total,
+                                   step_weights(checked, auto_columns, public, weights, selection_counts, auto))
+        else:  # the selection spends the object's own (ε, δ); the other steps share the rest of ε
+            rest = step_weights(checked, auto_columns, True, weights, selection_counts, auto)
+            shares = {"selection": (chosen.params.epsilon_exact, chosen.params.delta_exact),
+                      **budget_shares(eps_total - chosen.params.epsilon_exact, Fraction(0), rest)}
+        noises, group, reason = choose_noise(checked, {n: shares[n][0] for n in checked if n in shares}, noise,
+                                             delta_free, has_selection, kappa, linf)
+        if group is not None and has_selection:  # the selection keeps the rest of δ
+            shares["selection"] = (shares["selection"][0], delta_total - group.delta)
+        return shares, noises, group, reason
+
+    def counts_metric(name: object) -> str | None:
+        # With the TSGD release the selection publishes every released key's noisy user count: the
+        # first user-count metric (one that asks for no noise of its own) is those counts.
+        if public or name != "release":
+            return None
+        return next((n for n, m in checked.items() if m.kind == "count_distinct_units" and m.noise is None), None)
+
+    def derive(kappa: int, linf: int, probe: bool = False) -> tuple[Any, ...]:
+        """Everything that depends on (κ, L∞), checked. ``probe``: only whether it can run (the
+        search for auto's caps): strategy "auto" is checked with pi_opt, always one of its
+        candidates, so "auto" can run wherever the probe passes."""
+        name = chosen.name if chosen is not None else strategy
+        selection_counts = counts_metric(name)
+        shares, noises, group, reason = split(selection_counts, kappa, linf)
+        options: dict[str, object] = {}
+        if has_selection:
+            eps_sel, delta_sel = shares["selection"]
+            if delta_sel == 0:
+                raise ValueError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines "
+                                 "et al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
+                                 "delta > 0, or pass public_partitions (keys known in advance) to release under pure "
+                                 "DP")
+            if float_down(eps_sel) <= 0:
+                raise ValueError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
+                                 "raise epsilon or the 'selection' weight")
+            if name == "auto" and probe:
+                name = "pi_opt"
+            elif name == "auto":
+                name, options, why = _recommended(float_down(eps_sel), float_down(delta_sel), kappa)
+                reason = f"{why} {reason}"
+                selection_counts = counts_metric(name)
+                if selection_counts is not None:  # the user count's weight goes to the selection (chosen without it)
+                    shares, noises, group, more = split(selection_counts, kappa, linf)
+                    reason = f"{why} {more}"
+        plan_noise = metric_noises(noises, shares, group, kappa, linf)
+        for metric_name, metric in checked.items():
+            if metric_name in plan_noise:
+                _check_metric_noise(metric_name, metric, plan_noise[metric_name],
+                                    metric_name in means and means[metric_name].count is not None,
+                                    given.get(metric.column or ""), precision_bits)
         for column in auto_columns:
             _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
                          linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
                          "max_contributions_per_partition, or give the metric bounds=(lower, upper)")
-        if kappa_auto and chosen is None and not public and strategy in SELECTION_STRATEGIES:
-            build_selection(kappa)
+        strat: CountMechanism | None = chosen
+        if has_selection:
+            eps_sel, delta_sel = shares["selection"]
+            key = (name, kappa, tuple(sorted(options.items())))
+            if key not in built:  # the search for the caps may ask for one κ twice
+                built[key] = build_strategy(name, float_down(eps_sel), float_down(delta_sel), kappa, False, False,
+                                            **options)
+            assert isinstance(built[key], CountMechanism)  # the names above are count-based
+            strat = built[key]
+        return shares, noises, group, reason, selection_counts, strat
 
-    built: dict[int, CountMechanism | ValueError] = {}  # by κ: the search for the caps builds each κ once
-
-    def build_selection(kappa: int) -> CountMechanism:
-        if kappa not in built:
-            try:
-                built[kappa] = build_selection_at(kappa)
-            except ValueError as exc:
-                built[kappa] = exc
-        found = built[kappa]
-        if isinstance(found, ValueError):
-            raise found
-        return found
-
-    def build_selection_at(kappa: int) -> CountMechanism:
-        eps_sel, delta_sel = shares["selection"]
-        if delta_sel == 0:
-            raise ParameterError("delta = 0: keys selected from the data need delta > 0 (Theorem 2 of Desfontaines "
-                                 "et al., PoPETs 2022: under pure DP the set of keys cannot depend on the data); use "
-                                 "delta > 0, or pass public_partitions (keys known in advance) to release under pure "
-                                 "DP")
-        args = (strategy, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
-        if args[1] <= 0:
-            raise ParameterError(f"the selection's share of epsilon, {_show(eps_sel)}, is too small to select keys; "
-                                 "raise epsilon or the 'selection' weight")
-        strategy_at = build_strategy(*args)
-        assert isinstance(strategy_at, CountMechanism)  # the names above are count-based
-        return strategy_at
-
-    kappa_auto, linf_auto = kappa is None, linf is None
-    if auto:  # the largest candidates whose every step fits (halved from the caps, parameters only)
-        kappa, linf = feasible_caps(kappa, linf, check_noise)
+    means = mean_sources(checked)
+    built: dict[tuple[Any, ...], Any] = {}
+    if auto and _auto_bounds is None:
+        # The largest candidates whose every step fits (halved from the caps, parameters only); the
+        # plan at the chosen bounds is derived again at release (at_bounds).
+        kappa, linf = feasible_caps(kappa, linf, lambda k, lf: derive(k, lf, probe=True))
+        shares, noises, group, reason, selection_counts, strat = derive(kappa, linf, probe=True)
     else:
         assert kappa is not None and linf is not None
-        check_noise(kappa, linf)
-    if chosen is None and strategy not in SELECTION_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(SELECTION_STRATEGIES)} (a count-based selection of "
-                         f"keys), got {strategy!r}; for a list of keys known in advance pass public_partitions")
-    strat: CountMechanism | None = chosen
-    if chosen is None and not public:
-        strat = build_selection(kappa)  # with auto κ, rebuilt at the chosen κ (below the cap checked here)
+        shares, noises, group, reason, selection_counts, strat = derive(kappa, linf)
     return AggregatePlan(privacy_unit=privacy_unit, by=names, metrics=checked, value_columns=value_columns,
                          given_bounds=given, auto_columns=auto_columns, epsilon=eps_total, delta=delta_total,
                          shares=shares, kappa=kappa, linf=linf, strategy=strat, public=public,
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
-                         null_privacy_units=str(null_privacy_units), auto_kappa=kappa_auto, auto_linf=linf_auto)
+                         null_privacy_units=str(null_privacy_units), noises=noises, gaussian=group,
+                         noise_reason=reason, means=means, selection_counts=selection_counts, auto_kappa=auto_kappa,
+                         auto_linf=auto_linf, parameters=parameters)
 

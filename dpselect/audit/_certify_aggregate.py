@@ -55,11 +55,16 @@ def _expected_sensitivities(metrics: dict[str, Any], linf: int, bounds: tuple[fl
     from the metric's definition and the value grid (docs/privacy/aggregate.md)."""
     from dpselect.aggregation.aggregate import DEFAULT_PRECISION_BITS
     from dpselect.aggregation.grid import Grid
+    from dpselect.aggregation.noise_choice import mean_sources
 
     grid = Grid.for_bounds(bounds[0], bounds[1], precision_bits=DEFAULT_PRECISION_BITS, integer=False)
     lo, hi = grid.lower_units, grid.upper_units
     out: list[tuple[str, int]] = []
-    for name, m in metrics.items():
+    means = mean_sources(metrics)  # a mean reuses a released count (and sum): fewer noises, drawn last
+    for name, m in [*[(n, m) for n, m in metrics.items() if m.kind != "mean"],
+                    *[(n, m) for n, m in metrics.items() if m.kind == "mean"]]:
+        if m.kind == "mean" and means[name].derived:
+            continue
         if m.kind == "count_distinct_units":
             out.append((name, 1))
         elif m.kind == "count":
@@ -69,7 +74,8 @@ def _expected_sensitivities(metrics: dict[str, Any], linf: int, bounds: tuple[fl
         else:
             mid = (lo + hi) // 2
             out.append((f"{name} (sum of offsets)", linf * max(hi - mid, mid - lo, 1)))
-            out.append((f"{name} (row count)", linf))
+            if means[name].count is None:
+                out.append((f"{name} (row count)", linf))
     return out
 
 
@@ -112,7 +118,7 @@ def certify_aggregate(target: Target) -> Result:
         warnings.simplefilter("ignore", BoundingDroppedMostRows)
         result = dpselect.aggregate(table, privacy_unit="user", by="key", metrics=metrics, epsilon=target.epsilon,
                                     delta=target.delta, max_partitions_contributed=kappa,
-                                    max_contributions_per_partition=linf, strategy="pi_opt")
+                                    max_contributions_per_partition=linf, strategy="pi_opt", noise="laplace")
     guarantee = result.guarantee
     expected = _expected_sensitivities(metrics, linf, bounds)  # type: ignore[arg-type]
     noise_eps = Fraction(0)

@@ -470,7 +470,8 @@ def _aggregate_scenarios(target: Target, groups: int) -> list[_Scenario]:
     def side(added: bool) -> tuple[Side, Any]:
         result = dpselect.aggregate(table(added), privacy_unit="user", by="key", metrics=metrics,
                                     epsilon=target.epsilon, delta=target.delta, max_partitions_contributed=kappa,
-                                    max_contributions_per_partition=linf, public_partitions=all_keys)
+                                    max_contributions_per_partition=linf, public_partitions=all_keys,
+                                    noise="laplace")
         frame = result.frame
         order = np.asarray(frame.column("key").to_numpy(), dtype=np.int64)
         scores: dict[str, npt.NDArray[np.float64]] = {}
@@ -500,8 +501,12 @@ def _aggregate_scenarios(target: Target, groups: int) -> list[_Scenario]:
 def result_components(target: Target, metrics: dict[str, Any], linf: int, bounds: tuple[float, float]
                       ) -> list[tuple[str, float]]:
     """Each additive metric's noise scale in output units (to weight the combined score): t =
-    κ·Δ/ε_m with the budget split evenly (the default weights, public partitions)."""
-    eps_m = target.epsilon / len(metrics)
+    κ·Δ/ε_m with the budget split evenly (the default weights, public partitions) between the
+    metrics that spend budget (a mean of a released sum and count spends none)."""
+    from dpselect.aggregation.noise_choice import mean_sources
+
+    derived = [n for n, source in mean_sources(metrics).items() if source.derived]
+    eps_m = target.epsilon / (len(metrics) - len(derived))
     kappa = target.kappa
     reach = max(abs(bounds[0]), abs(bounds[1]), 1e-300)
     out = []

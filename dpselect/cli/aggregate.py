@@ -91,7 +91,7 @@ are held in memory. Unlike 'dpselect select', files larger than memory are not s
 See docs/aggregate.md and docs/privacy/aggregate.md.
 """
 
-_AGGREGATE_STRATEGIES = ("pi_opt", "release", "laplace", "gaussian")
+_AGGREGATE_STRATEGIES = ("auto", "pi_opt", "release", "laplace", "gaussian")
 
 _VALUE_TYPES = ("float64", "int64")
 
@@ -135,8 +135,13 @@ def add_parser(commands: Any) -> None:
                      "columns: exactly these keys are released (with statistics 0 plus noise where absent), "
                      "no selection runs and delta may be 0")
     agg.add_argument("--strategy", default=None, choices=_AGGREGATE_STRATEGIES,
-                     help="key selection mechanism (default pi_opt, the optimal keep rule); not with "
+                     help="key selection mechanism (default auto: the one that needs the fewest users to "
+                     "release a key at the selection's share, from the parameters only); not with "
                      "--public-partitions")
+    agg.add_argument("--noise", choices=("auto", "laplace", "gaussian"), default="auto",
+                     help="each metric's noise: discrete Laplace (pure epsilon-DP), discrete Gaussian (zCDP, "
+                     "needs delta > 0), or auto (the default: the one with the smaller standard deviation, "
+                     "from the parameters alone; the guarantee says which each metric got and why)")
     agg.add_argument("--bounds-scope", choices=("dataset", "partition"), default="dataset",
                      help="for a sum or mean given no bounds: find them once over all kept values (dataset, "
                      "the default) or per released key from its own values (partition; a key where none is "
@@ -367,6 +372,8 @@ def _aggregate_flags(message: str) -> str:
     """A message of dpselect.aggregate (or its report) with its parameter names, those with an
     underscore that cannot be mistaken for words, turned into the CLI's flags."""
     message = message.replace("null_privacy_units='drop'", "--drop-null-privacy-units")
+    for choice in ("auto", "laplace", "gaussian"):
+        message = message.replace(f"noise={choice!r}", f"--noise {choice}")
     for name in ("max_partitions_contributed", "max_contributions_per_partition", "confidence_level",
                  "public_partitions", "privacy_unit"):
         flag = f"--{name.replace('_', '-')}"
@@ -525,7 +532,7 @@ def _aggregate_parameters(args: argparse.Namespace, metrics: dict[str, Any]) -> 
     return dict(privacy_unit=args.privacy_unit, by=list(args.by), metrics=metrics, epsilon=args.epsilon,
                 delta=args.delta, max_partitions_contributed=args.max_partitions_contributed,
                 max_contributions_per_partition=args.max_contributions_per_partition,
-                strategy=args.strategy or "pi_opt", bounds_scope=args.bounds_scope,
+                strategy=args.strategy or "auto", bounds_scope=args.bounds_scope, noise=args.noise,
                 confidence_level=args.confidence_level,
                 null_privacy_units="drop" if args.drop_null_privacy_units else "error")
 

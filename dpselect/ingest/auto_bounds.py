@@ -300,13 +300,21 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
                               linf_quantile=LINF_QUANTILE)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
-    strategy = plan.strategy
-    if found.kappa is not None and strategy is not None:
-        eps_sel, delta_sel = plan.shares["selection"]
-        strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
+    try:
+        # The plan again at the chosen bounds: each metric's noise, the δ split and the selection
+        # (strategy "auto" included) fit the bounds that run (post-processing of the DP choice).
+        chosen_plan = plan.at_bounds(kappa, linf)
+    except ValueError:
+        # Not expected (every check passed at the caps, and each step's noise only shrinks with
+        # the bounds), but a release must not fail on the data: keep the plan's choices, scaled.
+        strategy = plan.strategy
+        if found.kappa is not None and strategy is not None:
+            eps_sel, delta_sel = plan.shares["selection"]
+            strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
+        chosen_plan = replace(plan, kappa=kappa, linf=linf, strategy=strategy)
     component = Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
     figures = hindsight(per_user, pair_users, pair_parts, rows, n_partitions, kappa)
-    return replace(plan, kappa=kappa, linf=linf, strategy=strategy), component, figures
+    return chosen_plan, component, figures
 
 
 def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any, int | None, AutoBounds]:

@@ -189,7 +189,8 @@ def aggregate(
     max_partitions_contributed: int | None = None,
     max_contributions_per_partition: int | None = None,
     public_partitions: Any = None,
-    strategy: str | CountMechanism = "pi_opt",
+    strategy: str | CountMechanism = "auto",
+    noise: str = "auto",
     bounds_scope: str = "dataset",
     weights: Mapping[str, object] | None = None,
     confidence_level: float | None = None,
@@ -203,15 +204,18 @@ def aggregate(
     (``epsilon``, ``delta``)-DP: :func:`dpselect.aggregate` run by Spark, with its statement
     (docs/privacy/aggregate.md): each user is bounded once (κ keys, then at most
     L∞ = ``max_contributions_per_partition`` rows in each kept key, uniform subsets drawn with
-    the package CSPRNG on the executors), keys are selected by ``strategy`` on the bounded user
-    counts with the selection's share of ε and all of δ (a mechanism built by
+    the package CSPRNG on the executors), keys are selected by ``strategy`` (default "auto": the
+    recommended count-based selection, as on one machine) on the bounded user counts with the
+    selection's share of ε and of δ (a mechanism built by
     :func:`dpselect.make_strategy` spends its own (ε, δ), as on one machine), a value column
     of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
-    "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete Laplace noise of
-    scale κ·Δ/ε_m (Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
-    units; a mean spends half its share on each of a sum of offsets and a row count). The budget
-    is split by ``weights`` exactly as on one machine, and ``budget`` (a :class:`dpselect.Budget`)
-    is charged (ε, δ) before any Spark job.
+    "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete
+    Laplace noise of scale κ·Δ/ε_m or exact discrete Gaussian noise (``noise``: "auto", "laplace",
+    "gaussian", or a metric's own ``noise=``; the Gaussian metrics compose as one zCDP group, as on
+    one machine; Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
+    units; a mean spends half its share on each of a sum of offsets and a row count, or reuses a
+    released count and sum). The budget is split by ``weights`` exactly as on one machine, and
+    ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
@@ -234,7 +238,7 @@ def aggregate(
     """
     from dpselect.aggregation.bounds import check_parameters as check_bounds_parameters
     from dpselect.aggregation.budget import Budget
-    from dpselect.aggregation.grid import Grid
+    from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
     from dpselect.aggregation.plan import plan_aggregate
     from dpselect.ingest.auto_bounds import refuse_auto
 
@@ -249,8 +253,8 @@ def aggregate(
                           max_contributions_per_partition=max_contributions_per_partition,
                           public=public_partitions is not None, strategy=strategy, bounds_scope=bounds_scope,
                           weights=weights, confidence_level=confidence_level,
-                          **({} if precision_bits is None else {"precision_bits": precision_bits}),
-                          null_privacy_units=null_privacy_units)
+                          precision_bits=DEFAULT_PRECISION_BITS if precision_bits is None else precision_bits,
+                          null_privacy_units=null_privacy_units, noise=noise)
     names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
     auto_columns, shares, strat = plan.auto_columns, plan.shares, plan.strategy
     eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
@@ -321,9 +325,9 @@ def aggregate(
     if public is not None:  # the listed keys, one absent from the data with zeros; with a report, the data's too
         per_key = join_public(per_key, public, keys, stats, only_public=not report)
 
-    release = Release(keys, value_columns, checked, {name: shares[name][0] for name in checked}, grids, kappa, linf,
-                       confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
-                       unbounded=tuple(unbounded))
+    release = Release(keys, value_columns, checked, plan.metric_noise(kappa, linf), grids, kappa, linf,
+                      confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
+                      unbounded=tuple(unbounded), means=plan.means, selection_counts=plan.selection_counts)
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}
@@ -333,7 +337,7 @@ def aggregate(
         released = decided.filter(decided[KEEP]).select(*columns(schema.names))
     else:
         released = materialise(per_key.mapInArrow(release, schema))
-    guarantee = release_guarantee(release, strat, components, generator, eps_total, delta_total)
+    guarantee = release_guarantee(release, strat, components, generator, eps_total, delta_total, plan.noise_reason)
     frame = annotate(sorted_by_key(released, keys), dict(zip(keys, names)), str(guarantee), guarantee.is_dp)
     holder = None
     if report:

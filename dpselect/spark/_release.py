@@ -27,16 +27,21 @@ class Release:
     caller stores it as a local checkpoint in the same job (docs/spark.md, "Drawn once")."""
 
     def __init__(self, names: list[str], value_columns: list[str], metrics: Mapping[str, Any],
-                 epsilons: Mapping[str, Fraction], grids: Mapping[str, Any], kappa: int, linf: int,
+                 noises: Mapping[str, Any], grids: Mapping[str, Any], kappa: int, linf: int,
                  level: float | None, selection: CountMechanism | None, spec: tuple[bytes, int] | None,
                  public: bool = False, report: bool = False, labels: Mapping[str, str] | None = None,
-                 unbounded: tuple[str, ...] = ()) -> None:
+                 unbounded: tuple[str, ...] = (), means: Mapping[str, Any] | None = None,
+                 selection_counts: str | None = None) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
         # How the guarantee names each metric; columns where APPROX_BOUNDS found no bounds (their
         # sums and means are NaN, as on one machine).
         self.labels = dict(labels) if labels is not None else {n: f"{n} = {m}" for n, m in self.metrics.items()}
         self.unbounded = tuple(unbounded)
-        self.epsilons, self.grids, self.kappa, self.linf = dict(epsilons), dict(grids), kappa, linf
+        # Each metric's noise (AggregatePlan.metric_noise) and where each mean takes a released count or sum.
+        self.noises, self.means = dict(noises), dict(means or {})
+        # The user-count metric that the TSGD release's own noisy counts serve (AggregatePlan.selection_counts).
+        self.selection_counts = selection_counts
+        self.grids, self.kappa, self.linf = dict(grids), kappa, linf
         # The selection (None with public partitions) is pickled for the executors and built again there.
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
@@ -51,20 +56,26 @@ class Release:
                 out.append(types.StructField(f"{name}_ci_high", typ, True))
         return types.StructType(out)
 
-    def metric(self, name: str, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, Any], rng: Any
-               ) -> tuple[Any, Any, Any, Component]:
-        """One metric's noisy values (and interval) over keys with these statistics; ``sums``:
-        each value column's exact sums (:class:`~dpselect.aggregation.wide.Wide`), clamped to
-        ±2^62 grid units by ``noisy_metric`` before noise, as on one machine."""
-        from dpselect.aggregation.metric_noise import PartitionGrids, noisy_metric
+    def release_metrics(self, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, Any], rng: Any,
+                        selected: np.ndarray | None = None) -> dict[str, tuple[Any, Any, Any, Component]]:
+        """Every metric's noisy values (and interval) over keys with these statistics, and its
+        component; ``sums``: each value column's exact sums
+        (:class:`~dpselect.aggregation.wide.Wide`), clamped to ±2^62 grid units before noise,
+        as on one machine (:func:`~dpselect.aggregation.metric_noise.release_metrics`)."""
+        from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
 
-        m = self.metrics[name]
-        grid = None
-        if m.column is not None:
-            grid = (PartitionGrids.none(users.size) if m.column in self.unbounded
-                    else PartitionGrids.of(self.grids[m.column], users.size))
-        return noisy_metric(self.labels[name], m, self.epsilons[name], self.kappa, self.linf, users, rows,
-                            sums[m.column] if m.column else None, grid, self.level, rng)
+        grids = {c: PartitionGrids.none(users.size) if c in self.unbounded
+                 else PartitionGrids.of(self.grids[c], users.size) for c in self.value_columns}
+        given = {}
+        if self.selection_counts is not None:  # ``selected``: the release's noisy user counts of these keys
+            from dpselect.mechanisms.tsgd import TSGDRelease
+
+            assert isinstance(self.selection, TSGDRelease)
+            noisy = selected if selected is not None else np.zeros(users.size, np.int64)
+            given[self.selection_counts] = selection_counts_metric(self.labels[self.selection_counts], noisy,
+                                                                   self.selection.table, self.level)
+        return release_metrics(self.labels, self.metrics, self.noises, self.means, users, rows, dict(sums), grids,
+                               self.level, rng, given)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -81,20 +92,27 @@ class Release:
             users = count(batch.column(n_keys))
             listed = (batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False).astype(bool)
                       if self.public else None)
+            selected = None
             if strategy is None:  # public partitions: every listed key, nothing selected
                 keep = listed if listed is not None else np.ones(users.size, dtype=bool)
             else:
                 candidate = users > 0  # with a report every key of the data comes, some bounded away
                 keep = np.zeros(users.size, dtype=bool)
-                keep[candidate] = np.asarray(strategy.apply(users[candidate], rng=rng).keep, dtype=bool)
+                result = strategy.apply(users[candidate], rng=rng)
+                keep[candidate] = np.asarray(result.keep, dtype=bool)
+                if self.selection_counts is not None:  # the TSGD release's noisy user counts
+                    assert result.noisy_counts is not None
+                    noisy = np.zeros(users.size, np.int64)
+                    noisy[candidate] = result.noisy_counts
+                    selected = noisy[keep]
             rows = count(batch.column(n_keys + 1))[keep]
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
             else:
                 out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
-            for name in self.metrics:
-                for array in self.metric(name, users[keep], rows, sums, rng)[:3 if self.level is not None else 1]:
+            for values in self.release_metrics(users[keep], rows, sums, rng, selected).values():
+                for array in values[:3 if self.level is not None else 1]:
                     out.append(pa.array(self._spread(np.asarray(array), keep) if self.report else np.asarray(array)))
             names = [*self.names, *self._metric_columns()]
             if self.report:
@@ -116,7 +134,7 @@ class Release:
 
 
 def release_guarantee(release: Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
-                      delta: Fraction) -> AggregateGuarantee:
+                      delta: Fraction, noise_choice: str = "") -> AggregateGuarantee:
     """The statement, computed on the driver from the same parameters and grids (a metric's
     component depends on them only; the throwaway draw on one zero is discarded). Components in
     the single machine's order: the selection, the bounds found, the metrics."""
@@ -134,8 +152,7 @@ def release_guarantee(release: Release, strat: Any, components: list[Component],
     steps += components
     one = np.zeros(1, np.int64)
     sums = {c: Wide.zeros(1) for c in release.value_columns}
-    for name in release.metrics:
-        steps.append(release.metric(name, one, one, sums, resolve_rng(None))[3])
+    steps += [values[3] for values in release.release_metrics(one, one, sums, resolve_rng(None)).values()]
     return AggregateGuarantee(components=tuple(steps), requested_epsilon=epsilon, requested_delta=delta,
-                              kappa=release.kappa, linf=release.linf,
+                              kappa=release.kappa, linf=release.linf, noise_choice=noise_choice,
                               privacy_guaranteed=generator.privacy_guaranteed and selection_dp)
