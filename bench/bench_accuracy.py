@@ -50,7 +50,8 @@ minute), reported as median and 90th percentile, against (a) the TRUE values of 
 bounding, over its random choice of partitions and rows, with values clamped to the bounds. For a
 (aircraft, key) pair with n rows kept with probability p: p·min(n, L∞) flights, p aircraft, and
 p·min(n, L∞)/n of the pair's clamped sums; the mean is the ratio of the expected sum and count.
-p = min(1, κ / partitions of the aircraft) for uniform sampling (dpselect, PipelineDP, Tumult);
+p = min(1, κ / partitions of the aircraft) for uniform sampling (dpselect, PipelineDP; Tumult's
+pseudo-random choice is taken as uniform);
 for OpenDP p is 1 on the aircraft's first κ - 1 keys in sort order, else 0 (what it keeps).
 Exact per-key bounded values are not observable for the peers, and dpselect's report gives totals
 only, so (b) is this expectation for every library. Coverage: the share of released (key,
