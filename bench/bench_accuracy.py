@@ -72,6 +72,7 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -253,6 +254,7 @@ def tumult_driver(data: pd.DataFrame, s: Setting, args: argparse.Namespace) -> C
     if _SPARK is None:
         _SPARK = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                   .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4")
+                  .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="bench-accuracy-"))  # not the cwd
                   .getOrCreate())
         _SPARK.sparkContext.setLogLevel("ERROR")
     sdf = _SPARK.createDataFrame(data).cache()
