@@ -20,7 +20,8 @@ library selects the released keys with its own mechanism, with its default noise
 How each library is driven (one release = the four metrics for one setting):
 
 * dpselect: one ``aggregate(..., privacy_unit="tailnum", by="key", confidence_level=0.95)`` with its
-  defaults; ``--dpselect-noise`` / ``--dpselect-strategy`` pass ``noise=`` / ``strategy=`` when the
+  defaults; ``--dpselect-noise`` / ``--dpselect-strategy`` / ``--dpselect-weights`` pass ``noise=`` /
+  ``strategy=`` / ``weights=`` (the budget split, e.g. ``selection=2,mean_delay=1``) when the
   installed ``aggregate`` accepts them (read from ``inspect.signature``).
 * PipelineDP (``pipeline-dp``): ``DPEngine`` on ``LocalBackend`` with one ``NaiveBudgetAccountant``
   for (ε, δ) and two ``aggregate`` calls, since one call takes one value column: PRIVACY_ID_COUNT,
@@ -57,6 +58,9 @@ Exact per-key bounded values are not observable for the peers, and dpselect's re
 only, so (b) is this expectation for every library. Coverage: the share of released (key,
 repetition) whose interval holds the reference, where the library gives one: dpselect's 95 %
 intervals; OpenDP's ``summarize(alpha=0.05)`` accuracy as a ± half-width (not for the mean).
+Objective (``--detail``): over every key of the data (the keys a user wants), each metric's relative
+error against (b), capped at 1, and 1 for a key not released; averaged over keys, metrics and
+repetitions. It counts keys released and metric error together, so it rates a budget split.
 Time: seconds per release (wall clock; 2 shared cores here, so indicative only).
 
 Run with the bench venv (see ``pyproject.toml``'s ``bench-peers`` extra) from the repository root:
@@ -157,6 +161,17 @@ def bounded_values(data: pd.DataFrame, kappa: int, linf: int, keep: str) -> dict
     return {m: g[m] for m in METRICS}
 
 
+def parse_weights(text: str) -> dict[str, float]:
+    """``step=weight,...`` (e.g. ``selection=2,mean_delay=1``) as aggregate's ``weights=``."""
+    out = {}
+    for item in text.split(","):
+        step, sep, value = item.partition("=")
+        if not sep:
+            sys.exit(f"--dpselect-weights: expected step=weight, got {item!r}")
+        out[step.strip()] = float(value)
+    return out
+
+
 # ---- drivers: each returns (setup seconds, a function producing one release) --------------------
 
 def dpselect_driver(data: pd.DataFrame, s: Setting, args: argparse.Namespace) -> Callable[[], Release]:
@@ -169,6 +184,10 @@ def dpselect_driver(data: pd.DataFrame, s: Setting, args: argparse.Namespace) ->
             if name not in accepted:
                 sys.exit(f"--dpselect-{name}: the installed dpselect.aggregate has no {name}= parameter")
             extra[name] = value
+    if args.dpselect_weights:
+        if "weights" not in accepted:
+            sys.exit("--dpselect-weights: the installed dpselect.aggregate has no weights= parameter")
+        extra["weights"] = parse_weights(args.dpselect_weights)
     metrics = {"flights": dpselect.count(), "aircraft": dpselect.count_distinct_units(),
                "total_distance": dpselect.sum("distance", bounds=DISTANCE_BOUNDS),
                "mean_delay": dpselect.mean("arr_delay", bounds=DELAY_BOUNDS)}
@@ -312,6 +331,17 @@ def relative_errors(release: Release, reference: dict[str, pd.Series]) -> dict[s
     return out
 
 
+def objective(release: Release, reference: dict[str, pd.Series], keys: pd.Index) -> float:
+    """The mean over every key wanted and metric of min(relative error, 1), 1 where not released."""
+    total = 0.0
+    for m in METRICS:
+        est = release.values[m].reindex(keys)
+        ref = reference[m].reindex(keys)
+        err = (np.abs(est - ref) / np.maximum(np.abs(ref), 1.0)).clip(upper=1.0)
+        total += float(err.fillna(1.0).mean())
+    return total / len(METRICS)
+
+
 def covered(release: Release, reference: dict[str, pd.Series]) -> dict[str, np.ndarray]:
     out = {}
     for m, (lo, hi) in release.intervals.items():
@@ -330,19 +360,20 @@ def measure(name: str, data: pd.DataFrame, s: Setting, repeats: int, truth: dict
     setup = time.perf_counter() - t0
     errors: dict[str, dict[str, list[np.ndarray]]] = {r: {m: [] for m in METRICS} for r in ("true", "bounded")}
     cover: dict[str, dict[str, list[np.ndarray]]] = {r: {} for r in ("true", "bounded")}
-    keys, seconds = [], []
+    keys, seconds, objectives = [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         release = run()
         seconds.append(time.perf_counter() - t0)
         keys.append(release.keys)
+        objectives.append(objective(release, bounded, truth["flights"].index))
         for ref_name, ref in (("true", truth), ("bounded", bounded)):
             for m, e in relative_errors(release, ref).items():
                 errors[ref_name][m].append(e)
             for m, c in covered(release, ref).items():
                 cover[ref_name].setdefault(m, []).append(c)
     result: dict[str, Any] = {"library": name, **s.__dict__, "repeats": repeats, "keys": float(np.mean(keys)),
-                              "setup_s": setup, "seconds": float(np.mean(seconds))}
+                              "objective": float(np.mean(objectives)), "setup_s": setup, "seconds": float(np.mean(seconds))}
     for ref_name in ("true", "bounded"):
         for m in METRICS:
             e = np.concatenate(errors[ref_name][m])
@@ -374,6 +405,13 @@ def print_summary(results: list[dict[str, Any]]) -> None:
 
 
 def print_detail(results: list[dict[str, Any]]) -> None:
+    print("\nObjective (mean over every key and metric of min(relative error vs bounded, 1), 1 for a key not "
+          "released; lower is better):\n")
+    print("| grouping | ε | κ | library | keys | objective |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['grouping']} | {r['epsilon']:g} | {r['kappa']} | {r['library']} | {r['keys']:.1f} "
+              f"| {r['objective']:.4f} |")
     print("\n| grouping | ε | κ | library | metric | median (true) | p90 (true) | median (bounded) | p90 (bounded) "
           "| coverage (true) | coverage (bounded) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -396,6 +434,8 @@ def main() -> None:
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help="comma-separated subset of " + ", ".join(LIBRARIES))
     parser.add_argument("--dpselect-noise", default=None, help="dpselect's noise= (when its aggregate accepts it)")
     parser.add_argument("--dpselect-strategy", default=None, help="dpselect's strategy= (default: its default)")
+    parser.add_argument("--dpselect-weights", default=None, metavar="STEP=W,...",
+                        help="dpselect's weights= (the budget split), e.g. selection=2,mean_delay=1")
     parser.add_argument("--detail", action="store_true", help="also print p90 errors and coverage per metric")
     parser.add_argument("--json", default=None, metavar="PATH", help="write every figure as JSON")
     args = parser.parse_args()

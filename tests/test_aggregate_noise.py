@@ -147,10 +147,10 @@ def test_the_release_composes_to_the_formula_exactly_and_within_the_request():
                              max_partitions_contributed=kappa, max_contributions_per_partition=linf, strategy="pi_opt",
                              weights={"users": 2, "total": 3}, rng=InsecureDeterministicRNG(seed=3))
     g = out.guarantee
-    # Recomputed independently: the shares from the weights (selection 1, bounds:y 1, users 2,
-    # rows 1, lap 1, total 3, found 1; 10 in all), then each step's noise.
-    w = {"selection": 1, "bounds:y": 1, "users": 2, "rows": 1, "lap": 1, "total": 3, "found": 1}
-    share = {k: eps * v / 10 for k, v in w.items()}
+    # Recomputed independently: the shares from the weights (selection 5, one per metric; bounds:y
+    # 1, users 2, rows 1, lap 1, total 3, found 1; 14 in all), then each step's noise.
+    w = {"selection": 5, "bounds:y": 1, "users": 2, "rows": 1, "lap": 1, "total": 3, "found": 1}
+    share = {k: eps * v / 14 for k, v in w.items()}
     by_name = {c.what.split(" = ")[0]: c for c in g.components}
     gaussian = [n for n, c in by_name.items() if c.rho is not None]
     assert {"users", "rows", "found"} <= set(gaussian) and "lap" not in gaussian
@@ -274,7 +274,8 @@ def test_the_tsgd_release_noisy_user_counts_are_the_user_count_metric():
     metrics = {"users": dpselect.count_distinct_units(), "rows": dpselect.count()}
     p = plan(metrics, strategy="release", noise="laplace")
     assert p.selection_counts == "users" and "users" not in p.shares and "users" not in p.noises
-    assert p.shares["selection"][0] == Fraction(2, 3)  # its weight went to the selection
+    # The selection weighs one per metric (2), plus the user count's own 1: 3 of 4.
+    assert p.shares["selection"][0] == Fraction(3, 4)
     with pytest.raises(ValueError, match="weigh 'selection' instead"):
         plan(metrics, strategy="release", weights={"users": 2})
     # A user count that asks for its own noise keeps it; other strategies release no counts.

@@ -172,7 +172,8 @@ def test_the_component_spends_exactly_the_share() -> None:
     plan = plan_aggregate(privacy_unit="user", by="key", metrics=_METRICS, epsilon=1, delta=1e-6,
                           max_partitions_contributed="auto", max_contributions_per_partition="auto", public=False)
     share = plan.shares[CONTRIBUTION_BOUNDS][0]
-    assert share == Fraction(1) * AUTO_BOUNDS_WEIGHT / (1 + 3 + AUTO_BOUNDS_WEIGHT)
+    # The selection weighs one per metric (3), each metric 1 (3).
+    assert share == Fraction(1) * AUTO_BOUNDS_WEIGHT / (3 + 3 + AUTO_BOUNDS_WEIGHT)
     assert first.what.startswith("contribution bounds") and first.kind == "contribution bounds"
     assert first.epsilon_exact == share and first.delta_exact == 0
     assert result.guarantee.epsilon_exact <= 1

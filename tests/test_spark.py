@@ -247,8 +247,9 @@ def test_metric_noise_has_the_single_machine_scale(spark):
     table = pa.table({"user": pa.array(users), "key": pa.array(users // per_key),
                       "value": pa.array(np.full(users.size, 4.0))})
     metrics = {"n": dpselect.count_distinct_units(), "total": dpselect.sum("value", bounds=(0, 8))}
+    # weights: an ε share of 1 per step (the noise scale is checked here, not the default split).
     kwargs = dict(privacy_unit="user", by="key", metrics=metrics, epsilon=3.0, delta=1e-5,
-                  max_partitions_contributed=1, max_contributions_per_partition=1)
+                  max_partitions_contributed=1, max_contributions_per_partition=1, weights={"selection": 1})
     on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs).frame.toPandas()
     local = dpselect.aggregate(table, **kwargs).frame.to_pandas()
     assert len(on_spark) == len(local) == keys  # 40 users: pi_opt keeps every key

