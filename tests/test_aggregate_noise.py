@@ -320,3 +320,25 @@ def test_auto_strategy_is_the_recommended_count_selection_at_the_selection_share
     assert g.epsilon_exact == g.components[0].epsilon_exact + g.components[1].epsilon_exact <= 1
     assert g.delta_exact == g.components[0].delta_exact <= Fraction(1, 10**6)
     assert "strategy='auto' chose" in str(g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("epsilon", "delta", "kappa"), [(1.0, 1e-5, 1), (0.25, 1e-8, 2), (4.0, 1e-3, 1),
+                                                         (0.5, 5e-7, 2)])
+def test_the_quick_auto_choice_is_what_recommend_chooses(epsilon: float, delta: float, kappa: int) -> None:
+    # strategy="auto" skips building Gaussian tables where a budget-splitting selection is clearly
+    # ahead: that shortcut must never choose differently from the full comparison.
+    from dpselect.aggregation.plan import _clear_budget_split_choice
+    from dpselect.mechanisms.recommend import recommend
+
+    quick = _clear_budget_split_choice(epsilon, delta, kappa)
+    assert quick is not None  # these points are clear cases (pi_opt far ahead at κ <= 2)
+    full = recommend(epsilon, delta, kappa)
+    assert (quick[0], {}) == (full.strategy, dict(full.options))
+    assert quick[1] == min(c.midpoint for c in full.candidates if c.label == full.label)
+
+
+def test_the_quick_auto_choice_defers_to_recommend_where_the_gaussian_is_close() -> None:
+    from dpselect.aggregation.plan import _clear_budget_split_choice
+
+    assert _clear_budget_split_choice(1.0, 1e-6, 8) is None  # Gaussian thresholding wins at κ = 8

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpselect.aggregation.noise import rho_for_epsilon_delta, zcdp_delta
+from dpselect.aggregation.noise import log_zcdp_delta_estimate, rho_for_epsilon_delta, zcdp_delta
 
 __all__ = ["Conversion", "convert", "epsilon_for_rho", "fits", "max_rho"]
 
@@ -51,20 +51,6 @@ class Conversion:
         return self.delta_approx + self.delta_z
 
 
-def _log_delta(rho: float, eps: float) -> float:
-    """ln of CKS's δ at the best α (found by bisection on the sign of the derivative, as in
-    :func:`zcdp_delta`), in floating point: only a starting point for the exact search."""
-    lo, hi = 1.0 + 1e-12, max(2.0, (eps + 1.0) / (2.0 * rho) + 2.0)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if (2 * mid - 1) * rho - eps + math.log1p(-1 / mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-    a = 0.5 * (lo + hi)
-    return (a - 1) * (a * rho - eps) + a * math.log1p(-1 / a) - math.log(a - 1)
-
-
 def _epsilon_float(rho: float, log_delta: float) -> float:
     """The ε at which CKS's bound reaches δ = exp(log_delta), in floating point (a starting
     point only; ln δ is given because δ itself may be below the smallest float)."""
@@ -72,7 +58,7 @@ def _epsilon_float(rho: float, log_delta: float) -> float:
     lo, hi = 0.0, rho + 2 * math.sqrt(rho * -log_delta) + 1.0  # Bun-Steinke's ε is larger
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if _log_delta(rho, mid) <= target:
+        if log_zcdp_delta_estimate(rho, mid) <= target:
             hi = mid
         else:
             lo = mid

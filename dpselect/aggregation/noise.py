@@ -54,6 +54,7 @@ __all__ = [
     "representable_scale",
     "representable_sigma2",
     "zcdp_delta",
+    "log_zcdp_delta_estimate",
     "rho_for_epsilon_delta",
 ]
 
@@ -223,6 +224,12 @@ def _best_alpha(rho: float, eps: float) -> float:
         else:
             hi = mid
     return 0.5 * (lo + hi)
+
+
+def log_zcdp_delta_estimate(rho: float, epsilon: float) -> float:
+    """ln of CKS's δ for ρ-zCDP at ε, at the best α, in floating point: a starting point for an
+    exact search (a value relied on is certified with :func:`zcdp_delta`)."""
+    return _log_delta_float(rho, epsilon, _best_alpha(rho, epsilon))
 
 
 @functools.lru_cache(maxsize=1024)

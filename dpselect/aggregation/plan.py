@@ -430,12 +430,50 @@ def _recommended(epsilon: float, delta: float, kappa: int) -> tuple[str, dict[st
     options, and one line naming it."""
     from dpselect.mechanisms.recommend import recommend
 
+    quick = _clear_budget_split_choice(epsilon, delta, kappa)
+    if quick is not None:
+        name, best = quick
+        return name, {}, _recommended_reason(name, best, epsilon, delta, kappa)
     choice = recommend(epsilon, delta, kappa)
     best = min(c.midpoint for c in choice.candidates if c.label == choice.label)
-    return choice.strategy, dict(choice.options), (
-        f"strategy='auto' chose {choice.label} for the selection: a key needs {best:.1f} users to be released with "
-        f"probability 1/2 at its share (epsilon {epsilon:.3g}, delta {delta:.3g}, kappa {kappa}), the fewest of the "
-        "count-based selections.")
+    return choice.strategy, dict(choice.options), _recommended_reason(choice.label, best, epsilon, delta, kappa)
+
+
+def _recommended_reason(label: str, best: float, epsilon: float, delta: float, kappa: int) -> str:
+    return (f"strategy='auto' chose {label} for the selection: a key needs {best:.1f} users to be released with "
+            f"probability 1/2 at its share (epsilon {epsilon:.3g}, delta {delta:.3g}, kappa {kappa}), the fewest of "
+            "the count-based selections.")
+
+
+# The budget-splitting selections win without a Gaussian table being built when their midpoint is
+# below this fraction of Gaussian thresholding's (estimated in floating point; the exact midpoints
+# differ from the estimate by far less): then recommend() would choose the same.
+_CLEAR_MARGIN = 0.9
+
+
+def _clear_budget_split_choice(epsilon: float, delta: float, kappa: int) -> tuple[str, float] | None:
+    """The best of pi_opt, release and laplace (as recommend() ranks them) with its midpoint,
+    when it is clearly ahead of Gaussian thresholding (both of its splits of δ), so that
+    strategy="auto" needs no certified Gaussian table only to compare; else None (recommend()
+    decides). Parameters only."""
+    from dpselect.mechanisms.gaussian import float_threshold, optimal_noise_share
+    from dpselect.mechanisms.recommend import keep_curve_points
+    from dpselect.mechanisms.registry import make_strategy
+
+    try:
+        points = []
+        for name in ("pi_opt", "release", "laplace"):
+            q05, mid, q95 = keep_curve_points(make_strategy(name, epsilon=epsilon, delta=delta,
+                                                            max_partitions_contributed=kappa))
+            points.append((mid, q95, name))
+        gaussian = min(float_threshold(epsilon, delta, kappa, share)
+                       for share in (0.5, optimal_noise_share(epsilon, delta, kappa)))
+    except (ValueError, ArithmeticError):
+        return None
+    mid, _, name = min(points)
+    if not (math.isfinite(mid) and math.isfinite(gaussian) and mid < _CLEAR_MARGIN * gaussian):
+        return None
+    return name, mid
 
 
 def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon: object, delta: object,

@@ -32,7 +32,7 @@ from dpselect.core.limits import MAX_GAUSSIAN_ENTRIES, epsilon_too_small
 from dpselect.core.tables import KeepTable, read_only, to_words, pre_thresholded, verify_keep_table
 
 __all__ = ["GaussianThresholding", "google_sigma", "agm_delta_upper", "certified_sigma", "gaussian_threshold",
-           "optimal_noise_share"]
+           "float_threshold", "optimal_noise_share"]
 
 BALLE_WANG = ("Balle, Wang, \"Improving the Gaussian mechanism for differential privacy: analytical "
               "calibration and optimal denoising\", ICML 2018, Theorem 8")
@@ -134,17 +134,23 @@ def gaussian_threshold(sigma: Fraction, delta_p: Fraction) -> Fraction:
     return 1 + sigma * z
 
 
+def float_threshold(epsilon: float, delta: float, kappa: int, share: float) -> float:
+    """The threshold T with ``share`` of δ calibrating the noise, in floating point: where the keep
+    probability reaches 1/2. An estimate to compare mechanisms by (the table that runs is
+    certified); no table is built."""
+    sigma = google_sigma(epsilon, share * delta, math.sqrt(kappa), 1e-9)
+    d_t = (1 - share) * delta
+    d_p = -math.expm1(math.log1p(-d_t) / kappa)
+    return 1 + sigma * -NormalDist().inv_cdf(d_p)
+
+
 def optimal_noise_share(epsilon: float, delta: float, kappa: int) -> float:
     """The share of δ given to the noise that minimises the threshold T (Desfontaines et al.,
     PoPETs 2022, Figure 4): golden-section search in floating point (a public choice; the
     result is then certified like any other split)."""
-    l2 = math.sqrt(kappa)
 
     def threshold(share: float) -> float:
-        sigma = google_sigma(epsilon, share * delta, l2, 1e-9)
-        d_t = (1 - share) * delta
-        d_p = -math.expm1(math.log1p(-d_t) / kappa)
-        return 1 + sigma * -NormalDist().inv_cdf(d_p)
+        return float_threshold(epsilon, delta, kappa, share)
 
     lo, hi = 0.02, 0.98
     ratio = (math.sqrt(5) - 1) / 2
