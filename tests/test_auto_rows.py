@@ -17,11 +17,10 @@ from dpselect.mechanisms.recommend import ROW_MARGIN, ROW_MIN_KAPPA, ROW_RATIO, 
 # Every test builds certified DP-SIPS or pi_opt strategies over a grid of (ε, δ, κ): seconds each.
 pytestmark = pytest.mark.slow
 
-EPSILONS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
-
-@pytest.mark.parametrize("epsilon", [0.1, *EPSILONS, 8.0, 16.0])
-@pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-8, 1e-12])
+# The corners of the (ε, δ) range (the law below samples its inside): each point builds a certified
+# table, seconds at small ε and δ.
+@pytest.mark.parametrize(("epsilon", "delta"), [(0.1, 1e-3), (0.1, 1e-12), (1.0, 1e-5), (16.0, 1e-3), (16.0, 1e-12)])
 def test_auto_on_rows_keeps_the_count_based_choice_at_kappa_one(epsilon, delta):
     """DP-SIPS at κ = 1 released 18.7 keys where pi_opt released 48.3 on source-file identifiers:
     each user's single key has full weight in pi_opt too, whose noise needs fewer users. The
@@ -32,8 +31,7 @@ def test_auto_on_rows_keeps_the_count_based_choice_at_kappa_one(epsilon, delta):
     assert isinstance(built, (PiOptSelection, TSGDRelease))
 
 
-@pytest.mark.parametrize("epsilon", EPSILONS)
-@pytest.mark.parametrize("kappa", [2, 3, 4, 8])
+@pytest.mark.parametrize(("epsilon", "kappa"), [(0.25, 2), (4.0, 2), (0.5, 3), (1.0, 4), (0.25, 8), (4.0, 8)])
 def test_auto_on_rows_picks_dp_sips_from_kappa_two(epsilon, kappa):
     """At κ = 2, pi_opt released 707 keys of the synthetic Zipf users where DP-SIPS released
     1,168 (bench/bench_utility.py, 100,000 users, ε = 1): auto lost 40 % picking pi_opt there."""
@@ -50,7 +48,7 @@ def test_auto_on_counts_and_with_counts_are_unchanged():
     assert dpselect.recommend(1.0, 1e-5, 4, rows=True, neighbours="replace").strategy != "dp_sips"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=0.2, max_value=8.0), st.sampled_from([1e-3, 1e-5, 1e-7, 1e-9]), st.integers(1, 6))
 def test_the_row_choice_is_the_margin_rule_on_public_midpoints(epsilon, delta, kappa):
     """A law: DP-SIPS exactly where κ >= ROW_MIN_KAPPA and Gaussian thresholding's midpoint is at
