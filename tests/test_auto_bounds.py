@@ -179,6 +179,7 @@ def test_the_component_spends_exactly_the_share() -> None:
     assert result.guarantee.epsilon_exact <= 1
 
 
+@pytest.mark.slow
 def test_results_and_statements_show_the_chosen_values() -> None:
     result = _aggregate(_frame(600, 3, rows=2))
     g = result.guarantee
@@ -293,6 +294,7 @@ def test_the_hindsight_figures_are_exact() -> None:
     assert "NOT DP" in repr(figures)
 
 
+@pytest.mark.slow
 def test_the_report_names_the_best_kappa_in_hindsight() -> None:
     result = _aggregate(_frame(3000, 3), epsilon=2)
     report = result.report()
@@ -312,6 +314,7 @@ def _cli(*args: str) -> int:
     return cli.main(list(args))
 
 
+@pytest.mark.slow
 def test_the_cli_accepts_auto(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "in.csv"
     _frame(2000, 3).to_csv(data, index=False)

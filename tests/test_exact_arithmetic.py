@@ -65,6 +65,7 @@ def test_exp_lower_is_the_largest_multiple_below_e_to_the_x(x: Fraction, bits: i
         assert mpf(exact.exp_upper(x, bits) - Fraction(1, 2**bits)) < value <= mpf(exact.exp_upper(x, bits))
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=0, max_value=2**16, max_denominator=10**9), st.integers(1, 400))
 @settings(max_examples=150, deadline=None)
 def test_exp_neg_bounds_bracket_e_to_the_minus_y_to_a_relative_precision(y: Fraction, bits: int) -> None:
@@ -143,6 +144,7 @@ def test_inv_sqrt_2pi_bounds_bracket_the_constant(bits: int) -> None:
         assert mpf(high - low) <= mpmath.mpf(2) ** -bits
 
 
+@pytest.mark.slow
 @given(st.fractions(min_value=-45, max_value=45, max_denominator=10**6), st.sampled_from([64, 128, 256, 300]))
 @settings(max_examples=100, deadline=None)
 def test_normal_cdf_and_tail_bounds_bracket_mpmath(z: Fraction, bits: int) -> None:
@@ -243,6 +245,7 @@ def _functions_called(function: ast.AST) -> set[str]:
             | {call.id for call in calls if isinstance(call, ast.Name)})
 
 
+@pytest.mark.slow
 def test_only_core_exact_defines_exponential_root_and_normal_tail_bounds() -> None:
     """Outside core.exact (and core.verify, by design), a function named like an e^x, square-root
     or normal-tail bound must be a front end of core.exact's (call one of its functions): a
