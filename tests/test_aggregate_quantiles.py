@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dpselect
-from dpselect.aggregation import quantile_release, quantile_tree
+from dpselect.aggregation import quantile_release
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from dpselect.aggregation.plan import plan_aggregate
 from dpselect.aggregation.quantile_tree import leaves_for, sensitivities, shape_for, tree_noise
