@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dpselect
-from dpselect.aggregation import quantile_release
+from dpselect.aggregation import quantile_release, quantile_tree
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from dpselect.aggregation.plan import plan_aggregate
 from dpselect.aggregation.quantile_tree import leaves_for, sensitivities, shape_for, tree_noise
@@ -245,6 +245,25 @@ def test_bounds_found_privately_and_clamping_reported():
     given = release(data, {"d": dpselect.median("delay", bounds=(0, 30))})
     clamping = given.report().clamping["delay"]
     assert (clamping.below, clamping.above) == (int((data["delay"] < 0).sum()), int((data["delay"] > 30).sum()))
+
+
+def test_sorted_counts_give_the_dense_counts_answers(monkeypatch):
+    """Many keys use sorted (key, leaf) codes instead of a dense array: same counts, same draws."""
+    data = delays(9, keys=30, sizes=(20, 300))
+    metrics = {"d": dpselect.quantile("delay", [0.2, 0.5, 0.95], bounds=(-60, 300))}
+    dense = release(data, metrics, level=0.9, seed=3).frame
+    monkeypatch.setattr(quantile_tree, "_DENSE_LIMIT", 0)
+    sparse = release(data, metrics, level=0.9, seed=3).frame
+    assert sparse.equals(dense)
+
+
+def test_a_column_without_bounds_found_is_nan_and_spends_its_share():
+    data = delays(11, keys=2, sizes=(3, 5))
+    res = release(data, {"d": dpselect.median("delay"), "n": dpselect.count()}, epsilon=0.05, level=0.9)
+    assert math.isnan(res.bounds["delay"][0])
+    assert res.frame["d"].isna().all() and res.frame["d_ci_low"].isna().all()
+    component = next(c for c in res.guarantee.components if c.what.startswith("d = "))
+    assert component.epsilon_exact > 0 and "no bounds were found" in component.statement
 
 
 # ------------------------------------------------------------------ the noise choice

@@ -138,7 +138,10 @@ def aggregate(
        user count, κ·L∞ for a row count, κ·L∞·max|value| in grid units for a sum; a mean is its
        bounds' midpoint plus a noisy sum of offsets from it over a noisy row count, each with half
        its share (or the released ``count()`` as divisor; or, with a released ``sum`` of its
-       column too, their quotient, spending nothing). ``noise``: "auto" (default: per metric, the
+       column too, their quotient, spending nothing). A quantile metric (``quantile``, ``median``,
+       ``min``, ``max``; several q at once for one share) is read from a hierarchical histogram of
+       the clamped values per key with noise on every node, of sensitivity κ·L∞·h in L1 and
+       κ·h·L∞² in squared L2 for a tree of height h (docs/privacy/quantiles.md). ``noise``: "auto" (default: per metric, the
        law with the smaller standard deviation, from the parameters only), "laplace" or
        "gaussian"; a metric's own ``noise=`` wins. The Gaussian metrics compose as one zCDP group,
        converted once to (ε, δ) (docs/privacy/aggregate.md, "Composition").
