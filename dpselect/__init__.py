@@ -64,6 +64,8 @@ from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
 # `mean as mean`: re-exported although not in __all__ (below).
 from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean as mean, sum as sum  # noqa: A004
+# `min as min` / `max as max`: reached as dpselect.min / dpselect.max, not in __all__ (builtins).
+from dpselect.aggregation.quantiles import max as max, median, min as min, quantile  # noqa: A004
 
 # The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
 # SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with
@@ -85,7 +87,7 @@ def __dir__() -> list[str]:
     """The public API only: ``__all__``, the public subpackages, and the version (not the
     internal modules that imports leave as attributes)."""
     dunders = {name for name in globals() if name.startswith("__") and name.endswith("__")}
-    return sorted({*__all__, *_LAZY_SUBMODULES, "sum", "mean", *dunders})
+    return sorted({*__all__, *_LAZY_SUBMODULES, "sum", "mean", "min", "max", *dunders})
 
 
 # ``sum`` and ``mean`` are reached as dpselect.sum / dpselect.mean, never by a star import (they
@@ -98,6 +100,8 @@ __all__ = [
     "Metric",
     "count",
     "count_distinct_units",
+    "quantile",
+    "median",
     "select_partitions",
     "select",
     "release",

@@ -299,6 +299,12 @@ def test_shipped_example_data(tmp_path, capsys):
     ("n users=users", "n users", dpselect.count_distinct_units()),
     ("avg=mean:amount", "avg", dpselect.mean("amount")),
     ("sum:a=b", "sum_a=b", dpselect.sum("a=b")),  # '=' after ':' is part of the column name
+    ("p90=quantile:amount:0.9:0:500", "p90", dpselect.quantile("amount", 0.9, bounds=(0, 500))),
+    ("quantile:amount:0.995", "p99_5_amount", dpselect.quantile("amount", 0.995)),
+    ("median:amount", "median_amount", dpselect.median("amount")),
+    ("MEDIAN:amount:0:500", "median_amount", dpselect.median("amount", bounds=(0, 500))),
+    ("min:amount:0:500", "min_amount", dpselect.min("amount", bounds=(0, 500))),
+    ("top=max:amount", "top", dpselect.max("amount")),
 ])
 def test_metric_specs(spec, name, metric):
     assert cli_aggregate._parse_metric(spec) == (name, metric)
@@ -311,7 +317,15 @@ def test_integer_bounds_stay_integers():
 
 @pytest.mark.parametrize("spec,why", [
     ("", "empty"),
-    ("median:amount", "unknown metric 'median'"),
+    ("mode:amount", "unknown metric 'mode'"),
+    ("quantile:amount", "quantile:COL:Q or quantile:COL:Q:LO:HI"),
+    ("quantile:amount:0.5:0", "quantile:COL:Q or quantile:COL:Q:LO:HI"),
+    ("quantile:amount:1.5", "must be in [0, 1]"),
+    ("quantile:amount:nan", "must be in [0, 1]"),
+    ("quantile:amount:half", "must be a number in [0, 1]"),
+    ("quantile::0.5", "needs a value column and a quantile"),
+    ("median:amount:5:1", "inverted"),
+    ("max:amount:0", "two bounds"),
     ("sum", "needs a value column"),
     ("sum:", "needs a value column"),
     ("mean:amount:0", "two bounds"),
@@ -333,7 +347,7 @@ def test_bad_metric_specs(spec, why):
 
 @pytest.mark.parametrize("args,message", [
     (["-m", "sum:amount:5:1"], "inverted"),
-    (["-m", "median:amount"], ACCEPTED),
+    (["-m", "mode:amount"], ACCEPTED),
     (["-m", "users", "-m", "count_distinct_units"], "two metrics would be written to the column 'users'"),
     (["-m", "key=users"], "'key' is also an input column"),
     (["-m", "users", "-m", "users_ci_low=count", "--confidence-level", "0.9"], "'users_ci_low'"),
@@ -652,3 +666,19 @@ def test_noise_flag_reaches_the_plan_and_its_errors_name_the_flag(tmp_path, caps
     assert run(*common, "-d", "0", "--noise", "gaussian", "-o", str(tmp_path / "other.csv")) == cli.EXIT_USAGE
     err = one_error(capsys.readouterr().err)
     assert "delta = 0" in err and "--noise laplace" in err and "noise=" not in err
+
+
+def test_quantile_metrics_run_with_intervals(tmp_path, capsys):
+    table = make_table()
+    src = write(tmp_path / "in.csv", table, "csv")
+    out = str(tmp_path / "out.csv")
+    code = run(src, *BASE, "--metric", "p90=quantile:amount:0.9:0:100", "--metric", "median:amount:0:100",
+               "--metric", "max:amount", "--confidence-level", "0.9", "-o", out)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    rows = read(out, "csv")
+    assert list(rows[0]) == ["key", "p90", "p90_ci_low", "p90_ci_high", "median_amount", "median_amount_ci_low",
+                             "median_amount_ci_high", "max_amount", "max_amount_ci_low", "max_amount_ci_high"]
+    for r in rows:
+        assert 0 <= r["median_amount_ci_low"] <= r["median_amount"] <= r["median_amount_ci_high"] <= 100
+    assert "p90 = quantile('amount', q=0.9, bounds=(0, 100))" in err

@@ -505,6 +505,16 @@ def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
         assert 0.6 < noise.var() / var < 1.5, (noise.var(), var)
 
 
+def test_quantile_metrics_are_refused_naming_the_metric_before_the_budget(spark):
+    frame = spark.createDataFrame(pa.table({"user": [1, 2], "key": ["a", "b"], "delay": [3, 4]}).to_pandas())
+    budget = dpselect.Budget(epsilon=2, delta=1e-5)
+    with pytest.raises(NotImplementedError, match="metric 'p90': quantile metrics .* run on one machine only"):
+        ds.aggregate(frame, privacy_unit="user", by="key", epsilon=1, delta=1e-6, max_partitions_contributed=1,
+                     max_contributions_per_partition=1, budget=budget,
+                     metrics={"n": dpselect.count(), "p90": dpselect.quantile("delay", 0.9, bounds=(0, 10))})
+    assert budget.spent == (0, 0)
+
+
 # ---------------------------------------------------------------- APPROX_BOUNDS
 
 

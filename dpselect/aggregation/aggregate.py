@@ -28,6 +28,7 @@ from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
+from dpselect.aggregation.quantile_release import release_quantile_metrics
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
 from dpselect.aggregation.result import AggregateResult
 from dpselect.aggregation.values import ValueColumn, check_value_types
@@ -137,7 +138,10 @@ def aggregate(
        user count, κ·L∞ for a row count, κ·L∞·max|value| in grid units for a sum; a mean is its
        bounds' midpoint plus a noisy sum of offsets from it over a noisy row count, each with half
        its share (or the released ``count()`` as divisor; or, with a released ``sum`` of its
-       column too, their quotient, spending nothing). ``noise``: "auto" (default: per metric, the
+       column too, their quotient, spending nothing). A quantile metric (``quantile``, ``median``,
+       ``min``, ``max``; several q at once for one share) is read from a hierarchical histogram of
+       the clamped values per key with noise on every node, of sensitivity κ·L∞·h in L1 and
+       κ·h·L∞² in squared L2 for a tree of height h (docs/privacy/quantiles.md). ``noise``: "auto" (default: per metric, the
        law with the smaller standard deviation, from the parameters only), "laplace" or
        "gaussian"; a metric's own ``noise=`` wins. The Gaussian metrics compose as one zCDP group,
        converted once to (ε, δ) (docs/privacy/aggregate.md, "Composition").
@@ -223,7 +227,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     components: list[Component] = [] if chose is None else [chose]
     kept_values = {c: values[c].take(kept) for c in plan.value_columns}
     del values, used, table  # the input's columns are no longer read
-    kept_partitions = partitions[kept.view(bool)] if plan.auto_columns else None
+    quantiles = {n: m for n, m in plan.metrics.items() if m.kind == "quantile"}
+    kept_partitions = partitions[kept.view(bool)] if plan.auto_columns or quantiles else None
     del partitions
     unbounded: list[str] = []  # columns where no bin of the noisy histogram passed
     for c in plan.auto_columns if plan.bounds_scope == "dataset" else ():
@@ -301,14 +306,29 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             kept_values[c], kept_partitions, out_index, present, n_parts, eps_b, kappa, linf, plan.precision_bits,
             integer[c], generator, c)
         components.append(component)
+    # Quantile metrics read the kept values themselves (a noisy tree of them per key).
+    trees = release_quantile_metrics(plan.metric_labels(), quantiles, plan.metric_noise(kappa, linf),  # type: ignore[arg-type]
+                                     kept_values, kept_partitions, out_index, present, n_parts,
+                                     {c: grids.get(c) for c in plan.value_columns}, integer,
+                                     plan.confidence_level, generator)
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
     level = plan.confidence_level
     columns: dict[str, npt.NDArray[Any]] = {}
-    metrics_out = release_metrics(plan.metric_labels(), plan.metrics, plan.metric_noise(kappa, linf), plan.means,
-                                  stat(users_kept), stat(rows_kept), out_sums, out_grids, level, generator, given)
-    for name, (values_out, low, high, component) in metrics_out.items():
+    metrics_out = release_metrics(plan.metric_labels(), {n: m for n, m in plan.metrics.items() if n not in trees},
+                                  plan.metric_noise(kappa, linf), plan.means, stat(users_kept), stat(rows_kept),
+                                  out_sums, out_grids, level, generator, given)
+    for name in plan.metrics:
+        if name in trees:
+            tree_columns, component = trees[name]
+            for column, (values_out, low, high) in tree_columns.items():
+                columns[column] = values_out
+                if level is not None:
+                    columns[f"{column}_ci_low"], columns[f"{column}_ci_high"] = low, high
+            components.append(component)
+            continue
+        values_out, low, high, component = metrics_out[name]
         columns[name] = values_out
         if level is not None:
             columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = low, high

@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["Metric", "NOISES", "count", "count_distinct_units", "mean", "sum"]
 
-Kind = Literal["count_distinct_units", "count", "sum", "mean"]
+Kind = Literal["count_distinct_units", "count", "sum", "mean", "quantile"]
 # The noise a metric may ask for (None: the release's choice, aggregate(noise=...)).
 NOISES = ("laplace", "gaussian")
 
@@ -30,7 +30,8 @@ class Metric:
     """One statistic per partition.
 
     ``kind``: "count_distinct_units" (users kept in the partition after bounding), "count"
-    (rows kept), "sum" or "mean" of ``column`` over the kept rows, each value clamped to
+    (rows kept), "sum" or "mean" of ``column`` over the kept rows ("quantile": made by
+    :func:`dpselect.quantile`, :class:`dpselect.aggregation.quantiles.QuantileMetric`), each value clamped to
     ``bounds`` (None: found privately with APPROX_BOUNDS over the whole dataset,
     docs/privacy/approx-bounds.md). ``noise``: "laplace" or "gaussian" for this metric, None
     (default) for the release's choice (:func:`dpselect.aggregate`'s ``noise``)."""
@@ -41,12 +42,14 @@ class Metric:
     noise: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("count_distinct_units", "count", "sum", "mean"):
+        if self.kind not in ("count_distinct_units", "count", "sum", "mean", "quantile"):
             raise ValueError(f"unknown metric kind {self.kind!r}")
         if self.noise is not None and (not isinstance(self.noise, str) or self.noise not in NOISES):
             raise ValueError(f"{self.kind}(noise=...) must be 'laplace', 'gaussian' or None (the release's "
                              f"choice), got {self.noise!r}")
-        if self.kind in ("sum", "mean"):
+        if self.kind == "quantile" and not getattr(self, "quantiles", ()):
+            raise TypeError("a quantile metric is made by dpselect.quantile(column, q), median, min or max")
+        if self.kind in ("sum", "mean", "quantile"):
             if not isinstance(self.column, str) or not self.column:
                 raise TypeError(f"{self.kind}() needs the value column's name (a non-empty str), got {self.column!r}")
             if self.bounds is not None:
@@ -56,7 +59,7 @@ class Metric:
 
     @property
     def needs_values(self) -> bool:
-        return self.kind in ("sum", "mean")
+        return self.kind in ("sum", "mean", "quantile")
 
     def __str__(self) -> str:
         noise = "" if self.noise is None else f"noise={self.noise!r}"

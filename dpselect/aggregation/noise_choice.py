@@ -18,6 +18,7 @@ from fractions import Fraction
 
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, rho_for_epsilon_delta
+from dpselect.aggregation.quantile_tree import plan_leaves, tree_noise_sds
 
 __all__ = ["NOISE_CHOICES", "GaussianGroup", "MetricNoise", "MeanSource", "choose_noise", "gaussian_rho",
            "mean_sources", "noise_sds"]
@@ -107,6 +108,8 @@ def noise_sds(metric: Metric, epsilon: Fraction, rho: Fraction | None, kappa: in
     """(Laplace sd, Gaussian sd) of one metric's noise: discrete Laplace with ε share ``epsilon``
     (its exact standard deviation), discrete Gaussian with ρ share ``rho`` (σ, an upper bound on
     its standard deviation); inf where a law cannot be used."""
+    if metric.kind == "quantile":  # the error of a noisy prefix count of each law's tree
+        return tree_noise_sds(epsilon, rho, kappa, linf, plan_leaves(metric.bounds))
     delta1 = _sensitivity(metric, linf)
     try:
         lap = math.sqrt(DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=delta1,

@@ -18,6 +18,8 @@ from typing import Any, Callable
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
+from dpselect.aggregation.quantiles import QuantileMetric, output_columns
+from dpselect.aggregation.quantile_tree import max_height, tree_noise
 from dpselect.aggregation.noise_choice import (
     NOISE_CHOICES,
     GaussianGroup,
@@ -148,6 +150,10 @@ class AggregatePlan:
             else:
                 giver = next(n for n, m in self.metrics.items() if m.column == metric.column and m.bounds is not None)
                 where = f"bounds={self.given_bounds[metric.column]}, given with metric {giver!r}"
+            if isinstance(metric, QuantileMetric):  # which quantiles, as asked
+                q = list(metric.quantiles) if metric.several else metric.quantiles[0]
+                labels[name] = f"{name} = {metric.label}({metric.column!r}, q={q!r}, {where})"
+                continue
             labels[name] = f"{name} = {metric.kind}({metric.column!r}, {where})"
         return labels
 
@@ -185,10 +191,11 @@ def _show(x: Fraction) -> str:
 
 def _metric_columns(metrics: Mapping[str, Metric], level: float | None) -> list[str]:
     columns = []
-    for name in metrics:
-        columns.append(name)
-        if level is not None:
-            columns += [f"{name}_ci_low", f"{name}_ci_high"]
+    for name, metric in metrics.items():
+        for column in output_columns(name, metric):  # a quantile metric of several q: one column each
+            columns.append(column)
+            if level is not None:
+                columns += [f"{column}_ci_low", f"{column}_ci_high"]
     return columns
 
 
@@ -242,8 +249,8 @@ def _checked_metrics(metrics: object) -> dict[str, Metric]:
         if not isinstance(name, str) or not name:
             raise TypeError(f"metric names must be non-empty str, got {name!r}")
         if not isinstance(metric, Metric):
-            raise TypeError(f"metrics[{name!r}] must be made by dpselect.count(), count_distinct_units(), sum() "
-                            f"or mean(), got {type(metric).__name__}")
+            raise TypeError(f"metrics[{name!r}] must be made by dpselect.count(), count_distinct_units(), sum(), "
+                            f"mean(), quantile(), median(), min() or max(), got {type(metric).__name__}")
         checked[name] = metric
     return checked
 
@@ -255,8 +262,9 @@ def _check_names(privacy_unit: str, by: list[str], metrics: dict[str, Metric], v
     must never be taken for an output's."""
     outputs = [*by, *_metric_columns(metrics, level)]
     seen: dict[str, str] = {name: f"the by column {name!r}" for name in by}
-    for name in metrics:
-        for column in [name, *([f"{name}_ci_low", f"{name}_ci_high"] if level is not None else [])]:
+    for name, metric in metrics.items():
+        own = output_columns(name, metric)
+        for column in [c for o in own for c in [o, *([f"{o}_ci_low", f"{o}_ci_high"] if level is not None else [])]]:
             what = f"metric {name!r}" if column == name else f"the interval column {column!r} of metric {name!r}"
             if column in seen:
                 raise ValueError(f"{what} is also {seen[column]}: every output column must have its own name; "
@@ -377,6 +385,9 @@ def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_co
     if metric.kind == "count":
         check(Fraction(1), linf)
         return
+    if metric.kind == "quantile":  # every node of the tallest tree the release may use
+        _check_tree_noise(name, noise, advice)
+        return
     # A value's magnitude in grid units is at most 2^precision_bits (the grid's step is chosen so);
     # with given bounds the exact figure is known.
     units = Grid.for_bounds(*bounds, precision_bits=precision_bits).max_abs_units() if bounds else 2**precision_bits
@@ -389,6 +400,35 @@ def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_co
     else:  # a mean: half the share on a sum of offsets (at most the full range), half on a row count
         check(Fraction(1, 2), linf * units * 2)
         check(Fraction(1, 2), linf)
+
+
+def _check_tree_noise(name: str, noise: MetricNoise, advice: str) -> None:
+    """Refuse, from the parameters, tree noise that cannot be represented at the tallest tree."""
+    height = max_height(noise.kind)
+    if noise.kind == "gaussian":
+        try:
+            tree_noise(noise.kind, noise.epsilon, noise.rho, noise.kappa, noise.linf, height)
+        except ValueError:
+            raise ValueError(f"metric {name!r}: Gaussian noise on its quantile tree at this share of rho would have "
+                             f"sigma above 2**49, too large for exact sampling; {advice}, or use noise='laplace'"
+                             ) from None
+        return
+    _check_noise(f"metric {name!r}", noise.epsilon, noise.kappa, noise.linf * height, advice)
+
+
+def _check_quantile_columns(metrics: dict[str, Metric], by: list[str], auto_columns: list[str],
+                            bounds_scope: object) -> None:
+    """A quantile of a key column is that key (nothing to estimate); bounds found per key are not
+    supported for quantiles (each key would need its own tree shape)."""
+    for name, m in metrics.items():
+        if m.kind != "quantile":
+            continue
+        if m.column in by:
+            raise ValueError(f"metric {name!r} takes a quantile of {m.column!r}, a by column: within a key it has "
+                             "one value, the key itself; choose a value column")
+        if m.column in auto_columns and bounds_scope == "partition":
+            raise ValueError(f"metric {name!r}: quantiles need bounds found over the whole dataset "
+                             f"(bounds_scope='dataset') or given: pass bounds=(lower, upper) to the metric")
 
 
 def _strategy_object(strategy: object, public: bool, kappa: int, epsilon: Fraction, delta: Fraction,
@@ -511,6 +551,7 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     _check_names(privacy_unit, names, checked, value_columns, level)
     given = _given_bounds(checked, precision_bits)
     auto_columns = [c for c in value_columns if c not in given]
+    _check_quantile_columns(checked, names, auto_columns, bounds_scope)
     if not isinstance(noise, str) or noise not in NOISE_CHOICES:
         raise ValueError(f"noise must be 'auto', 'laplace' or 'gaussian', got {short(noise)}")
     eps_total = _epsilon_total(epsilon)

