@@ -64,6 +64,7 @@ from dpselect.aggregation.aggregate import AggregateResult, aggregate
 from dpselect.aggregation.budget import Budget, BudgetExceededError
 # `mean as mean`: re-exported although not in __all__ (below).
 from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean as mean, sum as sum  # noqa: A004
+from dpselect.aggregation.metrics import count_distinct, stddev, variance
 
 # The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
 # SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with
@@ -98,6 +99,9 @@ __all__ = [
     "Metric",
     "count",
     "count_distinct_units",
+    "variance",
+    "stddev",
+    "count_distinct",
     "select_partitions",
     "select",
     "release",
