@@ -193,3 +193,13 @@ def test_spark_refuses_count_distinct_naming_the_metric():
 
     with pytest.raises(ValueError, match="metric 'd' \\(count_distinct\\)"):
         refuse_on_spark({"d": dpselect.count_distinct("c")})
+
+
+def test_the_report_counts_what_the_cap_left_out():
+    data = pd.DataFrame({"u": [1, 1, 1, 2], "k": ["a"] * 4, "c": ["x", "y", "z", "x"]})
+    res = release(data, {"d": dpselect.count_distinct("c", max_values_per_unit=1)}, keys=["a"])
+    report = res.report()
+    assert report.distinct_capped == {"d": 2}
+    assert "left out 2 (user, key, value)" in str(report)
+    assert report.as_dict()["count_distinct_values_left_out_by_max_values_per_unit"] == {"d": 2}
+    assert release(data, {"d": dpselect.count_distinct("c")}, keys=["a"]).report().distinct_capped == {}

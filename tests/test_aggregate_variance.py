@@ -245,3 +245,13 @@ def test_spark_refuses_the_variance_naming_the_metric():
 
     with pytest.raises(ValueError, match="metric 'v' \\(variance\\).*dpselect.aggregate"):
         refuse_on_spark({"n": dpselect.count(), "v": dpselect.variance("x", (0, 1))})
+
+
+def test_the_report_states_the_variance_columns_clamping():
+    data = one_row_each({"a": [0, 5, 50, -3]})
+    res = dpselect.aggregate(data, privacy_unit="u", by="k", epsilon=1, delta=1e-6,
+                             metrics={"v": dpselect.variance("x", (0, 10))}, max_partitions_contributed=1,
+                             max_contributions_per_partition=1, public_partitions=["a"],
+                             rng=InsecureDeterministicRNG(seed=9))
+    c = res.report().clamping["x"]
+    assert (c.below, c.above, c.values) == (1, 1, 4)

@@ -338,7 +338,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
             candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
             epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums,
-            hindsight=figures)
+            hindsight=figures, distinct_capped={n: c for n, c in extra.capped.items()
+                                                if plan.metrics[n].max_values_per_unit is not None})
 
     return AggregateResult(frame=frame, guarantee=guarantee,
                            bounds={**{c: (g.lower, g.upper) for c, g in grids.items()},
