@@ -255,3 +255,47 @@ def test_the_report_states_the_variance_columns_clamping():
                              rng=InsecureDeterministicRNG(seed=9))
     c = res.report().clamping["x"]
     assert (c.below, c.above, c.values) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("scope", ["dataset", "partition"])
+def test_bounds_found_privately_give_a_variance_on_the_found_grid(scope):
+    rng = np.random.default_rng(10)  # test data only
+    keys = {"a": [int(v) for v in rng.integers(0, 100, 3000)], "b": [int(v) for v in rng.integers(0, 10, 3000)]}
+    res = dpselect.aggregate(one_row_each(keys), privacy_unit="u", by="k", epsilon=20, delta=1e-6,
+                             metrics={"v": dpselect.variance("x"), "sd": dpselect.stddev("x")},
+                             max_partitions_contributed=1, max_contributions_per_partition=1, bounds_scope=scope,
+                             public_partitions=["a", "b", "empty"], confidence_level=0.9,
+                             rng=InsecureDeterministicRNG(seed=13))
+    f = res.frame.set_index("k")
+    lo, hi = (res.bounds["x"] if scope == "dataset" else (0, 127))
+    assert abs(f.loc["a", "v"] - np.var(np.clip(keys["a"], lo, hi))) < 0.1 * np.var(keys["a"])
+    assert f.loc["b", "v"] < 3 * np.var(keys["b"]) + 5
+    assert np.allclose(f["sd"].dropna() ** 2, f["v"].dropna())
+    assert (f["v_ci_low"].dropna() <= f["v"].dropna()).all() and (f["v"].dropna() <= f["v_ci_high"].dropna()).all()
+    if scope == "partition":
+        assert math.isnan(f.loc["empty", "v"])  # no bounds found for a key without data: NaN, not a failure
+
+
+def test_variance_of_selected_keys_and_auto_contribution_bounds():
+    rng = np.random.default_rng(11)  # test data only
+    n = 20000
+    data = pd.DataFrame({"u": rng.integers(0, 5000, n), "k": rng.integers(0, 3, n), "x": rng.integers(0, 60, n)})
+    res = dpselect.aggregate(data, privacy_unit="u", by="k", epsilon=4, delta=1e-6,
+                             metrics={"n": dpselect.count(), "v": dpselect.variance("x", (0, 60))},
+                             max_partitions_contributed="auto", max_contributions_per_partition="auto",
+                             rng=InsecureDeterministicRNG(seed=14))
+    assert len(res.frame) == 3 and (abs(res.frame["v"] - 300) < 60).all()
+    assert sum(c.epsilon_exact for c in res.guarantee.components) <= 4
+
+
+def test_gaussian_interval_coverage():
+    rng = np.random.default_rng(12)  # test data only
+    keys = {f"k{i}": [int(v) for v in rng.integers(0, 20, 50)] for i in range(300)}
+    res = dpselect.aggregate(one_row_each(keys), privacy_unit="u", by="k", epsilon=1, delta=1e-6,
+                             metrics={"v": dpselect.variance("x", (0, 20))}, noise="gaussian",
+                             max_partitions_contributed=1, max_contributions_per_partition=1,
+                             public_partitions=sorted(keys), confidence_level=0.8,
+                             rng=InsecureDeterministicRNG(seed=15))
+    f = res.frame.set_index("k")
+    truth = pd.Series({k: float(np.var(v)) for k, v in keys.items()})[f.index]
+    assert ((f["v_ci_low"] <= truth) & (truth <= f["v_ci_high"])).mean() >= 0.8 - 3 * math.sqrt(0.16 / 300)
