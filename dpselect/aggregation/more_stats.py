@@ -101,7 +101,7 @@ def widest_reach(grids: Any) -> int:
 def more_statistics(metrics: Mapping[str, Metric], spreads: dict[str, SpreadSource],
                     kept_values: Mapping[str, npt.NDArray[Any]], kept_partitions: npt.NDArray[Any] | None,
                     single: Mapping[str, Grid], out_grids: Mapping[str, Any], position: npt.NDArray[np.intp],
-                    n_out: int, distinct: Mapping[str, tuple[npt.NDArray[Any], npt.NDArray[Any]]],
+                    n_out: int, distinct: Mapping[str, tuple[npt.NDArray[np.int64], npt.NDArray[Any] | None]],
                     n_parts: int, rng: Any, early: Mapping[str, Wide] | None = None) -> MoreStatistics:
     """From the kept rows (their values, partition codes) and ``position`` (data partition code ->
     released row, −1 if not released): Σq per released key for each column of a variance, on
