@@ -66,6 +66,7 @@ from dpselect.aggregation.budget import Budget, BudgetExceededError
 from dpselect.aggregation.metrics import Metric, count, count_distinct_units, mean as mean, sum as sum  # noqa: A004
 # `min as min` / `max as max`: reached as dpselect.min / dpselect.max, not in __all__ (builtins).
 from dpselect.aggregation.quantiles import max as max, median, min as min, quantile  # noqa: A004
+from dpselect.aggregation.metrics import count_distinct, stddev, variance
 
 # The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
 # SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with
@@ -102,6 +103,9 @@ __all__ = [
     "count_distinct_units",
     "quantile",
     "median",
+    "variance",
+    "stddev",
+    "count_distinct",
     "select_partitions",
     "select",
     "release",

@@ -26,6 +26,8 @@ from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
+from dpselect.aggregation.more_stats import (distinct_rows, early_square_columns, grid_squared_offsets, more_statistics,
+                                             needs_kept_partitions, positions)
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
 from dpselect.aggregation.quantile_release import release_quantile_metrics
@@ -188,7 +190,7 @@ def aggregate(
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
     # The schema's checks (columns, types, the public keys against the key types) come before the
     # budget is charged: they depend on the parameters and the schema, never on the values.
-    table, kind = to_arrow(data, plan.privacy_unit, plan.by, values=[c for c in plan.value_columns if c not in plan.by])
+    table, kind = to_arrow(data, plan.privacy_unit, plan.by, values=plan.input_columns()[1 + len(plan.by):])
     integer = check_value_types(table.schema, plan.value_columns)
     for c in plan.auto_columns:  # APPROX_BOUNDS' own checks, from the parameters and the column's type
         check_bounds_parameters(plan.shares[f"bounds:{c}"][0], integer=integer[c], max_partitions_contributed=plan.kappa,
@@ -218,17 +220,22 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     values = {c: ValueColumn(used, c) for c in plan.value_columns}
     known = [c for c in plan.value_columns if c in grids]
     units = [values[c].units(grids[c]) for c in known]
+    squared = early_square_columns(plan.metrics, plan.spreads, known)  # summed per key by the kernel, with the units
+    units += [grid_squared_offsets(units[known.index(c)], grids[c]) for c in squared]
     n_parts = counter.n_partitions
     users_kept, rows_kept, wide_sums, users_before, kept, totals = _bound_all(
         users, partitions, counter.n_users, n_parts, kappa, linf, units, generator)
+    distinct = distinct_rows(plan.metrics, used, users, kept)  # count_distinct's kept values (and units)
     del units, users
     _warn_if_bounding_dropped_most(totals, kappa, linf)
     column_sums = dict(zip(known, wide_sums))
+    early_squares = dict(zip(squared, wide_sums[len(known):]))
     components: list[Component] = [] if chose is None else [chose]
     kept_values = {c: values[c].take(kept) for c in plan.value_columns}
     del values, used, table  # the input's columns are no longer read
     quantiles = {n: m for n, m in plan.metrics.items() if m.kind == "quantile"}
-    kept_partitions = partitions[kept.view(bool)] if plan.auto_columns or quantiles else None
+    kept_partitions = partitions[kept.view(bool)] if plan.auto_columns or quantiles or \
+        needs_kept_partitions(plan.metrics, plan.spreads, squared) else None
     del partitions
     unbounded: list[str] = []  # columns where no bin of the noisy histogram passed
     for c in plan.auto_columns if plan.bounds_scope == "dataset" else ():
@@ -311,6 +318,9 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
                                      kept_values, kept_partitions, out_index, present, n_parts,
                                      {c: grids.get(c) for c in plan.value_columns}, integer,
                                      plan.confidence_level, generator)
+    extra = more_statistics(plan.metrics, plan.spreads, kept_values, kept_partitions, grids, out_grids,
+                            positions(out_index, present, n_parts), n_out, distinct, n_parts, generator,
+                            early_squares)
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
 
@@ -318,7 +328,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     columns: dict[str, npt.NDArray[Any]] = {}
     metrics_out = release_metrics(plan.metric_labels(), {n: m for n, m in plan.metrics.items() if n not in trees},
                                   plan.metric_noise(kappa, linf), plan.means, stat(users_kept), stat(rows_kept),
-                                  out_sums, out_grids, level, generator, given)
+                                  out_sums, out_grids, level, generator, given, extra)
     for name in plan.metrics:
         if name in trees:
             tree_columns, component = trees[name]
@@ -347,7 +357,8 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
             totals=totals, null_unit_rows=null_unit_rows, users_before=users_before, users_kept=users_kept,
             candidates=candidates, released_codes=released_codes, strategy=strat, clamping=clamping,
             epsilon=plan.epsilon, kappa=kappa, linf=linf, public=listed is not None, clamped_sums=clamped_sums,
-            hindsight=figures)
+            hindsight=figures, distinct_capped={n: c for n, c in extra.capped.items()
+                                                if plan.metrics[n].max_values_per_unit is not None})
 
     return AggregateResult(frame=frame, guarantee=guarantee,
                            bounds={**{c: (g.lower, g.upper) for c, g in grids.items()},

@@ -110,6 +110,9 @@ class Released:
 
     noisy: npt.NDArray[np.int64]
     noise: IntegerNoise
+    # A mean's: its divisor (own or a released count); ``noisy`` is then its sum of offsets,
+    # which a variance of the same column reuses (dpselect.aggregation.spread).
+    rows: Released | None = None
 
 
 def _component(label: str, plan: MetricNoise, parts: Sequence[IntegerNoise], text: str) -> Component:
@@ -197,7 +200,8 @@ def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: np
                                float(sum_noise.confidence_interval(each)), float(count_noise.confidence_interval(each)))
         low = np.where(grids.found, np.clip(np.ldexp(lo, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
         high = np.where(grids.found, np.clip(np.ldexp(hi, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
-    return mean, low, high, _component(label, plan, parts, text), None
+    return mean, low, high, _component(label, plan, parts, text), Released(noisy_offsets, sum_noise,
+                                                                          Released(noisy_rows, count_noise))
 
 
 def _derived_mean(label: str, count: Released, total: Released, grids: PartitionGrids, level: float | None
@@ -241,12 +245,17 @@ def selection_counts_metric(label: str, noisy: npt.NDArray[np.int64], table: TSG
 def release_metrics(labels: dict[str, str], metrics: dict[str, Metric], noises: dict[str, MetricNoise],
                     means: dict[str, MeanSource], users: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
                     sums: dict[str, Wide], grids: dict[str, PartitionGrids], level: float | None, rng: Any,
-                    given: dict[str, tuple[npt.NDArray[Any], Any, Any, Component]] | None = None
-                    ) -> dict[str, tuple[npt.NDArray[Any], Any, Any, Component]]:
+                    given: dict[str, tuple[npt.NDArray[Any], Any, Any, Component]] | None = None,
+                    extra: Any = None) -> dict[str, tuple[npt.NDArray[Any], Any, Any, Component]]:
     """Every metric of a release, in the order asked, each mean after the count and sum it
     reuses (so they are drawn first); ``given``: metrics already released by the selection
-    (:func:`selection_counts_metric`). The same for one machine and Spark's executors."""
-    order = [n for n in metrics if metrics[n].kind != "mean"] + [n for n in metrics if metrics[n].kind == "mean"]
+    (:func:`selection_counts_metric`). The same for one machine and Spark's executors. ``extra``:
+    what variances and distinct counts read (:class:`dpselect.aggregation.more_stats.MoreStatistics`),
+    released after the metrics they reuse."""
+    from dpselect.aggregation.more_stats import LATER_KINDS, release_more
+
+    order = [n for n in metrics if metrics[n].kind != "mean" and metrics[n].kind not in LATER_KINDS] + \
+        [n for n in metrics if metrics[n].kind == "mean"]
     released: dict[str, Released] = {}
     out = dict(given or {})
     for name in order:
@@ -262,4 +271,5 @@ def release_metrics(labels: dict[str, str], metrics: dict[str, Metric], noises: 
         if kept is not None:
             released[name] = kept
         out[name] = (value, low, high, component)
+    out.update(release_more(labels, metrics, noises, extra, rows, sums, grids, level, rng, released))
     return {name: out[name] for name in metrics}

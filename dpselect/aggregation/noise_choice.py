@@ -100,6 +100,8 @@ def _sensitivity(metric: Metric, linf: int) -> int:
     """The sensitivity the choice compares at: 1 for a user count, L∞ for a row count, L∞ grid
     units for a sum or mean (the grid is public but may be known only after private bounds; the
     ratio of the two laws' spreads hardly depends on it)."""
+    if metric.kind == "count_distinct" and metric.max_values_per_unit is not None:
+        return min(metric.max_values_per_unit, linf)
     return 1 if metric.kind == "count_distinct_units" else linf
 
 

@@ -16,7 +16,8 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
-from dpselect.aggregation.metrics import Metric
+from dpselect.aggregation.distinct import distinct_sensitivity
+from dpselect.aggregation.metrics import DISTINCT_KIND, SPREAD_KINDS, Metric
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.quantiles import QuantileMetric, output_columns
 from dpselect.aggregation.quantile_tree import max_height, tree_noise
@@ -28,6 +29,7 @@ from dpselect.aggregation.noise_choice import (
     choose_noise,
     mean_sources,
 )
+from dpselect.aggregation.spread import SpreadSource, check_precision, max_reach_units, spread_parts, spread_sources
 from dpselect.aggregation.wide import MAX_NOISE_SCALE
 from dpselect.core.checks import (
     check_delta,
@@ -105,6 +107,10 @@ class AggregatePlan:
     # again at the chosen values.
     auto_kappa: bool = False
     auto_linf: bool = False
+    # Where each variance / stddev takes released values (dpselect.aggregation.spread), and the
+    # columns whose distinct values are counted (any type; read, never clamped).
+    spreads: dict[str, SpreadSource] = dataclasses.field(default_factory=dict)
+    distinct_columns: list[str] = dataclasses.field(default_factory=list)
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def at_bounds(self, kappa: int, linf: int) -> AggregatePlan:
@@ -130,7 +136,8 @@ class AggregatePlan:
 
     def input_columns(self) -> list[str]:
         """The columns read from the data: the privacy unit, the keys, the value columns."""
-        return [self.privacy_unit, *self.by, *[c for c in self.value_columns if c not in self.by]]
+        values = [*self.value_columns, *[c for c in self.distinct_columns if c not in self.value_columns]]
+        return [self.privacy_unit, *self.by, *[c for c in values if c not in self.by]]
 
     def describe(self) -> str:
         return f"by={self.by}, metrics={sorted(self.metrics)}"
@@ -142,6 +149,9 @@ class AggregatePlan:
         for name, metric in self.metrics.items():
             if metric.column is None:
                 labels[name] = f"{name} = {metric.kind}()"
+                continue
+            if metric.kind == DISTINCT_KIND:
+                labels[name] = f"{name} = {metric}"
                 continue
             if metric.column in self.auto_columns:
                 where = "bounds found privately" + (" per key" if self.bounds_scope == "partition" else "")
@@ -313,9 +323,10 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
         default["selection"] = SELECTION_WEIGHT_PER_METRIC * len(metrics) + (selection_counts is not None)
     for column in auto_columns:
         default[f"bounds:{column}"] = Fraction(1)
-    derived = {name: source for name, source in mean_sources(metrics).items() if source.derived}
+    derived: dict[str, Any] = {name: source for name, source in mean_sources(metrics).items() if source.derived}
+    twins = {name: source for name, source in spread_sources(metrics).items() if source.derived}
     for name in metrics:
-        if name not in derived and name != selection_counts:
+        if name not in derived and name not in twins and name != selection_counts:
             default[name] = Fraction(1)
     if weights is None:
         return default
@@ -330,6 +341,11 @@ def step_weights(metrics: dict[str, Metric], auto_columns: list[str], public: bo
             raise ValueError(f"weights names {name!r}, a mean computed from the released sum {source.total!r} over "
                              f"the released count {source.count!r} (post-processing, no budget of its own); leave "
                              "it out of weights and weigh those two instead")
+    for name, spread in twins.items():
+        if name in weights:
+            raise ValueError(f"weights names {name!r}, computed from the released {metrics[spread.twin or ''].kind} "
+                             f"{spread.twin!r} of the same column (post-processing, no budget of its own); leave it "
+                             "out of weights and weigh that one instead")
     unknown = set(weights) - set(default)
     if unknown:
         raise ValueError(f"weights names unknown step(s) {sorted(unknown)}; the steps are {sorted(default)}")
@@ -368,7 +384,8 @@ def _check_gaussian(what: str, noise: MetricNoise, sensitivity: int, part: Fract
 
 
 def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_count: bool,
-                        bounds: tuple[float, float] | None, precision_bits: int) -> None:
+                        bounds: tuple[float, float] | None, precision_bits: int,
+                        spreads: Mapping[str, SpreadSource] | None = None) -> None:
     epsilon, kappa, linf = noise.epsilon, noise.kappa, noise.linf
     advice = "raise epsilon (or this metric's weight), or lower max_partitions_contributed or " \
              "max_contributions_per_partition"
@@ -387,6 +404,15 @@ def _check_metric_noise(name: str, metric: Metric, noise: MetricNoise, reuses_co
         return
     if metric.kind == "quantile":  # every node of the tallest tree the release may use
         _check_tree_noise(name, noise, advice)
+        return
+    if metric.kind == DISTINCT_KIND:
+        check(Fraction(1), distinct_sensitivity(metric, linf))
+        return
+    if metric.kind in SPREAD_KINDS:  # the sums a variance draws itself (dpselect.aggregation.spread)
+        assert spreads is not None
+        check_precision(name, precision_bits)
+        for part, sensitivity in spread_parts(spreads[name], linf, max_reach_units(precision_bits, bounds)).parts:
+            check(part, sensitivity)
         return
     # A value's magnitude in grid units is at most 2^precision_bits (the grid's step is chosen so);
     # with given bounds the exact figure is known.
@@ -547,7 +573,11 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
     if bounds_scope not in ("dataset", "partition"):
         raise ValueError(f"bounds_scope must be 'dataset' or 'partition', got {bounds_scope!r}")
     checked = _checked_metrics(metrics)
-    value_columns = sorted({m.column for m in checked.values() if m.column is not None})
+    value_columns = sorted({m.column for m in checked.values() if m.column is not None and m.kind != DISTINCT_KIND})
+    distinct_columns = sorted({m.column for m in checked.values() if m.column is not None and m.kind == DISTINCT_KIND})
+    if privacy_unit in distinct_columns:
+        raise ValueError(f"count_distinct({privacy_unit!r}) counts the privacy_unit column: use "
+                         "dpselect.count_distinct_units(), the users in each key (sensitivity 1, not L∞)")
     _check_names(privacy_unit, names, checked, value_columns, level)
     given = _given_bounds(checked, precision_bits)
     auto_columns = [c for c in value_columns if c not in given]
@@ -629,7 +659,7 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
             if metric_name in plan_noise:
                 _check_metric_noise(metric_name, metric, plan_noise[metric_name],
                                     metric_name in means and means[metric_name].count is not None,
-                                    given.get(metric.column or ""), precision_bits)
+                                    given.get(metric.column or ""), precision_bits, spreads)
         for column in auto_columns:
             _check_noise(f"the private bounds of {column!r} (APPROX_BOUNDS)", shares[f"bounds:{column}"][0], kappa,
                          linf, "raise epsilon (or this step's weight), lower max_partitions_contributed or "
@@ -646,6 +676,7 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
         return shares, noises, group, reason, selection_counts, strat
 
     means = mean_sources(checked)
+    spreads = spread_sources(checked)
     built: dict[tuple[Any, ...], Any] = {}
     if auto and _auto_bounds is None:
         # The largest candidates whose every step fits (halved from the caps, parameters only); the
@@ -661,5 +692,6 @@ def plan_aggregate(*, privacy_unit: object, by: object, metrics: object, epsilon
                          confidence_level=level, precision_bits=precision_bits, bounds_scope=str(bounds_scope),
                          null_privacy_units=str(null_privacy_units), noises=noises, gaussian=group,
                          noise_reason=reason, means=means, selection_counts=selection_counts, auto_kappa=auto_kappa,
-                         auto_linf=auto_linf, parameters=parameters)
+                         auto_linf=auto_linf, spreads=spreads, distinct_columns=distinct_columns,
+                         parameters=parameters)
 

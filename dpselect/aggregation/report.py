@@ -92,6 +92,9 @@ class AggregateReport:
     # rows kept at the release's κ (dpselect.ingest.auto_bounds.Hindsight).
     hindsight_kappa: tuple[tuple[int, float, float | None], ...] = field(default=())
     hindsight_linf: tuple[tuple[int, float], ...] = field(default=())
+    # Per count_distinct metric with max_values_per_unit: the (user, key, value) triples its cap left
+    # out (dpselect.aggregation.distinct).
+    distinct_capped: dict[str, int] = field(default_factory=dict)
 
     @property
     def best_kappa(self) -> int | None:
@@ -104,7 +107,8 @@ class AggregateReport:
     def build(cls, *, totals: dict[str, int], null_unit_rows: int, users_before: npt.NDArray[np.int64],
               users_kept: npt.NDArray[np.int64], candidates: npt.NDArray[np.intp], released_codes: npt.NDArray[Any],
               strategy: Any, clamping: dict[str, ColumnClamping], epsilon: Fraction, kappa: int, linf: int,
-              public: bool, clamped_sums: dict[str, int] | None = None, hindsight: Any = None) -> AggregateReport:
+              public: bool, clamped_sums: dict[str, int] | None = None, hindsight: Any = None,
+              distinct_capped: dict[str, int] | None = None) -> AggregateReport:
         keep_probability = strategy.keep_probability if isinstance(strategy, IndependentSelection) else None
         released = np.zeros(users_before.size, dtype=bool)
         released[np.asarray(released_codes, dtype=np.int64)] = True
@@ -149,7 +153,8 @@ class AggregateReport:
                    expected_released=None if expected_each is None else float(expected_each.sum()),
                    kappa=kappa, linf=linf, warnings=tuple(warnings),
                    hindsight_kappa=_hindsight_kappa(hindsight, None if public else strategy),
-                   hindsight_linf=() if hindsight is None else tuple(zip(hindsight.linfs, hindsight.rows_kept)))
+                   hindsight_linf=() if hindsight is None else tuple(zip(hindsight.linfs, hindsight.rows_kept)),
+                   distinct_capped=dict(distinct_capped or {}))
 
     def as_dict(self) -> dict[str, Any]:
         """For a JSON file next to the data (never next to the release)."""
@@ -174,6 +179,7 @@ class AggregateReport:
                           "linf": [{"linf": lf, "rows_kept": share} for lf, share in self.hindsight_linf],
                           "best_kappa": self.best_kappa},
             "warnings": list(self.warnings),
+            "count_distinct_values_left_out_by_max_values_per_unit": dict(self.distinct_capped),
         }
 
     def __str__(self) -> str:
@@ -190,6 +196,9 @@ class AggregateReport:
         for name, c in self.clamping.items():
             lines.append(f"Clamping {name!r} to {c.bounds}: {c.below:,} below, {c.above:,} above of {c.values:,} "
                          f"kept values; total change {c.total_change:.6g}")
+        for name, dropped in self.distinct_capped.items():
+            lines.append(f"count_distinct {name!r}: max_values_per_unit left out {dropped:,} (user, key, value) "
+                         "triple(s) of the kept rows")
         lines += ["", f"Partitions: {self.partitions:,} in the data, {self.candidates:,} with a user after "
                       f"bounding, {self.released:,} released"
                       + (f" (expected {self.expected_released:,.1f})" if self.expected_released is not None else "")]

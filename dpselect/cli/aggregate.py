@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 from dpselect.cli.common import (
     EXIT_CODES,
@@ -71,6 +71,10 @@ metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the def
   min:COL[:LO:HI], max:COL[...] the 0- and 1-quantiles of COL: values whose rank is within
                                 the noise of the smallest / largest (not the exact extremes)
                                                                                         [min_COL, max_COL]
+  variance:COL, variance:COL:LO:HI  population variance of COL over the kept rows   [variance_COL]
+  stddev:COL, stddev:COL:LO:HI  population standard deviation of COL                    [stddev_COL]
+  count_distinct:COL, count_distinct:COL:M  distinct values of COL (any type) in the kept rows;
+                                M: at most M distinct values per user and key   [count_distinct_COL]
 Each value of COL is clamped to [LO, HI]. A column is clamped once: its metrics must give the
 same LO:HI, or some give it and the others none. A column no metric gives bounds to gets them
 privately (APPROX_BOUNDS, with its own share of epsilon); the bounds used are in the sidecar.
@@ -175,7 +179,8 @@ def add_parser(commands: Any) -> None:
 
 _METRIC_FORMS = ("users, count_distinct_units, count, rows, sum:COL, sum:COL:LO:HI, mean:COL or "
                  "mean:COL:LO:HI, quantile:COL:Q or quantile:COL:Q:LO:HI, median/min/max:COL or "
-                 "median/min/max:COL:LO:HI, each optionally as NAME=SPEC")
+                 "median/min/max:COL:LO:HI, variance:COL, variance:COL:LO:HI, stddev:COL, stddev:COL:LO:HI, "
+                 "count_distinct:COL or count_distinct:COL:M, each optionally as NAME=SPEC")
 _QUANTILE_KINDS = ("quantile", "median", "min", "max")
 
 
@@ -209,7 +214,9 @@ def _parse_metric(item: str) -> tuple[str, Any]:
         counts_users = kind in ("users", "count_distinct_units")
         return (name or ("users" if counts_users else "count"),
                 dpselect.count_distinct_units() if counts_users else dpselect.count())
-    if kind not in ("sum", "mean", *_QUANTILE_KINDS):
+    if kind == "count_distinct":
+        return _parse_count_distinct(name, rest, bad)
+    if kind not in ("sum", "mean", "variance", "stddev", *_QUANTILE_KINDS):
         raise bad(f"unknown metric {kind!r}" if kind else "the metric is empty")
     parts = rest.split(":")
     if not parts[0]:
@@ -255,8 +262,26 @@ def _parse_metric(item: str) -> tuple[str, Any]:
     if kind in _QUANTILE_KINDS:
         make_q = {"median": dpselect.median, "min": dpselect.min, "max": dpselect.max}[kind]
         return name or f"{kind}_{column}", make_q(column, bounds=bounds)
-    make = dpselect.sum if kind == "sum" else dpselect.mean
+    make = {"sum": dpselect.sum, "mean": dpselect.mean, "variance": dpselect.variance, "stddev": dpselect.stddev}[kind]
     return name or f"{kind}_{column}", make(column, bounds=bounds)
+
+
+def _parse_count_distinct(name: str, rest: str, bad: Callable[[str], Fail]) -> tuple[str, Any]:
+    """count_distinct:COL or count_distinct:COL:M (M: max_values_per_unit, a positive integer)."""
+    import dpselect
+
+    parts = rest.split(":")
+    if not parts[0]:
+        raise bad("count_distinct needs a column, as count_distinct:COL or count_distinct:COL:M")
+    if len(parts) > 2:
+        raise bad(f"expected count_distinct:COL or count_distinct:COL:M, got {len(parts) - 1} fields after the column")
+    cap = None
+    if len(parts) == 2:
+        if not parts[1].strip().isdigit() or not 1 <= int(parts[1]) < 2**32:
+            raise bad(f"M = {shown(parts[1])} must be a positive integer below 2**32 (the most distinct values one "
+                      "user adds to one key)")
+        cap = int(parts[1])
+    return name or f"count_distinct_{parts[0]}", dpselect.count_distinct(parts[0], max_values_per_unit=cap)
 
 
 def _require_contribution_bounds(args: argparse.Namespace) -> None:
@@ -304,7 +329,11 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
             raise Fail(EXIT_USAGE, f"--metric: two metrics would be written to the column {name!r}; name one "
                                    "of them with NAME=SPEC (e.g. --metric spend=sum:amount)")
         metrics[name] = metric
-    value_columns = sorted({m.column for m in metrics.values() if m.column is not None})
+    value_columns = sorted({m.column for m in metrics.values() if m.column is not None and m.kind != "count_distinct"})
+    distinct_columns = sorted({m.column for m in metrics.values() if m.kind == "count_distinct"})
+    if args.privacy_unit in distinct_columns:
+        raise Fail(EXIT_USAGE, f"--metric count_distinct:{args.privacy_unit}: that counts the --privacy-unit column; "
+                               "use --metric users (the users in each key, with noise of sensitivity 1, not L)")
     for column in value_columns:
         if column == args.privacy_unit or column in by:
             role = "--privacy-unit" if column == args.privacy_unit else "a --by column"
@@ -324,7 +353,7 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         if args.confidence_level is not None:
             outputs += [f"{name}_ci_low", f"{name}_ci_high"]
     for name in metrics:
-        if name in {args.privacy_unit, *by, *value_columns}:
+        if name in {args.privacy_unit, *by, *value_columns, *distinct_columns}:
             raise Fail(EXIT_USAGE, f"--metric: the output name {name!r} is also an input column (--privacy-unit, "
                                    "--by or a value column); choose another with NAME=SPEC")
     clash = sorted({c for c in outputs if outputs.count(c) > 1})
@@ -451,7 +480,8 @@ def run(args: argparse.Namespace) -> int:
     # its declared type unless --value-type names one.
     value_types = {c: pa.int64() if t == "int64" else pa.float64() for c, t in read_types.items()
                    if t is not None or in_fmt != "parquet"}
-    columns = [args.privacy_unit, *by, *read_types]
+    distinct = [m.column for m in metrics.values() if m.kind == "count_distinct" and m.column not in read_types]
+    columns = [args.privacy_unit, *by, *read_types, *dict.fromkeys(c for c in distinct if c not in by)]
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
     try:
         source = open_batches(args.input, in_fmt, columns, 1 << 20, block_size, value_types=value_types)

@@ -13,6 +13,7 @@ from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
 from dpselect.spark._bounding import J, ReleaseKey, ValueSpec, index_identical_rows, keep_first, with_ranks
+from dpselect.aggregation.more_stats import refuse_on_spark
 from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
     FIRSTS,
@@ -255,6 +256,7 @@ def aggregate(
                           weights=weights, confidence_level=confidence_level,
                           precision_bits=DEFAULT_PRECISION_BITS if precision_bits is None else precision_bits,
                           null_privacy_units=null_privacy_units, noise=noise)
+    refuse_on_spark(plan.metrics)  # before any Spark job or budget charge
     names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
     auto_columns, shares, strat = plan.auto_columns, plan.shares, plan.strategy
     eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
