@@ -191,7 +191,7 @@ def test_cli_bad_count_distinct_names_the_flag(tmp_path, capsys, spec, match):
 def test_spark_refuses_count_distinct_naming_the_metric():
     from dpselect.aggregation.more_stats import refuse_on_spark
 
-    with pytest.raises(ValueError, match="metric 'd' \\(count_distinct\\)"):
+    with pytest.raises(NotImplementedError, match="metric 'd' \\(count_distinct\\)"):
         refuse_on_spark({"d": dpselect.count_distinct("c")})
 
 

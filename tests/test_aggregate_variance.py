@@ -243,7 +243,7 @@ def test_spread_sources_follow_the_metric_kinds_only():
 def test_spark_refuses_the_variance_naming_the_metric():
     from dpselect.aggregation.more_stats import refuse_on_spark
 
-    with pytest.raises(ValueError, match="metric 'v' \\(variance\\).*dpselect.aggregate"):
+    with pytest.raises(NotImplementedError, match="metric 'v' \\(variance\\).*dpselect.aggregate"):
         refuse_on_spark({"n": dpselect.count(), "v": dpselect.variance("x", (0, 1))})
 
 

@@ -191,6 +191,7 @@ def refuse_on_spark(metrics: Mapping[str, Metric]) -> None:
     job runs or any budget is charged, rather than released wrong."""
     for name, m in metrics.items():
         if m.kind in LATER_KINDS:
-            raise ValueError(f"metric {name!r} ({m.kind}) is not available in dpselect.spark.aggregate yet: its "
-                             "per-key statistic is computed on one machine only. Use dpselect.aggregate on the "
-                             "collected columns (privacy unit, keys, value column), or release count/sum/mean here")
+            raise NotImplementedError(
+                f"metric {name!r} ({m.kind}) is not available in dpselect.spark.aggregate yet: its per-key "
+                "statistic is computed on one machine only. Use dpselect.aggregate on the collected columns "
+                "(privacy unit, keys, value column), or release count/sum/mean here")
