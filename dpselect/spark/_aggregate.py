@@ -220,14 +220,16 @@ def aggregate(
     recommended count-based selection, as on one machine) on the bounded user counts with the
     selection's share of ε and of δ (a mechanism built by
     :func:`dpselect.make_strategy` spends its own (ε, δ), as on one machine), a value column
-    of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
+    of a sum, mean or quantile given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
     "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete
     Laplace noise of scale κ·Δ/ε_m or exact discrete Gaussian noise (``noise``: "auto", "laplace",
     "gaussian", or a metric's own ``noise=``; the Gaussian metrics compose as one zCDP group, as on
     one machine; Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
     units; a mean spends half its share on each of a sum of offsets and a row count, or reuses a
-    released count and sum). The budget is split by ``weights`` exactly as on one machine, and
-    ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
+    released count and sum). A quantile metric (``quantile``, ``median``, ``min``, ``max``) is the
+    single machine's noisy hierarchical histogram per key (docs/privacy/quantiles.md), read from
+    each key's kept rows per leaf, counted by Spark. The budget is split by ``weights`` exactly as
+    on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
@@ -306,7 +308,7 @@ def aggregate(
     key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
     kappa, linf = plan.kappa, plan.linf
     # The columns of the quantile metrics: their rows are counted per leaf of their tree (``_quantiles``).
-    tree_columns = list(dict.fromkeys(m.column for m in checked.values() if m.kind == "quantile"))
+    tree_columns = list(dict.fromkeys(m.column for m in checked.values() if m.kind == "quantile" and m.column))
 
     renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)],
                         *[column(c).alias(v) for c, v in values.items()])

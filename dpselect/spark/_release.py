@@ -136,8 +136,8 @@ class Release:
             rows = count(batch.column(n_keys + 1))[keep]
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
             hists = {c: np.stack([count(batch.column(batch.schema.get_field_index(h)))[keep]
-                                  for h in self.hist_columns(c)], axis=1) if self.hist_columns(c) else None
-                     for c in self.leaves}
+                                  for h in self.hist_columns(c)], axis=1)
+                     for c in self.leaves if self.hist_columns(c)}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
             else:
