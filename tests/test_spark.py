@@ -505,14 +505,72 @@ def test_public_keys_absent_from_the_data_get_the_single_machine_noise(spark):
         assert 0.6 < noise.var() / var < 1.5, (noise.var(), var)
 
 
-def test_quantile_metrics_are_refused_naming_the_metric_before_the_budget(spark):
-    frame = spark.createDataFrame(pa.table({"user": [1, 2], "key": ["a", "b"], "delay": [3, 4]}).to_pandas())
-    budget = dpselect.Budget(epsilon=2, delta=1e-5)
-    with pytest.raises(NotImplementedError, match="metric 'p90': quantile metrics .* run on one machine only"):
-        ds.aggregate(frame, privacy_unit="user", by="key", epsilon=1, delta=1e-6, max_partitions_contributed=1,
-                     max_contributions_per_partition=1, budget=budget,
-                     metrics={"n": dpselect.count(), "p90": dpselect.quantile("delay", 0.9, bounds=(0, 10))})
-    assert budget.spent == (0, 0)
+def _quantile_table():
+    """Each user in at most 3 keys with at most 4 rows in each: nothing is bounded at κ = 3, L∞ = 4."""
+    table = _table(21, users=1500, keys=6, rows=5000, max_keys=3, max_rows=4)
+    value = table["value"].to_numpy()
+    return table.append_column("fvalue", pa.array(value * 0.37 + 0.01)).append_column("gvalue", pa.array(value * 1.3))
+
+
+_QUANTILES = {"users": dpselect.count_distinct_units(),
+              "med": dpselect.median("value", bounds=(0, 10)),  # one leaf per integer
+              "q": dpselect.quantile("gvalue", [0.1, 0.9], bounds=(-5.5, 20)),  # 64 equal buckets
+              "fmax": dpselect.max("fvalue"),  # bounds found privately: leaves counted after APPROX_BOUNDS
+              "total": dpselect.sum("value", bounds=(0, 10))}
+_QUANTILE_ARGS = dict(privacy_unit="user", by="key", delta=1e-5, max_partitions_contributed=3,
+                      max_contributions_per_partition=4, confidence_level=0.9)
+
+
+def test_quantiles_equal_the_single_machine_without_noise(spark):
+    # ε = 1e6: every node of every tree gets noise 0, so both paths descend the same trees of the
+    # same counts: the same values and intervals (a listed key absent from the data: its tree is
+    # all 0), the same statement, and the report's clamping of the quantiles' columns.
+    table = _quantile_table()
+    df = spark.createDataFrame(table)
+    kwargs = dict(metrics=_QUANTILES, epsilon=1e6, **_QUANTILE_ARGS)
+    for extra in ({"report": True}, {"public_partitions": ["k1", "k4", "zz"]}):
+        on_spark = ds.aggregate(df, **kwargs, **extra)
+        local = dpselect.aggregate(table, **kwargs, public_partitions=extra.get("public_partitions"))
+        got, want = on_spark.frame.toPandas(), local.frame.to_pandas()
+        assert list(got.columns) == list(want.columns) and "q_p90_ci_high" in got.columns
+        assert got.equals(want), (got, want)
+        assert str(on_spark.guarantee) == str(local.guarantee) and on_spark.bounds == local.bounds
+        data = got[got["users"] > 0]  # a key absent from the data: one point from its all-0 tree
+        assert (data["q_p10"] < data["q_p90"]).all()
+        if "report" in extra:
+            # Without noise, integer leaves give the exact median: the clamped value of rank ⌈n/2⌉.
+            rows = table.to_pandas().assign(v=lambda d: d["value"].clip(0, 10))
+            exact = {k: float(np.sort(g["v"])[math.ceil(len(g) / 2) - 1]) for k, g in rows.groupby("key")}
+            assert dict(zip(got["key"], got["med"])) == {k: exact[k] for k in got["key"]}
+            report, local_report = on_spark.report().as_dict(), local.report().as_dict()
+            for column in ("value", "fvalue", "gvalue"):  # a float sum, in another order
+                change = report["clamping"][column].pop("total_change")
+                assert change == pytest.approx(local_report["clamping"][column].pop("total_change"))
+            assert report == local_report
+        else:
+            assert got["key"].tolist() == ["k1", "k4", "zz"] and got["users"].tolist()[2] == 0
+
+
+def test_quantile_noise_and_statement_are_the_single_machines(spark):
+    # At ε = 1 with a Gaussian and two Laplace trees: the same steps (budget shares, noise, tree
+    # shapes, statements) as on one machine; every value lies in its bounds and in its interval.
+    table = _quantile_table()
+    metrics = {**_QUANTILES, "med": dpselect.median("value", bounds=(0, 10), noise="gaussian"),
+               "q": dpselect.quantile("gvalue", [0.1, 0.9], bounds=(-5.5, 20), noise="laplace"),
+               "fmax": dpselect.max("fvalue", bounds=(-2, 8), noise="laplace")}  # found bounds would vary
+    kwargs = dict(metrics=metrics, epsilon=1.0, **_QUANTILE_ARGS)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    assert on_spark.guarantee.components == local.guarantee.components
+    trees = {c.what.split(" = ")[0]: c for c in on_spark.guarantee.components if "hierarchical" in c.statement}
+    assert sorted(trees) == ["fmax", "med", "q"] and trees["med"].rho and trees["q"].rho is None
+    got = on_spark.frame.toPandas()
+    assert list(got.columns) == list(local.frame.to_pandas().columns)
+    for column, (lo, hi) in (("med", (0, 10)), ("q_p10", (-5.5, 20)), ("q_p90", (-5.5, 20))):
+        assert got[column].between(lo, hi).all(), got[column]
+        assert (got[f"{column}_ci_low"] <= got[column]).all() and (got[column] <= got[f"{column}_ci_high"]).all()
+    assert (got["med"] == got["med"].round()).all()  # integer leaves give integers, as on one machine
 
 
 # ---------------------------------------------------------------- APPROX_BOUNDS

@@ -33,12 +33,13 @@ __all__ = ["Columns", "quantile_metric", "release_quantile_metrics"]
 Columns = dict[str, tuple[npt.NDArray[np.float64], Any, Any]]
 
 
-def quantile_metric(name: str, label: str, metric: QuantileMetric, plan: MetricNoise, values: npt.NDArray[Any],
-                    keys: npt.NDArray[np.int64], n_keys: int, leaves: Leaves | None, level: float | None,
-                    rng: Any) -> tuple[Columns, Component]:
-    """The metric's columns for ``n_keys`` released keys from the kept rows (``values``, and
-    ``keys``: each row's released key, 0..n_keys−1), and its component. ``leaves`` None: no
-    bounds were found for the column (every value NaN; the share is spent as planned)."""
+def quantile_metric(name: str, label: str, metric: QuantileMetric, plan: MetricNoise, counts: KeyLeafCounts | None,
+                    n_keys: int, leaves: Leaves | None, level: float | None, rng: Any) -> tuple[Columns, Component]:
+    """The metric's columns for ``n_keys`` released keys from the exact counts of their kept
+    rows per (key, leaf of ``leaves``), and its component. ``leaves`` None: no bounds were found
+    for the column (every value NaN; the share is spent as planned; ``counts`` is not read).
+    One machine counts the kept rows itself (:func:`release_quantile_metrics`); Spark counts
+    them in its aggregations and calls this with the counts (docs/spark.md)."""
     names = output_columns(name, metric)
     if leaves is None:
         nan = np.full(n_keys, np.nan)
@@ -47,7 +48,7 @@ def quantile_metric(name: str, label: str, metric: QuantileMetric, plan: MetricN
         return cols, _component(label, plan, None, "no bounds were found for the column: released as NaN.")
     shape = shape_for(leaves.count, plan.kind)
     noise = tree_noise(plan.kind, plan.epsilon, plan.rho, plan.kappa, plan.linf, shape.height)
-    counts = KeyLeafCounts(keys, leaves.codes(values), n_keys, leaves.count)
+    assert counts is not None and counts.m == leaves.count
     qs = np.asarray(metric.quantiles, dtype=np.float64)
     widths = rank_widths(noise, shape, level) if level is not None else None
 
@@ -122,6 +123,7 @@ def release_quantile_metrics(labels: Mapping[str, str], metrics: Mapping[str, Qu
         assert metric.column is not None
         grid = grids.get(metric.column)
         leaves = None if grid is None else leaves_for(grid.lower, grid.upper, integer[metric.column])
-        values = kept_values[metric.column][inside]
-        out[name] = quantile_metric(name, labels[name], metric, noises[name], values, keys, n_out, leaves, level, rng)
+        counts = None if leaves is None else KeyLeafCounts.of_rows(
+            keys, leaves.codes(kept_values[metric.column][inside]), n_out, leaves.count)
+        out[name] = quantile_metric(name, labels[name], metric, noises[name], counts, n_out, leaves, level, rng)
     return out

@@ -214,19 +214,29 @@ def leaves_for(lower: float, upper: float, integer: bool) -> Leaves:
 class KeyLeafCounts:
     """Exact counts of kept rows per (key, leaf), queried as prefix counts: a dense per-key
     cumulative array when it is small, else the sorted (key, leaf) codes and binary search —
-    no loop over keys either way."""
+    no loop over keys either way. Built from the kept rows (:meth:`of_rows`, one machine) or
+    from counts aggregated elsewhere (:meth:`of_counts`, Spark): the same prefix counts."""
 
-    def __init__(self, keys: npt.NDArray[np.int64], leaves: npt.NDArray[np.int64], n_keys: int, m: int) -> None:
-        self.m = m
+    def __init__(self, m: int, dense: npt.NDArray[np.int64] | None, sorted_codes: npt.NDArray[np.int64] | None
+                 ) -> None:
+        self.m, self.dense, self.sorted = m, dense, sorted_codes
+
+    @classmethod
+    def of_rows(cls, keys: npt.NDArray[np.int64], leaves: npt.NDArray[np.int64], n_keys: int, m: int
+                ) -> KeyLeafCounts:
+        """From each kept row's key (0..n_keys−1) and leaf (0..m−1)."""
         codes = keys.astype(np.int64) * m + leaves
         if n_keys * (m + 1) <= _DENSE_LIMIT:
-            counts = np.bincount(codes, minlength=n_keys * m).reshape(n_keys, m)
-            self.dense: npt.NDArray[np.int64] | None = np.zeros((n_keys, m + 1), dtype=np.int64)
-            np.cumsum(counts, axis=1, out=self.dense[:, 1:])
-            self.sorted = None
-        else:
-            self.dense = None
-            self.sorted = np.sort(codes)
+            return cls.of_counts(np.bincount(codes, minlength=n_keys * m).reshape(n_keys, m))
+        return cls(m, None, np.sort(codes))
+
+    @classmethod
+    def of_counts(cls, counts: npt.NDArray[np.int64]) -> KeyLeafCounts:
+        """From the (n_keys, m) matrix of the rows per key and leaf."""
+        n_keys, m = counts.shape
+        dense = np.zeros((n_keys, m + 1), dtype=np.int64)
+        np.cumsum(counts, axis=1, out=dense[:, 1:])
+        return cls(m, dense, None)
 
     def prefix(self, key: npt.NDArray[np.int64], leaf: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Rows of ``key`` in leaves < ``leaf`` (broadcast; leaf clipped to [0, m])."""

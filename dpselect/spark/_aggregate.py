@@ -41,6 +41,7 @@ from dpselect.spark._common import (
     sum_type,
 )
 from dpselect.spark._public import join_public, public_keys
+from dpselect.spark._quantiles import LEAF, hist_columns, leaves_of, pair_leaf_counts
 from dpselect.spark._release import Release, release_guarantee
 from dpselect.spark._report import CHANGE, RAW, aggregate_report, clamping_columns, clamping_sums
 
@@ -54,20 +55,23 @@ _MAX_LIST = 2**31 - 16
 def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                    grids: Mapping[str, Any], integer: Mapping[str, bool], kappa: int, linf: int,
                    key: ReleaseKey, null_unit_check: bool, report: bool = False,
-                   labels: Mapping[str, str] | None = None) -> Any:
+                   labels: Mapping[str, str] | None = None, trees: Mapping[str, Any] | None = None) -> Any:
     """The lazy plan of the bounded (user, key) pairs: each user's rows in a key cut to the L∞ of
     smallest rank, then each user's pairs cut to the κ of smallest rank (pseudo-random ranks keyed
     by ``key``: the same rows and pairs on any re-run; ``_bounding``). ``data``: null units
     already dropped or (``null_unit_check``) refused here. Columns: the user, the keys, ``ROWS``
     (the pair's kept rows) and, for the i-th value column, ``SUM<i>`` (its kept values' exact
     sum in grid units, a decimal) if it has bounds, else ``VALUES<i>`` (the list of its kept
-    values, for APPROX_BOUNDS and, once bounds are found, the sums).
+    values, for APPROX_BOUNDS and, once bounds are found, the sums), and for the i-th value column
+    in ``trees`` (the leaves of its quantile tree) ``HIST<i>_<k>``, its kept rows in leaf k
+    (``_quantiles``).
 
     With ``report``, nothing is dropped: rows and pairs carry their ``RANK`` instead, and the
     pairs also ``ROWS_ALL`` and the clamping counts of the columns with bounds (``report.py``).
     ``labels``: the caller's names of the columns, for messages."""
     F = spark().functions
     labels = dict(labels or {})
+    trees = dict(trees or {})
     pair = [privacy_unit, *names]
     internal = {c: f"{SUM if c in grids else VALUES}{i}" for i, c in enumerate(value_columns)}
     raw = {c: f"{RAW}{i}" for i, c in enumerate(value_columns) if c in grids} if report else {}
@@ -80,7 +84,9 @@ def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns
         pairs = pairs.select(*columns(pair), F.col(ROWS), *([F.col(ROWS_ALL)] if report else []))
     else:
         values = [*internal.values()]
-        specs = {internal[c]: ValueSpec(labels.get(c, c), grids.get(c), integer[c]) for c in value_columns}
+        specs = {internal[c]: ValueSpec(labels.get(c, c), grids.get(c), integer[c], trees.get(c), f"{LEAF}{i}")
+                 for i, c in enumerate(value_columns)}
+        leaf_counts = [(i, trees[c].count) for i, c in enumerate(value_columns) if c in trees]
         # A row's identity: its user, key and values (the raw copies the report reads are functions
         # of them), and its index among the rows identical to it.
         indexed = index_identical_rows(rows, [*pair, *values], privacy_unit)
@@ -99,26 +105,31 @@ def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns
             pairs = ranked.groupBy(*columns(pair)).agg(
                 F.count_if(kept).alias(ROWS), F.count(F.lit(1)).alias(ROWS_ALL),
                 *[pair_sum(c, col, kept) for c, col in internal.items()],
+                *[agg for i, m in leaf_counts for agg in pair_leaf_counts(i, m, kept)],
                 *[agg for i, c in enumerate(value_columns) if c in grids
                   for agg in clamping_sums(F.col(raw[c]), grids[c], kept, i)])
         else:
             kept_rows = keep_first(drawn, pair, content, linf)
             pairs = kept_rows.groupBy(*columns(pair)).agg(
-                F.count(F.lit(1)).alias(ROWS), *[pair_sum(c, col) for c, col in internal.items()])
+                F.count(F.lit(1)).alias(ROWS), *[pair_sum(c, col) for c, col in internal.items()],
+                *[agg for i, m in leaf_counts for agg in pair_leaf_counts(i, m)])
     ranked_pairs = with_ranks(pairs, key.for_step(b"pairs"), pair, null_unit_check, privacy_unit,
                               unit_label=labels.get(privacy_unit))
     return keep_first(ranked_pairs, [privacy_unit], names, kappa, rank=RANK if report else None)
 
 
-def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bool = False) -> Any:
-    """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``) and, per value
-    column, the exact sum of its grid units (``SUM<i>``, a decimal of 38 digits). With
-    ``report``, every key of the data (``USERS`` may be 0), then ``report_columns``."""
+def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bool = False,
+             hists: Sequence[str] = ()) -> Any:
+    """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``), per value
+    column, the exact sum of its grid units (``SUM<i>``, a decimal of 38 digits), then the kept
+    rows per leaf of each quantile tree (``hists``). With ``report``, every key of the data
+    (``USERS`` may be 0), then ``report_columns``."""
     F = spark().functions
     sums = [f"{SUM}{i}" for i in range(n_values)]
     if not report:
         return pairs.groupBy(*columns(names)).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
-                                                  *[F.sum(F.col(c).cast(sum_type())).alias(c) for c in sums])
+                                                  *[F.sum(F.col(c).cast(sum_type())).alias(c) for c in sums],
+                                                  *[F.sum(c).alias(c) for c in hists])
     kept = F.col(RANK) <= kappa
 
     def kept_sum(column: str, zero: Any) -> Any:
@@ -127,6 +138,7 @@ def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bo
     return pairs.groupBy(*columns(names)).agg(
         F.count_if(kept).alias(USERS), kept_sum(ROWS, F.lit(0)),
         *[F.sum(F.when(kept, F.col(c)).otherwise(F.lit(0)).cast(sum_type())).alias(c) for c in sums],
+        *[kept_sum(c, F.lit(0)) for c in hists],
         F.count(F.lit(1)).alias(PAIRS), F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS_ALL).alias(ROWS_ALL),
         *[kept_sum(c, F.lit(0.0) if c.startswith(CHANGE) else F.lit(0)) for c in clamping_columns(n_values)])
 
@@ -209,14 +221,16 @@ def aggregate(
     recommended count-based selection, as on one machine) on the bounded user counts with the
     selection's share of ε and of δ (a mechanism built by
     :func:`dpselect.make_strategy` spends its own (ε, δ), as on one machine), a value column
-    of a sum or mean given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
+    of a sum, mean or quantile given no ``bounds`` gets them from APPROX_BOUNDS over every kept value (its
     "bounds:<column>" share; docs/privacy/approx-bounds.md), and every metric gets exact discrete
     Laplace noise of scale κ·Δ/ε_m or exact discrete Gaussian noise (``noise``: "auto", "laplace",
     "gaussian", or a metric's own ``noise=``; the Gaussian metrics compose as one zCDP group, as on
     one machine; Δ: 1 for a user count, L∞ for a row count, L∞·max|units| for a sum in grid
     units; a mean spends half its share on each of a sum of offsets and a row count, or reuses a
-    released count and sum). The budget is split by ``weights`` exactly as on one machine, and
-    ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
+    released count and sum). A quantile metric (``quantile``, ``median``, ``min``, ``max``) is the
+    single machine's noisy hierarchical histogram per key (docs/privacy/quantiles.md), read from
+    each key's kept rows per leaf, counted by Spark. The budget is split by ``weights`` exactly as
+    on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
@@ -265,12 +279,6 @@ def aggregate(
         raise NotImplementedError(f"bounds_scope='partition' (bounds found per released key) runs on one machine "
                                   f"only; on Spark use bounds_scope='dataset' (the default), give bounds=(lower, "
                                   f"upper) for {auto_columns}, or run dpselect.aggregate")
-    quantile = next((n for n, m in checked.items() if m.kind == "quantile"), None)
-    if quantile is not None:  # the tree needs each key's kept values, not the per-pair sums Spark aggregates
-        raise NotImplementedError(f"metric {quantile!r}: quantile metrics (quantile, median, min, max) run on one "
-                                  "machine only: dpselect.spark.aggregate computes per-key sums, not the per-key "
-                                  "histograms a quantile needs; run dpselect.aggregate on the data (or on a sample "
-                                  "of it), or leave the quantile metric out")
     if auto_columns and plan.linf > _MAX_LIST:
         raise ValueError(f"max_contributions_per_partition = {plan.linf} is too large on Spark for a column whose "
                          f"bounds are found privately ({auto_columns}): a user's kept values in a key are held in "
@@ -301,6 +309,8 @@ def aggregate(
     spec = rng_spec(generator)
     key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
     kappa, linf = plan.kappa, plan.linf
+    # The columns of the quantile metrics: their rows are counted per leaf of their tree (``_quantiles``).
+    tree_columns = list(dict.fromkeys(m.column for m in checked.values() if m.kind == "quantile" and m.column))
 
     renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)],
                         *[column(c).alias(v) for c, v in values.items()])
@@ -308,7 +318,8 @@ def aggregate(
     pairs = _bounded_pairs(data, UNIT, keys, list(values.values()), {values[c]: g for c, g in grids.items()},
                            {values[c]: integer[c] for c in value_columns}, kappa, linf, key,
                            null_privacy_units == "error", report,
-                           labels={UNIT: privacy_unit, **{v: c for c, v in values.items()}})
+                           labels={UNIT: privacy_unit, **{v: c for c, v in values.items()}},
+                           trees={values[c]: leaves_of(c, grids, integer) for c in tree_columns if c in grids})
     components: list[Component] = []
     unbounded: list[str] = []
     if auto_columns:
@@ -325,9 +336,14 @@ def aggregate(
                 unbounded.append(c)
                 found = Grid(0.0, 0.0, 0)  # every value 0 units: the sums read nothing
             grids[c] = found
-        pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report)
-    per_key = _per_key(pairs, keys, len(value_columns), kappa, report)
-    stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))]]
+        pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report,
+                           {name: leaves_of(c, grids, integer) for name, c in lists.items()
+                            if c in tree_columns and c not in unbounded})
+    leaves = {c: None if c in unbounded else leaves_of(c, grids, integer) for c in tree_columns}
+    hists = [h for c, tree in leaves.items() if tree is not None
+             for h in hist_columns(value_columns.index(c), tree.count)]
+    per_key = _per_key(pairs, keys, len(value_columns), kappa, report, hists)
+    stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))], *hists]
     if report:
         stats += [PAIRS, FIRSTS, ROWS_ALL, *clamping_columns(len(value_columns))]
     if public is not None:  # the listed keys, one absent from the data with zeros; with a report, the data's too
@@ -335,7 +351,8 @@ def aggregate(
 
     release = Release(keys, value_columns, checked, plan.metric_noise(kappa, linf), grids, kappa, linf,
                       confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
-                      unbounded=tuple(unbounded), means=plan.means, selection_counts=plan.selection_counts)
+                      unbounded=tuple(unbounded), means=plan.means, selection_counts=plan.selection_counts,
+                      leaves=leaves)
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}

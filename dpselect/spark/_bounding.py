@@ -67,11 +67,15 @@ class ValueSpec:
     """How :func:`with_ranks` prepares one value column: checked (no null, NaN or infinity:
     the single machine's refusals), then clamped to ``grid`` as int64 grid units, or, with no
     grid (bounds still to be found), kept as its values (int64 for ``integer``, else float64,
-    −0.0 read as 0.0 so that equal values are equal bits)."""
+    −0.0 read as 0.0 so that equal values are equal bits). With ``leaves`` (a quantile's tree,
+    :class:`~dpselect.aggregation.quantile_tree.Leaves`), each row's leaf, from its value before
+    any conversion, also goes to column ``leaf``."""
 
     label: str  # the column's name in the caller's DataFrame, for the messages
     grid: Any = None
     integer: bool = False
+    leaves: Any = None
+    leaf: str | None = None
 
 
 def index_identical_rows(df: Any, identity: Sequence[str], order: str) -> Any:
@@ -112,7 +116,9 @@ def with_ranks(df: Any, step_key: bytes, identity: Sequence[str], null_unit_chec
 
     fields = [types.StructField(f.name, typ(values[f.name]), False) if f.name in values else f
               for f in df.schema.fields]
-    schema = types.StructType([*fields, types.StructField(R, types.LongType(), False)])
+    trees = {name: v for name, v in values.items() if v.leaves is not None}
+    leaf_fields = [types.StructField(v.leaf, types.LongType(), False) for v in trees.values()]
+    schema = types.StructType([*fields, *leaf_fields, types.StructField(R, types.LongType(), False)])
     names = [f.name for f in df.schema.fields]
     unit_index = names.index(privacy_unit)
     hashed = df.select(*columns(names), *_fingerprint_columns(identity))
@@ -146,9 +152,11 @@ def with_ranks(df: Any, step_key: bytes, identity: Sequence[str], null_unit_chec
                                  "(a null is not one person); pass null_privacy_units='drop' to leave them out")
             out = [pa.array(convert(batch.column(i), values[name])) if name in values else batch.column(i)
                    for i, name in enumerate(names)]
+            for name, v in trees.items():  # converted (so checked) above; the leaf reads the value itself
+                out.append(pa.array(v.leaves.codes(batch.column(names.index(name)).to_numpy(zero_copy_only=False))))
             a, b = (batch.column(len(names) + k).to_numpy(zero_copy_only=False).view(np.uint64) for k in (0, 1))
             out.append(pa.array(_rng.keyed_prf_u64(step_key, a, b).view(np.int64), pa.int64()))
-            yield pa.RecordBatch.from_arrays(out, names=[*names, R])
+            yield pa.RecordBatch.from_arrays(out, names=[*names, *[v.leaf for v in trees.values()], R])
 
     return hashed.mapInArrow(rank, schema)
 

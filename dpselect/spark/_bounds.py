@@ -63,12 +63,15 @@ def histograms(pairs: Any, columns: Mapping[str, bool]) -> dict[str, np.ndarray]
     return out
 
 
-def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bool = False) -> Any:
+def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bool = False,
+               trees: Mapping[str, Any] | None = None) -> Any:
     """``pairs`` with each list column named in ``grids`` (name → (label, grid, i), the i-th
     value column) replaced by ``SUM<i>``: the pair's values clamped and snapped to the grid and
     summed exactly in grid units (128 bits, handed to Spark as a 38-digit decimal: a pair's sum
     of at most L∞ int64 terms never overflows it). With ``report``, the clamping counts of those
-    values are appended."""
+    values are appended; then, for each list column in ``trees`` (name → the leaves of its
+    quantile tree), the pair's values per leaf (``HIST<i>_<k>``, ``_quantiles``)."""
+    from dpselect.spark._quantiles import hist_columns, leaf_counts_of_lists
     from dpselect.spark._report import ABOVE, BELOW, CHANGE, clamping_of_lists
 
     types = spark().types
@@ -78,13 +81,16 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bo
         fields += [types.StructField(f"{prefix}{i}", typ, False) for _, _, i in grids.values()
                    for prefix, typ in ((BELOW, types.LongType()), (ABOVE, types.LongType()),
                                        (CHANGE, types.DoubleType()))]
+    trees = dict(trees or {})
+    fields += [types.StructField(c, types.LongType(), False) for f in pairs.schema.fields if f.name in trees
+               for c in hist_columns(grids[f.name][2], trees[f.name].count)]  # in the batches' order
     schema = types.StructType(fields)
 
     def convert(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         for batch in batches:
-            columns, clamped = list(batch.columns), []
+            columns, clamped, counted = list(batch.columns), [], []
             for i, name in enumerate(batch.schema.names):
                 if name not in grids:
                     continue
@@ -100,6 +106,8 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bo
                 columns[i] = arrow_of(grid.sum_units(units, codes, len(lists)))  # exact, 128 bits
                 if report:
                     clamped += [pa.array(a) for a in clamping_of_lists(values, codes, len(lists), grid)]
-            yield pa.RecordBatch.from_arrays(columns + clamped, names=schema.names)
+                if name in trees:
+                    counted += [pa.array(a) for a in leaf_counts_of_lists(values, codes, len(lists), trees[name])]
+            yield pa.RecordBatch.from_arrays(columns + clamped + counted, names=schema.names)
 
     return pairs.mapInArrow(convert, schema)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
+from dpselect.aggregation.quantiles import output_columns
 from dpselect.core.exact import as_fraction
 from dpselect.rng import resolve_rng
 from dpselect.mechanisms.protocols import CountMechanism
@@ -22,7 +23,8 @@ class Release:
     """The per-key step, run by ``mapInArrow`` on the executors over batches of per-key
     aggregates (the ``by`` columns, ``USERS``, ``ROWS``, one ``SUM<i>`` per value column, exact
     decimals): the selection (none with public partitions) and every metric's noise, in the C
-    kernel. Each key's decision and noise depend on its own aggregates and fresh randomness only,
+    kernel; a quantile metric reads the key's kept rows per leaf of its tree (``HIST<i>_<k>``,
+    ``_quantiles``). Each key's decision and noise depend on its own aggregates and fresh randomness only,
     so batch by batch is the same mechanism as all keys at once. Its output is read once: the
     caller stores it as a local checkpoint in the same job (docs/spark.md, "Drawn once")."""
 
@@ -31,7 +33,7 @@ class Release:
                  level: float | None, selection: CountMechanism | None, spec: tuple[bytes, int] | None,
                  public: bool = False, report: bool = False, labels: Mapping[str, str] | None = None,
                  unbounded: tuple[str, ...] = (), means: Mapping[str, Any] | None = None,
-                 selection_counts: str | None = None) -> None:
+                 selection_counts: str | None = None, leaves: Mapping[str, Any] | None = None) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
         # How the guarantee names each metric; columns where APPROX_BOUNDS found no bounds (their
         # sums and means are NaN, as on one machine).
@@ -42,6 +44,8 @@ class Release:
         # The user-count metric that the TSGD release's own noisy counts serve (AggregatePlan.selection_counts).
         self.selection_counts = selection_counts
         self.grids, self.kappa, self.linf = dict(grids), kappa, linf
+        # Each quantile metric's column: the leaves of its tree (None: no bounds found, NaN as on one machine).
+        self.leaves = dict(leaves or {})
         # The selection (None with public partitions) is pickled for the executors and built again there.
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
@@ -50,19 +54,33 @@ class Release:
         out = list(key_fields)
         for name, m in self.metrics.items():
             typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
-            out.append(types.StructField(name, typ, False))
-            if self.level is not None:
-                out.append(types.StructField(f"{name}_ci_low", typ, True))
-                out.append(types.StructField(f"{name}_ci_high", typ, True))
+            for column in output_columns(name, m):  # a quantile metric of several q: one column each
+                out.append(types.StructField(column, typ, False))
+                if self.level is not None:
+                    out.append(types.StructField(f"{column}_ci_low", typ, True))
+                    out.append(types.StructField(f"{column}_ci_high", typ, True))
         return types.StructType(out)
 
+    def hist_columns(self, column: str) -> list[str]:
+        """The per-leaf count columns of a quantile metric's column (none without bounds)."""
+        from dpselect.spark._quantiles import hist_columns
+
+        tree = self.leaves[column]
+        return [] if tree is None else hist_columns(self.value_columns.index(column), tree.count)
+
     def release_metrics(self, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, Any], rng: Any,
-                        selected: np.ndarray | None = None) -> dict[str, tuple[Any, Any, Any, Component]]:
-        """Every metric's noisy values (and interval) over keys with these statistics, and its
-        component; ``sums``: each value column's exact sums
-        (:class:`~dpselect.aggregation.wide.Wide`), clamped to ±2^62 grid units before noise,
-        as on one machine (:func:`~dpselect.aggregation.metric_noise.release_metrics`)."""
+                        selected: np.ndarray | None = None, hists: Mapping[str, np.ndarray] | None = None
+                        ) -> dict[str, tuple[dict[str, tuple[Any, Any, Any]], Component]]:
+        """Every metric's output columns (column → values, interval low, high) over keys with
+        these statistics, and its component, in the metrics' order; ``sums``: each value
+        column's exact sums (:class:`~dpselect.aggregation.wide.Wide`), clamped to ±2^62 grid
+        units before noise, as on one machine
+        (:func:`~dpselect.aggregation.metric_noise.release_metrics`); ``hists``: each quantile
+        column's (keys, leaves) counts of kept rows, read by the single machine's
+        :func:`~dpselect.aggregation.quantile_release.quantile_metric`."""
         from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
+        from dpselect.aggregation.quantile_release import quantile_metric
+        from dpselect.aggregation.quantile_tree import KeyLeafCounts
 
         grids = {c: PartitionGrids.none(users.size) if c in self.unbounded
                  else PartitionGrids.of(self.grids[c], users.size) for c in self.value_columns}
@@ -74,8 +92,18 @@ class Release:
             noisy = selected if selected is not None else np.zeros(users.size, np.int64)
             given[self.selection_counts] = selection_counts_metric(self.labels[self.selection_counts], noisy,
                                                                    self.selection.table, self.level)
-        return release_metrics(self.labels, self.metrics, self.noises, self.means, users, rows, dict(sums), grids,
-                               self.level, rng, given)
+        out: dict[str, tuple[dict[str, tuple[Any, Any, Any]], Component]] = {}
+        for name, m in self.metrics.items():
+            if m.kind == "quantile":
+                tree = self.leaves[m.column]
+                counts = None if tree is None else KeyLeafCounts.of_counts((hists or {})[m.column])
+                out[name] = quantile_metric(name, self.labels[name], m, self.noises[name], counts, users.size, tree,
+                                            self.level, rng)
+        others = release_metrics(self.labels, {n: m for n, m in self.metrics.items() if n not in out}, self.noises,
+                                 self.means, users, rows, dict(sums), grids, self.level, rng, given)
+        for name, (values, low, high, component) in others.items():
+            out[name] = {name: (values, low, high)}, component
+        return {name: out[name] for name in self.metrics}
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -107,13 +135,18 @@ class Release:
                     selected = noisy[keep]
             rows = count(batch.column(n_keys + 1))[keep]
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
+            hists = {c: np.stack([count(batch.column(batch.schema.get_field_index(h)))[keep]
+                                  for h in self.hist_columns(c)], axis=1)
+                     for c in self.leaves if self.hist_columns(c)}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
             else:
                 out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
-            for values in self.release_metrics(users[keep], rows, sums, rng, selected).values():
-                for array in values[:3 if self.level is not None else 1]:
-                    out.append(pa.array(self._spread(np.asarray(array), keep) if self.report else np.asarray(array)))
+            for columns, _ in self.release_metrics(users[keep], rows, sums, rng, selected, hists).values():
+                for values in columns.values():
+                    for array in values[:3 if self.level is not None else 1]:
+                        out.append(pa.array(self._spread(np.asarray(array), keep) if self.report
+                                            else np.asarray(array)))
             names = [*self.names, *self._metric_columns()]
             if self.report:
                 out.append(pa.array(keep))
@@ -130,7 +163,8 @@ class Release:
 
     def _metric_columns(self) -> list[str]:
         suffixes = ("", "_ci_low", "_ci_high") if self.level is not None else ("",)
-        return [f"{name}{s}" for name in self.metrics for s in suffixes]
+        return [f"{column}{s}" for name, m in self.metrics.items() for column in output_columns(name, m)
+                for s in suffixes]
 
 
 def release_guarantee(release: Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
@@ -152,7 +186,9 @@ def release_guarantee(release: Release, strat: Any, components: list[Component],
     steps += components
     one = np.zeros(1, np.int64)
     sums = {c: Wide.zeros(1) for c in release.value_columns}
-    steps += [values[3] for values in release.release_metrics(one, one, sums, resolve_rng(None)).values()]
+    hists = {c: np.zeros((1, len(release.hist_columns(c))), np.int64) for c in release.leaves}
+    steps += [component for _, component in release.release_metrics(one, one, sums, resolve_rng(None),
+                                                                     hists=hists).values()]
     return AggregateGuarantee(components=tuple(steps), requested_epsilon=epsilon, requested_delta=delta,
                               kappa=release.kappa, linf=release.linf, noise_choice=noise_choice,
                               privacy_guaranteed=generator.privacy_guaranteed and selection_dp)
