@@ -333,7 +333,8 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     distinct_columns = sorted({m.column for m in metrics.values() if m.kind == "count_distinct"})
     if args.privacy_unit in distinct_columns:
         raise Fail(EXIT_USAGE, f"--metric count_distinct:{args.privacy_unit}: that counts the --privacy-unit column; "
-                               "use --metric users (the users in each key, with noise of sensitivity 1, not L)")
+                               "use --metric users (the users in each key, with noise of sensitivity 1, not "
+                               "--max-contributions-per-partition)")
     for column in value_columns:
         if column == args.privacy_unit or column in by:
             role = "--privacy-unit" if column == args.privacy_unit else "a --by column"
