@@ -7,7 +7,6 @@ serves bounds given once, bounds found over the whole dataset and bounds found p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -19,8 +18,9 @@ from dpselect.aggregation.grid import Grid
 from dpselect.aggregation.guarantee import Component
 from dpselect.aggregation.intervals import interval, mean_interval, split_level, tsgd_half_width
 from dpselect.aggregation.metrics import Metric
-from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, IntegerNoise
+from dpselect.aggregation.noise import IntegerNoise
 from dpselect.aggregation.noise_choice import MeanSource, MetricNoise
+from dpselect.aggregation.spread import noise_component
 from dpselect.aggregation.wide import SUM_LIMIT, Wide
 from dpselect.core.tables import TSGDTable
 
@@ -115,22 +115,6 @@ class Released:
     rows: Released | None = None
 
 
-def _component(label: str, plan: MetricNoise, parts: Sequence[IntegerNoise], text: str) -> Component:
-    """The metric's step of the statement: (ε, 0) with Laplace noise; ρ-zCDP with Gaussian
-    noise (its ε share counted once for the Gaussian group, docs/privacy/aggregate.md)."""
-    if plan.kind == "gaussian":
-        rho = Fraction(0)
-        for part in parts:
-            assert isinstance(part, DiscreteGaussianNoise)
-            rho += part.rho
-        return Component(label, plan.epsilon, Fraction(0), text, rho=rho)
-    eps = Fraction(0)
-    for part in parts:
-        assert isinstance(part, DiscreteLaplaceNoise)
-        eps += part.epsilon
-    return Component(label, eps, Fraction(0), text)
-
-
 def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: npt.NDArray[np.int64],
                  rows: npt.NDArray[np.int64], sums: Wide | None, grids: PartitionGrids | None,
                  level: float | None, rng: Any, *, count: Released | None = None, total: Released | None = None
@@ -154,7 +138,7 @@ def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: np
         low = high = None
         if level is not None:
             low, high = noise.interval(noisy, level)
-        return noisy, low, high, _component(label, plan, [noise], str(noise.guarantee)), Released(noisy, noise)
+        return noisy, low, high, noise_component(label, plan, [noise], str(noise.guarantee)), Released(noisy, noise)
     assert grids is not None and sums is not None
     if metric.kind == "sum":
         noise = plan.make(linf * grids.max_abs_units())
@@ -164,7 +148,7 @@ def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: np
         if level is not None:
             lo, hi = _sum_interval(noisy, noise.confidence_interval(level), grids.exponent)
             low, high = np.where(grids.found, lo, np.nan), np.where(grids.found, hi, np.nan)
-        return value, low, high, _component(label, plan, [noise], f"{noise.guarantee} "
+        return value, low, high, noise_component(label, plan, [noise], f"{noise.guarantee} "
                                             f"{grids.describe().capitalize()}."), Released(noisy, noise)
     # mean: midpoint + noisy sum of offsets / noisy count, half the share each (all of it on the
     # offsets when a released count is the divisor).
@@ -200,7 +184,7 @@ def noisy_metric(label: str, metric: Metric, plan: MetricNoise | None, users: np
                                float(sum_noise.confidence_interval(each)), float(count_noise.confidence_interval(each)))
         low = np.where(grids.found, np.clip(np.ldexp(lo, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
         high = np.where(grids.found, np.clip(np.ldexp(hi, grids.exponent) + centre, grids.lower, grids.upper), np.nan)
-    return mean, low, high, _component(label, plan, parts, text), Released(noisy_offsets, sum_noise,
+    return mean, low, high, noise_component(label, plan, parts, text), Released(noisy_offsets, sum_noise,
                                                                           Released(noisy_rows, count_noise))
 
 

@@ -24,7 +24,7 @@ of one column share one release.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -163,7 +163,7 @@ def square_sums(q: npt.NDArray[np.int64], codes: npt.NDArray[np.intp], n: int) -
     return Wide.from_int64(high).shifted_left(16) + Wide.from_int64(low)
 
 
-def noise_component(label: str, plan: MetricNoise, parts: list[IntegerNoise], text: str) -> Component:
+def noise_component(label: str, plan: MetricNoise, parts: Sequence[IntegerNoise], text: str) -> Component:
     """The metric's step of the statement: (ε, 0) with Laplace noise (the parts' ε add up), ρ-zCDP
     with Gaussian noise (the parts' ρ add up; its ε share counted once in the Gaussian group)."""
     if plan.kind == "gaussian":
