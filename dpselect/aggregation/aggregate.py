@@ -302,6 +302,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         return Wide(np.where(present, picked.lo, np.uint64(0)), np.where(present, picked.hi, np.int64(0)))
 
     n_out = out_index.size
+    position = positions(out_index, present, n_parts)  # data partition code -> output row (−1: not released)
     out_grids = {c: PartitionGrids.of(g, n_out) for c, g in grids.items()}
     out_sums = {c: stat_wide(column_sums[c]) for c in grids}
     for c in unbounded:
@@ -310,16 +311,16 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
         assert kept_partitions is not None
         eps_b, _ = plan.shares[f"bounds:{c}"]
         out_grids[c], out_sums[c], clamping[c], component = _partition_bounds(
-            kept_values[c], kept_partitions, out_index, present, n_parts, eps_b, kappa, linf, plan.precision_bits,
+            kept_values[c], kept_partitions, position, n_out, eps_b, kappa, linf, plan.precision_bits,
             integer[c], generator, c)
         components.append(component)
     # Quantile metrics read the kept values themselves (a noisy tree of them per key).
     trees = release_quantile_metrics(plan.metric_labels(), quantiles, plan.metric_noise(kappa, linf),  # type: ignore[arg-type]
-                                     kept_values, kept_partitions, out_index, present, n_parts,
+                                     kept_values, kept_partitions, position, n_out,
                                      {c: grids.get(c) for c in plan.value_columns}, integer,
                                      plan.confidence_level, generator)
     extra = more_statistics(plan.metrics, plan.spreads, kept_values, kept_partitions, grids, out_grids,
-                            positions(out_index, present, n_parts), n_out, distinct, n_parts, generator,
+                            position, n_out, distinct, n_parts, generator,
                             early_squares)
     del kept_values
     clamped_sums = {c: int(np.count_nonzero(w.outside())) for c, w in out_sums.items()}
@@ -417,22 +418,21 @@ def _warn_if_bounding_dropped_most(totals: dict[str, int], kappa: int, linf: int
             "sample, docs/aggregate.md)."), stacklevel=4)
 
 
-def _partition_bounds(values: npt.NDArray[Any], partitions: npt.NDArray[np.uint32], out_index: npt.NDArray[np.intp],
-                      present: npt.NDArray[np.bool_], n_parts: int, epsilon: Fraction, kappa: int, linf: int,
+def _partition_bounds(values: npt.NDArray[Any], partitions: npt.NDArray[np.uint32], position: npt.NDArray[np.intp],
+                      n_out: int, epsilon: Fraction, kappa: int, linf: int,
                       precision_bits: int, integer: bool, rng: Any, column: str
                       ) -> tuple[PartitionGrids, Wide, ColumnClamping, Component]:
     """APPROX_BOUNDS per released partition over its kept values (``values`` and ``partitions``
-    are the kept rows'), then each partition's sums of its values snapped to its own grid."""
-    position = np.full(n_parts, -1, dtype=np.intp)  # data partition code -> output row
-    position[out_index[present]] = np.flatnonzero(present)
+    are the kept rows'; ``position``: each data partition's output row, −1 if not released), then
+    each partition's sums of its values snapped to its own grid."""
     where = position[partitions]
     inside = where >= 0
     values, where = values[inside], where[inside]
-    found = approx_bounds_per_partition(values, where, out_index.size, epsilon, max_partitions_contributed=kappa,
+    found = approx_bounds_per_partition(values, where, n_out, epsilon, max_partitions_contributed=kappa,
                                         max_contributions_per_partition=linf, integer=integer, rng=rng)
     grids = PartitionGrids.from_bounds(found.lower, found.upper, found.found, precision_bits, integer)
     usable = grids.found[where]
-    sums = sums_by_code(grids.units(values[usable], where[usable]), where[usable], out_index.size)
+    sums = sums_by_code(grids.units(values[usable], where[usable]), where[usable], n_out)
     x = values[usable].astype(np.float64)
     lo, hi = grids.lower[where[usable]], grids.upper[where[usable]]
     clamping = ColumnClamping((math.nan, math.nan), int(x.size), int((x < lo).sum()), int((x > hi).sum()),

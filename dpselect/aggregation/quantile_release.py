@@ -103,18 +103,16 @@ def _component(label: str, plan: MetricNoise, noise: Any, text: str) -> Componen
 
 def release_quantile_metrics(labels: Mapping[str, str], metrics: Mapping[str, QuantileMetric],
                              noises: Mapping[str, MetricNoise], kept_values: Mapping[str, npt.NDArray[Any]],
-                             kept_partitions: npt.NDArray[np.uint32] | None, out_index: npt.NDArray[np.intp],
-                             present: npt.NDArray[np.bool_], n_parts: int, grids: Mapping[str, Grid | None],
+                             kept_partitions: npt.NDArray[np.uint32] | None, position: npt.NDArray[np.intp],
+                             n_out: int, grids: Mapping[str, Grid | None],
                              integer: Mapping[str, bool], level: float | None, rng: Any
                              ) -> dict[str, tuple[Columns, Component]]:
-    """Every quantile metric of a release, for the released keys (``out_index``: each output
-    row's data partition, −1 for a public key absent from the data, whose tree is noise alone)."""
+    """Every quantile metric of a release, for the ``n_out`` released keys (``position``: each data
+    partition's output row, −1 if not released; an output row no partition maps to is a public key
+    absent from the data, whose tree is noise alone)."""
     if not metrics:
         return {}
     assert kept_partitions is not None
-    n_out = out_index.size
-    position = np.full(n_parts, -1, dtype=np.int64)  # data partition code -> output row
-    position[out_index[present]] = np.flatnonzero(present)
     where = position[kept_partitions]
     inside = where >= 0
     keys = where[inside]
