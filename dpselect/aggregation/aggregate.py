@@ -30,7 +30,7 @@ from dpselect.aggregation.more_stats import (distinct_rows, early_square_columns
                                              needs_kept_partitions, positions)
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
-from dpselect.aggregation.quantile_release import release_quantile_metrics
+from dpselect.aggregation.quantile_release import in_metric_order, release_quantile_metrics
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
 from dpselect.aggregation.result import AggregateResult
 from dpselect.aggregation.values import ValueColumn, check_value_types
@@ -330,19 +330,11 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     metrics_out = release_metrics(plan.metric_labels(), {n: m for n, m in plan.metrics.items() if n not in trees},
                                   plan.metric_noise(kappa, linf), plan.means, stat(users_kept), stat(rows_kept),
                                   out_sums, out_grids, level, generator, given, extra)
-    for name in plan.metrics:
-        if name in trees:
-            tree_columns, component = trees[name]
-            for column, (values_out, low, high) in tree_columns.items():
-                columns[column] = values_out
-                if level is not None:
-                    columns[f"{column}_ci_low"], columns[f"{column}_ci_high"] = low, high
-            components.append(component)
-            continue
-        values_out, low, high, component = metrics_out[name]
-        columns[name] = values_out
-        if level is not None:
-            columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = low, high
+    for tree_columns, component in in_metric_order(plan.metrics, trees, metrics_out).values():
+        for column, (values_out, low, high) in tree_columns.items():
+            columns[column] = values_out
+            if level is not None:
+                columns[f"{column}_ci_low"], columns[f"{column}_ci_high"] = low, high
         components.append(component)
 
     guarantee = AggregateGuarantee(components=tuple(components), requested_epsilon=plan.epsilon,

@@ -5,7 +5,7 @@ One tree per metric and key, whatever the number of quantiles asked of it: every
 interval end of a metric is read from the same noisy tree, so the metric spends its one share."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -27,7 +27,7 @@ from dpselect.aggregation.quantile_tree import (
 )
 from dpselect.aggregation.quantiles import QuantileMetric, output_columns
 
-__all__ = ["Columns", "quantile_metric", "release_quantile_metrics"]
+__all__ = ["Columns", "in_metric_order", "quantile_metric", "release_quantile_metrics"]
 
 # column -> (values, interval low or None, interval high or None)
 Columns = dict[str, tuple[npt.NDArray[np.float64], Any, Any]]
@@ -124,4 +124,20 @@ def release_quantile_metrics(labels: Mapping[str, str], metrics: Mapping[str, Qu
         counts = None if leaves is None else KeyLeafCounts.of_rows(
             keys, leaves.codes(kept_values[metric.column][inside]), n_out, leaves.count)
         out[name] = quantile_metric(name, labels[name], metric, noises[name], counts, n_out, leaves, level, rng)
+    return out
+
+
+def in_metric_order(names: Iterable[str], trees: Mapping[str, tuple[Columns, Component]],
+                    others: Mapping[str, tuple[Any, Any, Any, Component]]) -> dict[str, tuple[Columns, Component]]:
+    """Every metric's output columns (column -> values, interval low, high) and component, in the
+    metrics' order: the quantile metrics' ``trees`` and the ``others``' (values, low, high,
+    component) of :func:`dpselect.aggregation.metric_noise.release_metrics`, each one column.
+    One machine and Spark assemble a release's metrics with it."""
+    out = {}
+    for name in names:
+        if name in trees:
+            out[name] = trees[name]
+        else:
+            values, low, high, component = others[name]
+            out[name] = ({name: (values, low, high)}, component)
     return out

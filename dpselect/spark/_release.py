@@ -46,6 +46,7 @@ class Release:
         self.grids, self.kappa, self.linf = dict(grids), kappa, linf
         # Each quantile metric's column: the leaves of its tree (None: no bounds found, NaN as on one machine).
         self.leaves = dict(leaves or {})
+        self._hists = {c: names for c in self.leaves if (names := self.hist_columns(c))}  # read per batch
         # The selection (None with public partitions) is pickled for the executors and built again there.
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
@@ -79,7 +80,7 @@ class Release:
         column's (keys, leaves) counts of kept rows, read by the single machine's
         :func:`~dpselect.aggregation.quantile_release.quantile_metric`."""
         from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
-        from dpselect.aggregation.quantile_release import quantile_metric
+        from dpselect.aggregation.quantile_release import in_metric_order, quantile_metric
         from dpselect.aggregation.quantile_tree import KeyLeafCounts
 
         grids = {c: PartitionGrids.none(users.size) if c in self.unbounded
@@ -92,18 +93,16 @@ class Release:
             noisy = selected if selected is not None else np.zeros(users.size, np.int64)
             given[self.selection_counts] = selection_counts_metric(self.labels[self.selection_counts], noisy,
                                                                    self.selection.table, self.level)
-        out: dict[str, tuple[dict[str, tuple[Any, Any, Any]], Component]] = {}
+        trees = {}
         for name, m in self.metrics.items():
             if m.kind == "quantile":
                 tree = self.leaves[m.column]
                 counts = None if tree is None else KeyLeafCounts.of_counts((hists or {})[m.column])
-                out[name] = quantile_metric(name, self.labels[name], m, self.noises[name], counts, users.size, tree,
-                                            self.level, rng)
-        others = release_metrics(self.labels, {n: m for n, m in self.metrics.items() if n not in out}, self.noises,
+                trees[name] = quantile_metric(name, self.labels[name], m, self.noises[name], counts, users.size, tree,
+                                              self.level, rng)
+        others = release_metrics(self.labels, {n: m for n, m in self.metrics.items() if n not in trees}, self.noises,
                                  self.means, users, rows, dict(sums), grids, self.level, rng, given)
-        for name, (values, low, high, component) in others.items():
-            out[name] = {name: (values, low, high)}, component
-        return {name: out[name] for name in self.metrics}
+        return in_metric_order(self.metrics, trees, others)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -135,9 +134,8 @@ class Release:
                     selected = noisy[keep]
             rows = count(batch.column(n_keys + 1))[keep]
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
-            hists = {c: np.stack([count(batch.column(batch.schema.get_field_index(h)))[keep]
-                                  for h in self.hist_columns(c)], axis=1)
-                     for c in self.leaves if self.hist_columns(c)}
+            hists = {c: np.stack([count(batch.column(batch.schema.get_field_index(h)))[keep] for h in names], axis=1)
+                     for c, names in self._hists.items()}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
             else:
