@@ -305,6 +305,8 @@ def test_shipped_example_data(tmp_path, capsys):
     ("MEDIAN:amount:0:500", "median_amount", dpselect.median("amount", bounds=(0, 500))),
     ("min:amount:0:500", "min_amount", dpselect.min("amount", bounds=(0, 500))),
     ("top=max:amount", "top", dpselect.max("amount")),
+    ("quantile:amount:0.5,0.9", "quantiles_amount", dpselect.quantile("amount", [0.5, 0.9])),
+    ("tail=quantile:amount:0.9, 0.99:0:500", "tail", dpselect.quantile("amount", [0.9, 0.99], bounds=(0, 500))),
 ])
 def test_metric_specs(spec, name, metric):
     assert cli_aggregate._parse_metric(spec) == (name, metric)
@@ -324,6 +326,10 @@ def test_integer_bounds_stay_integers():
     ("quantile:amount:nan", "must be in [0, 1]"),
     ("quantile:amount:half", "must be a number in [0, 1]"),
     ("quantile::0.5", "needs a value column and a quantile"),
+    ("quantile:amount:0.5,0.5", "list one twice"),
+    ("quantile:amount:0.5,", "must be a number in [0, 1]"),
+    ("quantile:amount:0.5,1.5", "must be in [0, 1]"),
+    ("quantile:amount:0.5,0.50000000000000001", "list one twice"),
     ("median:amount:5:1", "inverted"),
     ("max:amount:0", "two bounds"),
     ("sum", "needs a value column"),
@@ -682,3 +688,36 @@ def test_quantile_metrics_run_with_intervals(tmp_path, capsys):
     for r in rows:
         assert 0 <= r["median_amount_ci_low"] <= r["median_amount"] <= r["median_amount_ci_high"] <= 100
     assert "p90 = quantile('amount', q=0.9, bounds=(0, 100))" in err
+
+
+def test_several_quantiles_of_one_metric_are_one_tree_and_one_share(tmp_path, capsys):
+    table = make_table()
+    src = write(tmp_path / "in.csv", table, "csv")
+    out = str(tmp_path / "out.csv")
+    code = run(src, *BASE, "--metric", "quantile:amount:0.5,0.9:0:100", "--metric", "count", "-o", out)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    rows = read(out, "csv")
+    assert list(rows[0]) == ["key", "quantiles_amount_p50", "quantiles_amount_p90", "count"]
+    for r in rows:
+        assert 0 <= r["quantiles_amount_p50"] <= 100 and 0 <= r["quantiles_amount_p90"] <= 100
+    # one step of the composition for both quantiles: selection + the tree + the count
+    assert "quantiles_amount = quantile('amount', q=[0.5, 0.9], bounds=(0, 100))" in err
+    assert "(3) count" in err and "(4)" not in err
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_library_warnings_are_said_with_the_cli_flags_and_silenced_by_quiet(tmp_path, capsys, quiet):
+    # every user has 3 rows in one key: L = 1 keeps a third of them, which the library warns about
+    table = pa.table({"user": [f"u{i // 3}" for i in range(900)], "key": ["a"] * 900, "amount": [1.0] * 900})
+    src = write(tmp_path / "in.csv", table, "csv")
+    code = run(src, *PRIVACY, "--max-partitions-contributed", "1", "--max-contributions-per-partition", "1",
+               "--metric", "count", "-o", str(tmp_path / "out.csv"), *(["--quiet"] if quiet else []))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    if quiet:
+        assert err == ""
+    else:
+        assert "dpselect: warning: contribution bounding kept 300 of 900 rows" in err
+        assert "--max-partitions-contributed 1 and --max-contributions-per-partition 1" in err
+        assert "max_partitions_contributed" not in err and "BoundingDroppedMostRows" not in err

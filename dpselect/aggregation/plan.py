@@ -275,7 +275,9 @@ def _check_names(privacy_unit: str, by: list[str], metrics: dict[str, Metric], v
     for name, metric in metrics.items():
         own = output_columns(name, metric)
         for column in [c for o in own for c in [o, *([f"{o}_ci_low", f"{o}_ci_high"] if level is not None else [])]]:
-            what = f"metric {name!r}" if column == name else f"the interval column {column!r} of metric {name!r}"
+            what = (f"metric {name!r}" if column == name else
+                    f"the interval column {column!r} of metric {name!r}" if column not in own else
+                    f"the quantile column {column!r} of metric {name!r}")
             if column in seen:
                 raise ValueError(f"{what} is also {seen[column]}: every output column must have its own name; "
                                  "rename the metric")

@@ -67,6 +67,8 @@ metrics (--metric [NAME=]SPEC, repeatable; the output column is NAME, or the def
   sum:COL, sum:COL:LO:HI        sum of the numeric column COL over the kept rows        [sum_COL]
   mean:COL, mean:COL:LO:HI      mean of COL over the kept rows                          [mean_COL]
   quantile:COL:Q[:LO:HI]        the Q-quantile of COL (Q in [0, 1], e.g. 0.9)           [pQ_COL, p90_COL]
+  quantile:COL:Q1,Q2,...[:LO:HI]  several quantiles of COL from one noisy tree, for one
+                                share of epsilon       [quantiles_COL_p50, quantiles_COL_p90, ...]
   median:COL[:LO:HI]            the median of COL (the 0.5-quantile)                    [median_COL]
   min:COL[:LO:HI], max:COL[...] the 0- and 1-quantiles of COL: values whose rank is within
                                 the noise of the smallest / largest (not the exact extremes)
@@ -178,7 +180,7 @@ def add_parser(commands: Any) -> None:
 
 
 _METRIC_FORMS = ("users, count_distinct_units, count, rows, sum:COL, sum:COL:LO:HI, mean:COL or "
-                 "mean:COL:LO:HI, quantile:COL:Q or quantile:COL:Q:LO:HI, median/min/max:COL or "
+                 "mean:COL:LO:HI, quantile:COL:Q or quantile:COL:Q:LO:HI (Q: one or several as 0.5,0.9), median/min/max:COL or "
                  "median/min/max:COL:LO:HI, variance:COL, variance:COL:LO:HI, stddev:COL, stddev:COL:LO:HI, "
                  "count_distinct:COL or count_distinct:COL:M, each optionally as NAME=SPEC")
 _QUANTILE_KINDS = ("quantile", "median", "min", "max")
@@ -222,17 +224,14 @@ def _parse_metric(item: str) -> tuple[str, Any]:
     if not parts[0]:
         raise bad(f"{kind} needs a value column, as {kind}:COL or {kind}:COL:LO:HI" if kind != "quantile" else
                   "quantile needs a value column and a quantile, as quantile:COL:Q or quantile:COL:Q:LO:HI")
-    q = None
-    if kind == "quantile":  # quantile:COL:Q[:LO:HI]
+    q: list[float] | None = None
+    if kind == "quantile":  # quantile:COL:Q[,Q...][:LO:HI]
         if len(parts) not in (2, 4):
-            raise bad("expected quantile:COL:Q or quantile:COL:Q:LO:HI (Q in [0, 1], e.g. 0.9)")
-        try:
-            q = float(parts[1])
-        except ValueError:
-            raise bad(f"the quantile {shown(parts[1])} must be a number in [0, 1] (e.g. 0.9)") from None
-        if not 0.0 <= q <= 1.0:  # NaN fails too
-            raise bad(f"the quantile {shown(parts[1])} must be in [0, 1] (0.5 for the median, 0.9 for the 90th "
-                      "percentile)")
+            raise bad("expected quantile:COL:Q or quantile:COL:Q:LO:HI (Q in [0, 1], e.g. 0.9, or several "
+                      "separated by commas, e.g. 0.5,0.9)")
+        q = [_parse_quantile(text, bad) for text in parts[1].split(",")]
+        if len(set(q)) != len(q):
+            raise bad(f"the quantiles {shown(parts[1])} list one twice: give each once")
         parts = [parts[0], *parts[2:]]
     if len(parts) not in (1, 3):
         raise bad(f"expected {kind}:COL or {kind}:COL:LO:HI (two bounds), got {len(parts) - 1} after the column")
@@ -258,12 +257,29 @@ def _parse_metric(item: str) -> tuple[str, Any]:
     if q is not None:
         from dpselect.aggregation.quantiles import suffix
 
-        return name or f"{suffix(q)}_{column}", dpselect.quantile(column, q, bounds=bounds)
+        if len(q) > 1:  # one tree, one share: columns NAME_p50, NAME_p90, ...
+            try:
+                several = dpselect.quantile(column, q, bounds=bounds)
+            except ValueError as exc:  # two quantiles with one column name
+                raise bad(str(exc).replace("quantile(..., q=)", "the quantiles")) from None
+            return name or f"quantiles_{column}", several
+        return name or f"{suffix(q[0])}_{column}", dpselect.quantile(column, q[0], bounds=bounds)
     if kind in _QUANTILE_KINDS:
         make_q = {"median": dpselect.median, "min": dpselect.min, "max": dpselect.max}[kind]
         return name or f"{kind}_{column}", make_q(column, bounds=bounds)
     make = {"sum": dpselect.sum, "mean": dpselect.mean, "variance": dpselect.variance, "stddev": dpselect.stddev}[kind]
     return name or f"{kind}_{column}", make(column, bounds=bounds)
+
+
+def _parse_quantile(text: str, bad: Callable[[str], Fail]) -> float:
+    """One Q of quantile:COL:Q (a number in [0, 1])."""
+    try:
+        q = float(text)
+    except ValueError:
+        raise bad(f"the quantile {shown(text)} must be a number in [0, 1] (e.g. 0.9)") from None
+    if not 0.0 <= q <= 1.0:  # NaN fails too
+        raise bad(f"the quantile {shown(text)} must be in [0, 1] (0.5 for the median, 0.9 for the 90th percentile)")
+    return q
 
 
 def _parse_count_distinct(name: str, rest: str, bad: Callable[[str], Fail]) -> tuple[str, Any]:
@@ -348,15 +364,17 @@ def _aggregate_plan(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
                 raise Fail(EXIT_USAGE, f"--metric: the column {m.column!r} is given two different bounds, "
                                        f"{first[0]}:{first[1]} and {m.bounds[0]}:{m.bounds[1]}; a column is "
                                        "clamped once, so give the same LO:HI (or none) to each of its metrics")
+    from dpselect.aggregation.quantiles import output_columns
+
     outputs = list(by)
-    for name in metrics:
-        outputs.append(name)
-        if args.confidence_level is not None:
-            outputs += [f"{name}_ci_low", f"{name}_ci_high"]
-    for name in metrics:
-        if name in {args.privacy_unit, *by, *value_columns, *distinct_columns}:
-            raise Fail(EXIT_USAGE, f"--metric: the output name {name!r} is also an input column (--privacy-unit, "
-                                   "--by or a value column); choose another with NAME=SPEC")
+    for name, metric in metrics.items():
+        for column in output_columns(name, metric):  # NAME, or NAME_p50, NAME_p90, ... of several quantiles
+            if column in {args.privacy_unit, *by, *value_columns, *distinct_columns}:
+                raise Fail(EXIT_USAGE, f"--metric: the output name {column!r} is also an input column "
+                                       "(--privacy-unit, --by or a value column); choose another with NAME=SPEC")
+            outputs.append(column)
+            if args.confidence_level is not None:
+                outputs += [f"{column}_ci_low", f"{column}_ci_high"]
     clash = sorted({c for c in outputs if outputs.count(c) > 1})
     if clash:
         raise Fail(EXIT_USAGE, f"--metric: the output column(s) {', '.join(repr(c) for c in clash)} would be "
@@ -454,6 +472,7 @@ def run(args: argparse.Namespace) -> int:
         open_batches,
         write_outputs,
     )
+    from dpselect.errors import DPSelectWarning
     from dpselect.ingest.rows import (
         ColumnTypeError,
         NullPrivacyUnitError,
@@ -513,10 +532,16 @@ def run(args: argparse.Namespace) -> int:
     public = _read_public_partitions(args) if args.public_partitions else None
     null_units = table.column(args.privacy_unit).null_count  # reported only if they are dropped
     try:
-        with warnings.catch_warnings():
-            # Dropped null privacy units are reported below, in the CLI's own words.
+        with warnings.catch_warnings(record=True) as caught:
+            # Dropped null privacy units are reported below, in the CLI's own words; the library's
+            # other warnings (e.g. that bounding dropped most rows) too, with its flags, and not at all
+            # under --quiet.
             warnings.simplefilter("ignore", NullPrivacyUnitsDropped)
+            warnings.simplefilter("always", DPSelectWarning)
             result = dpselect.aggregate(table, **_aggregate_parameters(args, metrics), public_partitions=public)
+        for other in caught:
+            if not issubclass(other.category, DPSelectWarning):
+                warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     except NullPrivacyUnitError as exc:
         raise Fail(EXIT_DATA, (
             f"{exc.rows} row(s) of {args.input!r} have a null privacy unit (column {exc.column!r}); a null "
@@ -557,6 +582,9 @@ def run(args: argparse.Namespace) -> int:
     items.append((released, None if to_stdout else args.output, out_fmt))
     protected = [args.input] + ([args.public_partitions] if args.public_partitions else [])
 
+    for warning in caught:
+        if issubclass(warning.category, DPSelectWarning):
+            note(args, f"warning: {_aggregate_flags(str(warning.message))}")
     if null_units:
         note(args, f"warning: dropped {null_units} row(s) with a null privacy unit (column {args.privacy_unit!r}). "
                    "This count is exact and NOT differentially private: it is for you, the data holder; do "
