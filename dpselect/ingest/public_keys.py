@@ -10,6 +10,7 @@ privacy matter; its size only adds to the work.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,7 @@ def public_table(public: Any, key_schema: Any) -> Any:
         return public
     rows = _as_key_rows(public, len(names))
     if rows is not None:
+        columns: list[Sequence[Any]]
         if len(names) == 1 and not any(isinstance(k, tuple) for k in rows):
             columns = [rows]  # one by column, plain keys: no tuple per key (a long list in one pass)
         else:
