@@ -217,7 +217,7 @@ def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | No
     generator's per-thread state, or a stream derived from the test seed and s), the shards taken
     by the threads in contiguous groups. Each thread adds into counts of its own, summed at the
     end and capped again (min(c, Σ min(c, a_t)) = min(c, Σ a_t)); where T such arrays would exceed
-    4 bytes per input row (many partitions), the threads add into one array with atomic
+    4 bytes per distinct pair (many partitions), the threads add into one array with atomic
     saturating additions instead. Either way the counts do not depend on T."""
     shards = shard_count(radix.n_buckets)
     threads = min(current(), shards)
