@@ -89,7 +89,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="dpselect's threads (sets DPSELECT_MAX_THREADS for every worker; default: "
+                        "the variable as set, else every available core)")
     args = parser.parse_args()
+    if args.threads is not None:
+        os.environ["DPSELECT_MAX_THREADS"] = str(args.threads)  # the workers inherit it
     if args.worker:
         print(json.dumps(worker(args.worker, args.rows, args.keys, args.users, args.seed, args.repeat)))
         return

@@ -141,7 +141,12 @@ def main() -> None:
     parser.add_argument("--kappa", type=int, default=3, help="dpselect's max_partitions_contributed")
     parser.add_argument("--key-type", choices=("string", "int"), default="string")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="dpselect's threads (sets DPSELECT_MAX_THREADS for every worker; default: "
+                        "the variable as set, else every available core)")
     args = parser.parse_args()
+    if args.threads is not None:
+        os.environ["DPSELECT_MAX_THREADS"] = str(args.threads)  # the workers inherit it
     if args.worker:
         worker(args.worker, args.rows, args.keys, args.users, args.seed, args.kappa, args.key_type)
         return

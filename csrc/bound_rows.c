@@ -80,6 +80,37 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
     return DPS_OK;
 }
 
+/* Bound every grouped user (order/end from dps_group_rows*) in local order. */
+static int bound_grouped(dps_rng *s, const uint32_t *order, const size_t *end, size_t n_local,
+                         const uint32_t *partitions, uint32_t n_partitions, uint64_t kappa, uint64_t linf,
+                         size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
+                         uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats) {
+    size_t largest = 0;
+    for (size_t v = 0, lo = 0; v < n_local; lo = end[v++])
+        if (end[v] - lo > largest) largest = end[v] - lo;
+    user_buffers buf;
+    size_t cap = largest ? largest : 1;
+    int rc = DPS_OK;
+    buf.keys = (uint64_t *)malloc(cap * sizeof(uint64_t));
+    buf.starts = (uint32_t *)malloc((cap + 1) * sizeof(uint32_t));
+    buf.chosen = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    buf.rows = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    if (buf.keys == NULL || buf.starts == NULL || buf.chosen == NULL || buf.rows == NULL) {
+        rc = DPS_ERR_NOMEM;
+    } else {
+        for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
+            if (end[v] == lo) continue;
+            rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
+                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
+        }
+    }
+    free(buf.keys);
+    free(buf.starts);
+    free(buf.chosen);
+    free(buf.rows);
+    return rc;
+}
+
 int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, uint32_t n_users,
                    uint32_t n_partitions, uint32_t shard_mask, uint32_t shard, uint64_t kappa, uint64_t linf,
                    size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
@@ -98,29 +129,64 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
     size_t *end, n_local, n_rows;
     int rc = dps_group_rows(users, n, n_users, shard_mask, shard, &order, &end, &n_local, &n_rows);
     if (rc != DPS_OK) return rc;
-    size_t largest = 0;
-    for (size_t v = 0, lo = 0; v < n_local; lo = end[v++])
-        if (end[v] - lo > largest) largest = end[v] - lo;
-    user_buffers buf;
-    size_t cap = largest ? largest : 1;
-    buf.keys = (uint64_t *)malloc(cap * sizeof(uint64_t));
-    buf.starts = (uint32_t *)malloc((cap + 1) * sizeof(uint32_t));
-    buf.chosen = (uint32_t *)malloc(cap * sizeof(uint32_t));
-    buf.rows = (uint32_t *)malloc(cap * sizeof(uint32_t));
-    if (buf.keys == NULL || buf.starts == NULL || buf.chosen == NULL || buf.rows == NULL) {
-        rc = DPS_ERR_NOMEM;
-    } else {
-        for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
-            if (end[v] == lo) continue;
-            rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
-                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
-        }
-    }
-    free(buf.keys);
-    free(buf.starts);
-    free(buf.chosen);
-    free(buf.rows);
+    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, out_users,
+                       out_rows, out_sums, out_users_before, out_kept, stats);
     free(order);
     free(end);
     return rc;
+}
+
+int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
+                         const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
+    memset(stats, 0, sizeof *stats);
+    if (kappa == 0 || linf == 0 || first_user > last_user) return DPS_ERR_BAD_ARG;
+    if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
+    for (size_t j = 0; j < m; j++) {
+        size_t i = rows[j];
+        if (i >= n || users[i] < first_user || users[i] >= last_user || partitions[i] >= n_partitions) {
+            *bad_row = i;
+            return DPS_ERR_BAD_CODE;
+        }
+    }
+    uint32_t *order;
+    size_t *end, n_local;
+    int rc = dps_group_rows_range(users, rows, m, first_user, last_user, &order, &end, &n_local);
+    if (rc != DPS_OK) return rc;
+    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, out_users,
+                       out_rows, out_sums, out_users_before, out_kept, stats);
+    free(order);
+    free(end);
+    return rc;
+}
+
+static inline size_t shard_of(uint32_t u, uint32_t n_users, size_t n_shards) {
+    return (size_t)(((uint64_t)u * n_shards) / n_users);
+}
+
+int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                         size_t *counts, size_t *bad_row) {
+    if (n_shards == 0 || lo > hi) return DPS_ERR_BAD_ARG;
+    for (size_t i = lo; i < hi; i++) {
+        if (users[i] >= n_users) {
+            *bad_row = i;
+            return DPS_ERR_BAD_CODE;
+        }
+        counts[shard_of(users[i], n_users, n_shards)]++;
+    }
+    return DPS_OK;
+}
+
+int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                         size_t *cursors, const size_t *limits, uint32_t *rows) {
+    if (n_shards == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
+    for (size_t i = lo; i < hi; i++) {
+        if (users[i] >= n_users) return DPS_ERR_BAD_CODE;
+        size_t k = shard_of(users[i], n_users, n_shards);
+        if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
+        rows[cursors[k]++] = (uint32_t)i;
+    }
+    return DPS_OK;
 }

@@ -43,4 +43,26 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
                    uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                    size_t *bad_row);
 
+/* The same for the rows rows[0 .. m) of the users [first_user, last_user) only (a shard of
+ * consecutive user codes; every one of the rows must be < n and its user in the range, else
+ * DPS_ERR_BAD_CODE and *bad_row): the users are visited in code order, so the draws made for a
+ * shard depend only on its rows and s. Calls on disjoint shards may run at once, each with its own
+ * outputs (out_kept may be shared: their rows are disjoint). */
+int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
+                         const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row);
+
+/* Split rows into n_shards shards of consecutive user codes (user u in shard u * n_shards /
+ * n_users), a counting sort in two steps that run on any number of threads, each on its own range
+ * of rows [lo, hi): dps_shard_rows_count adds the rows of each shard to counts[0 .. n_shards)
+ * (a code >= n_users: DPS_ERR_BAD_CODE and *bad_row); dps_shard_rows_place writes each row's index
+ * at cursors[its shard]++ (the caller's prefix sums: the shard's start plus the rows of the earlier
+ * ranges there, below limits[shard]), so each shard's rows stay in row order. */
+int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                         size_t *counts, size_t *bad_row);
+int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                         size_t *cursors, const size_t *limits, uint32_t *rows);
+
 #endif

@@ -16,4 +16,9 @@
 int dps_group_rows(const uint32_t *users, size_t n, uint32_t n_users, uint32_t shard_mask, uint32_t shard,
                    uint32_t **order, size_t **end, size_t *n_local, size_t *n_rows);
 
+/* The same for the rows rows[0 .. m) only, every one of whose users is in [first_user, last_user)
+ * (callers check), local user u - first_user; n_local = last_user - first_user. */
+int dps_group_rows_range(const uint32_t *users, const uint32_t *rows, size_t m, uint32_t first_user,
+                         uint32_t last_user, uint32_t **order, size_t **end, size_t *n_local);
+
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomics.h"
 #include "bigalloc.h"
 #include "count.h" /* DPS_ERR_BAD_CODE, DPS_ERR_BAD_ARG */
 #include "hashing.h"
@@ -136,7 +137,7 @@ static inline int scatter_users(dps_radix_pairs *r, const uint8_t *values, size_
 }
 
 int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, uint64_t *places) {
-    if (r->broken || r->users_broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->users_scattered)
+    if (r->pieces || r->broken || r->users_broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->users_scattered)
         return DPS_ERR_RADIX_STAGE;
     int rc;
     switch (width) { /* one loop per width, so that each load is one instruction */
@@ -157,7 +158,8 @@ int dps_radix_scatter_users(dps_radix_pairs *r, const uint8_t *values, size_t wi
 }
 
 int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n) {
-    if (r->broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered || r->codes_mode == 2)
+    if (r->pieces || r->broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered ||
+        r->codes_mode == 2)
         return DPS_ERR_RADIX_STAGE;
     r->codes_mode = 1;
     size_t rows = r->n_rows;
@@ -187,8 +189,8 @@ static inline int scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, 
 
 int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
                                  size_t n) {
-    if (r->broken || r->codes_broken || r->stage != DPS_RADIX_SCATTERING || n > r->n_rows - r->codes_scattered ||
-        r->codes_mode == 1)
+    if (r->pieces || r->broken || r->codes_broken || r->stage != DPS_RADIX_SCATTERING ||
+        n > r->n_rows - r->codes_scattered || r->codes_mode == 1)
         return DPS_ERR_RADIX_STAGE;
     r->codes_mode = 2;
     int rc;
@@ -204,6 +206,92 @@ int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size
         return rc;
     }
     r->codes_scattered += n;
+    return DPS_OK;
+}
+
+int dps_radix_count_piece(const dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, size_t *hist) {
+    if (r->stage != DPS_RADIX_COUNTING || r->counted != 0) return DPS_ERR_RADIX_STAGE;
+    switch (width) {
+    case 8: count_rows(hist, r->bits, values, 8, n); break;
+    case 4: count_rows(hist, r->bits, values, 4, n); break;
+    case 2: count_rows(hist, r->bits, values, 2, n); break;
+    case 1: count_rows(hist, r->bits, values, 1, n); break;
+    default: return DPS_ERR_BAD_ARG;
+    }
+    return DPS_OK;
+}
+
+int dps_radix_layout_pieces(dps_radix_pairs *r, size_t *hist, size_t n_pieces) {
+    if (r->broken || r->stage != DPS_RADIX_COUNTING || r->counted != 0) return DPS_ERR_RADIX_STAGE;
+    size_t nb = r->n_buckets, total = 0;
+    for (size_t p = 0; p < n_pieces; p++)
+        for (size_t b = 0; b < nb; b++) {
+            size_t c = hist[p * nb + b];
+            if (c > r->n_rows - total) return DPS_ERR_RADIX_STAGE; /* more rows than announced */
+            total += c;
+            r->start[b + 1] += c;
+        }
+    if (total != r->n_rows) return DPS_ERR_RADIX_STAGE;
+    r->counted = total;
+    int rc = dps_radix_layout(r);
+    if (rc != DPS_OK) return rc;
+    /* Each piece's histogram becomes its first place in every bucket: the bucket's start plus
+     * the rows of the earlier pieces there, which is where a scatter in row order would put it. */
+    for (size_t b = 0; b < nb; b++) {
+        size_t at = r->start[b];
+        for (size_t p = 0; p < n_pieces; p++) {
+            size_t c = hist[p * nb + b];
+            hist[p * nb + b] = at;
+            at += c;
+        }
+    }
+    r->pieces = 1;
+    return DPS_OK;
+}
+
+static inline int scatter_piece(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, size_t *cursor,
+                                const size_t *to, const uint32_t *codes) {
+    unsigned bits = r->bits;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = dps_fmix64(dps_load_word(values + i * width, width));
+        size_t b = bucket_of(h, bits);
+        size_t at = cursor[b];
+        if (at == to[b]) return DPS_ERR_RADIX_STAGE; /* not the values that were counted */
+        cursor[b] = at + 1;
+        if (codes != NULL) r->codes[at] = codes[i];
+        else r->hashes[at] = h;
+    }
+    return DPS_OK;
+}
+
+int dps_radix_scatter_piece(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, const size_t *from,
+                            const size_t *to, const uint32_t *codes) {
+    if (!r->pieces || r->broken || r->stage != DPS_RADIX_SCATTERING) return DPS_ERR_RADIX_STAGE;
+    if (width != 1 && width != 2 && width != 4 && width != 8) return DPS_ERR_BAD_ARG;
+    size_t nb = r->n_buckets;
+    const size_t *limit = to != NULL ? to : r->start + 1;
+    for (size_t b = 0; b < nb; b++) /* places handed in must lie inside their bucket */
+        if (from[b] < r->start[b] || from[b] > limit[b] || limit[b] > r->start[b + 1]) return DPS_ERR_BAD_ARG;
+    size_t *cursor = (size_t *)malloc((nb ? nb : 1) * sizeof(size_t));
+    if (cursor == NULL) return DPS_ERR_NOMEM;
+    memcpy(cursor, from, nb * sizeof(size_t));
+    int rc;
+    switch (width) { /* one loop per width, so that each load is one instruction */
+    case 8: rc = scatter_piece(r, values, 8, n, cursor, limit, codes); break;
+    case 4: rc = scatter_piece(r, values, 4, n, cursor, limit, codes); break;
+    case 2: rc = scatter_piece(r, values, 2, n, cursor, limit, codes); break;
+    default: rc = scatter_piece(r, values, 1, n, cursor, limit, codes); break;
+    }
+    for (size_t b = 0; b < nb && rc == DPS_OK; b++) /* the piece's share of every bucket, exactly */
+        if (cursor[b] != limit[b]) rc = DPS_ERR_RADIX_STAGE;
+    free(cursor);
+    if (rc != DPS_OK) {
+        /* Part of the piece went in: nothing after this is valid (other threads may be
+         * scattering other pieces: the flag and the counters are written atomically). */
+        dps_atomic_set_int(codes != NULL ? &r->codes_broken : &r->users_broken, 1);
+        return rc;
+    }
+    dps_atomic_add_size(codes != NULL ? &r->codes_scattered : &r->users_scattered, n);
     return DPS_OK;
 }
 
@@ -467,8 +555,12 @@ static inline void add_one(int64_t *counts, uint32_t p, uint64_t cap) {
     if (cap == 0 || (uint64_t)counts[p] < cap) counts[p]++;
 }
 
+static inline void add_shared(int64_t *counts, uint32_t p, uint64_t cap) {
+    dps_atomic_add_one_capped(counts + p, cap);
+}
+
 int dps_radix_bound(dps_radix_pairs *r, dps_rng *s, size_t first_user, size_t last_user, uint64_t kappa,
-                    uint64_t cap, int64_t *counts, size_t n_partitions) {
+                    uint64_t cap, int64_t *counts, size_t n_partitions, int shared) {
     if (r->stage != DPS_RADIX_COMPACT) return DPS_ERR_RADIX_STAGE;
     if (kappa == 0 || first_user > last_user || last_user > r->n_users) return DPS_ERR_BAD_ARG;
     size_t lo = first_user ? r->ends[first_user - 1] : 0, hi = last_user ? r->ends[last_user - 1] : 0;
@@ -489,12 +581,18 @@ int dps_radix_bound(dps_radix_pairs *r, dps_rng *s, size_t first_user, size_t la
             uint32_t p = parts[i];
             DPS_PREFETCH_W(counts + p);
             uint32_t *slot = &pending[n_pending++ % ADD_BEHIND];
-            if (n_pending > ADD_BEHIND) add_one(counts, *slot, cap);
+            if (n_pending > ADD_BEHIND) {
+                if (shared) add_shared(counts, *slot, cap);
+                else add_one(counts, *slot, cap);
+            }
             *slot = p;
         }
         start = end;
     }
     size_t first = n_pending > ADD_BEHIND ? n_pending - ADD_BEHIND : 0;
-    for (size_t k = first; k < n_pending; k++) add_one(counts, pending[k % ADD_BEHIND], cap);
+    for (size_t k = first; k < n_pending; k++) {
+        if (shared) add_shared(counts, pending[k % ADD_BEHIND], cap);
+        else add_one(counts, pending[k % ADD_BEHIND], cap);
+    }
     return DPS_OK;
 }

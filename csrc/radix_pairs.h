@@ -69,6 +69,8 @@ typedef struct dps_radix_pairs {
     int codes_broken;     /* a scatter of codes by user failed half-way: likewise */
     int codes_mode;       /* 0 until the first code is scattered, then 1 (places) or 2 (by user):
                            * the two ways cannot be mixed */
+    int pieces;           /* laid out by dps_radix_layout_pieces: only dps_radix_scatter_piece
+                           * scatters (its counters and flags are updated atomically) */
     size_t *start;        /* n_buckets + 1: rows per bucket, then where each bucket starts */
     size_t *cursor;       /* n_buckets: next free row of each bucket while scattering */
     size_t *code_cursor;  /* n_buckets: the same for dps_radix_scatter_user_codes */
@@ -111,8 +113,25 @@ int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const ui
 int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
                                  size_t n);
 
+/* Step 1-3 split into pieces, for several threads (instead of dps_radix_count, dps_radix_layout,
+ * dps_radix_scatter_users and dps_radix_scatter_user_codes; not to be mixed with them):
+ * dps_radix_count_piece adds the bucket of each of the n values to hist[0 .. n_buckets) (the
+ * piece's own histogram: calls on different pieces may run at once, the grouping is only read);
+ * dps_radix_layout_pieces, once every piece was counted, lays out the buckets from the n_pieces
+ * histograms (hist[p * n_buckets + b], pieces in row order) and turns each into its piece's
+ * first place in every bucket; then dps_radix_scatter_piece puts a piece's user hashes (codes
+ * NULL) or its partition codes (the same values again, with codes) at those places, from `from`
+ * (its piece's row of hist) up to `to` (the next piece's row; NULL for the last piece), which it
+ * must fill exactly. Pieces, and the two sides of a piece, may be scattered at once on any
+ * threads and in any order: each row still lands where a scatter in row order would put it. */
+int dps_radix_count_piece(const dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, size_t *hist);
+int dps_radix_layout_pieces(dps_radix_pairs *r, size_t *hist, size_t n_pieces);
+int dps_radix_scatter_piece(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n, const size_t *from,
+                            const size_t *to, const uint32_t *codes);
+
 /* Step 4: group buckets [first, last). Calls on disjoint ranges may run at once on two threads
- * once every row's user and code were scattered (dps_radix_ready). */
+ * once every row's user and code were scattered (dps_radix_ready). Any number of threads may
+ * group disjoint ranges at once. */
 int dps_radix_ready(dps_radix_pairs *r);
 int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last);
 
@@ -127,9 +146,11 @@ void dps_radix_shard_users(const dps_radix_pairs *r, size_t shard, size_t n_shar
 /* Step 6: bound users [first_user, last_user) to kappa (>= 1) partitions each, a uniform subset
  * drawn with s (partial Fisher–Yates, subset.h), and add each kept pair to counts, saturating
  * at cap (0: no cap). Reorders the runs it visits (calls on disjoint user ranges may run at
- * once). Every partition code must be < n_partitions (else DPS_ERR_BAD_CODE). */
+ * once). Every partition code must be < n_partitions (else DPS_ERR_BAD_CODE). `shared`: other
+ * threads add to the same counts at the same time, so each addition is atomic (a saturating
+ * compare-and-swap: the final counts are min(cap, total) whatever the interleaving). */
 int dps_radix_bound(dps_radix_pairs *r, dps_rng *s, size_t first_user, size_t last_user, uint64_t kappa,
-                    uint64_t cap, int64_t *counts, size_t n_partitions);
+                    uint64_t cap, int64_t *counts, size_t n_partitions, int shared);
 
 size_t dps_radix_bytes(const dps_radix_pairs *r);
 

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _workers
+from dpselect._threads import current
 from dpselect._kernel import NegativeCountError, first_negative
 
 __all__ = ["as_counts", "check_out", "chunks", "run_all", "run_batched"]
@@ -77,9 +78,11 @@ def _flat_view(a: np.ndarray) -> np.ndarray | None:
 
 
 def _threads_for(n: int, parallel: bool) -> int:
+    """Pieces for a batch of n: one below PARALLEL_MIN, else up to the call's threads
+    (:func:`dpselect._threads.current`), each piece at least PARALLEL_MIN / 2 elements."""
     if not parallel or n < PARALLEL_MIN:
         return 1
-    return max(1, min(_workers.cores(), n // (PARALLEL_MIN // 2), 8))
+    return max(1, min(current(), n // (PARALLEL_MIN // 2)))
 
 
 def chunks(views: tuple[np.ndarray, ...], parallel: bool) -> list[tuple[int, tuple[np.ndarray, ...]]]:

@@ -26,3 +26,23 @@ def bound_rows(
     npt.NDArray[np.int64] | None,
     dict[str, int],
 ]: ...
+
+def bound_rows_range(
+    users: npt.NDArray[np.uint32],
+    partitions: npt.NDArray[np.uint32],
+    n_partitions: int,
+    kappa: int,
+    linf: int,
+    values: list[npt.NDArray[np.int64]],
+    test_state: TestState | None,
+    rows: npt.NDArray[np.uint32],
+    first_user: int,
+    last_user: int,
+    out: tuple[object, ...] | None = None,
+    users_before: bool = False,
+    kept: npt.NDArray[np.uint8] | None = None,
+) -> tuple[object, ...]: ...
+def shard_rows_count(users: npt.NDArray[np.uint32], lo: int, hi: int, n_users: int,
+                     counts: npt.NDArray[np.uintp]) -> None: ...
+def shard_rows_place(users: npt.NDArray[np.uint32], lo: int, hi: int, n_users: int, cursors: npt.NDArray[np.uintp],
+                     limits: npt.NDArray[np.uintp], rows: npt.NDArray[np.uint32]) -> None: ...

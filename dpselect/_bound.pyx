@@ -25,6 +25,15 @@ cdef extern from "bound_rows.h" nogil:
                        size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
                        uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                        size_t *bad_row)
+    int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                             const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                             uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
+                             const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                             int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row)
+    int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                             size_t *counts, size_t *bad_row)
+    int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
+                             size_t *cursors, const size_t *limits, uint32_t *rows)
 
 cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_CODE
@@ -134,3 +143,180 @@ def bound_rows(object users, object partitions, object n_users,
               "pairs_kept": stats.pairs_kept, "users": stats.users}
     return (out_users[:n_parts], out_rows[:n_parts], out_sums[:n_values, :n_parts],
             None if before is None else before[:n_parts], totals)
+
+
+def _range(name, lo, hi, n):
+    lo = check_int(f"{name} start", lo, 0, n)
+    hi = check_int(f"{name} end", hi, lo, n)
+    return lo, hi
+
+
+def shard_rows_count(object users, object lo, object hi, object n_users, object counts) -> None:
+    """Add the rows [lo, hi) of each shard of consecutive user codes (user u in shard
+    u * len(counts) // n_users) to ``counts`` (uintp). Calls on different ranges, each with its
+    own counts, may run at once."""
+    users_arr = check_array("users", users, [np.uint32])
+    cdef const uint32_t[::1] u = users_arr
+    cdef size_t a, b
+    a, b = _range("rows", lo, hi, users_arr.shape[0])
+    cdef uint32_t c_users = check_int("n_users", n_users, 1, U32_MAX)
+    counts_arr = check_array("counts", counts, [np.uintp], writable=True)
+    cdef size_t[::1] c = counts_arr
+    cdef size_t shards = <size_t>counts_arr.shape[0]
+    if shards == 0:
+        raise ValueError("counts must have one entry per shard (at least one)")
+    cdef size_t bad = 0
+    cdef int rc = DPS_OK
+    if b > a:
+        with nogil:
+            rc = dps_shard_rows_count(&u[0], a, b, c_users, shards, &c[0], &bad)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: user codes must be < n_users ({n_users})")
+    check_status(rc)
+
+
+def shard_rows_place(object users, object lo, object hi, object n_users, object cursors, object limits,
+                     object rows) -> None:
+    """Write the index of each row of [lo, hi) at ``rows[cursors[its shard]++]`` (below
+    ``limits[shard]``): with cursors from the prefix sums of :func:`shard_rows_count`, each
+    shard's rows in row order. Calls on different ranges, each with its own cursors, may run at
+    once."""
+    users_arr = check_array("users", users, [np.uint32])
+    cdef const uint32_t[::1] u = users_arr
+    cdef size_t a, b
+    a, b = _range("rows", lo, hi, users_arr.shape[0])
+    cdef uint32_t c_users = check_int("n_users", n_users, 1, U32_MAX)
+    cursors_arr = check_array("cursors", cursors, [np.uintp], writable=True)
+    limits_arr = check_array("limits", limits, [np.uintp])
+    rows_arr = check_array("rows", rows, [np.uint32], writable=True)
+    if cursors_arr.shape[0] == 0 or limits_arr.shape[0] != cursors_arr.shape[0]:
+        raise ValueError("cursors and limits must have one entry per shard (at least one)")
+    if limits_arr.shape[0] and int(limits_arr.max()) > rows_arr.shape[0]:
+        raise ValueError(f"limits must be <= len(rows) ({rows_arr.shape[0]})")
+    check_disjoint({"rows": rows_arr, "cursors": cursors_arr}, {"users": users_arr, "limits": limits_arr})
+    cdef size_t[::1] c = cursors_arr
+    cdef const size_t[::1] l = limits_arr
+    cdef uint32_t[::1] r = rows_arr
+    cdef size_t shards = <size_t>cursors_arr.shape[0]
+    cdef int rc = DPS_OK
+    if b > a:
+        with nogil:
+            rc = dps_shard_rows_place(&u[0], a, b, c_users, shards, &c[0], &l[0], &r[0] if r.shape[0] else NULL)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"user codes must be < n_users ({n_users})")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("cursors are not the prefix sums of these rows' shard counts")
+    check_status(rc)
+
+
+def bound_rows_range(object users, object partitions, object n_partitions, object kappa, object linf,
+                     list values, object test_state, object rows, object first_user, object last_user,
+                     object out=None, bint users_before=False, object kept=None):
+    """:func:`bound_rows` for one shard of consecutive user codes: the rows ``rows`` (uint32 row
+    indices, each of a user in [first_user, last_user)), bounded user by user in code order with
+    ``test_state``'s stream. ``out``, if given, is a previous call's (users, rows, sums,
+    users_before) to add to (a thread bounding several shards keeps one set of outputs). Returns
+    (users, rows, sums, users_before, stats) as :func:`bound_rows` does."""
+    users_arr = check_array("users", users, [np.uint32])
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    rows_arr = check_array("rows", rows, [np.uint32], copy=True)
+    cdef const uint32_t[::1] users_view = users_arr
+    cdef const uint32_t[::1] parts_view = partitions_arr
+    cdef const uint32_t[::1] rows_view = rows_arr
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 0, U32_MAX)
+    cdef uint32_t c_first = check_int("first_user", first_user, 0, U32_MAX)
+    cdef uint32_t c_last = check_int("last_user", last_user, c_first, U32_MAX)
+    kappa = check_int("max_partitions_contributed (kappa)", kappa, -2**64, 2**64)
+    linf = check_int("max_contributions_per_partition (linf)", linf, -2**64, 2**64)
+    cdef size_t n = <size_t>users_view.shape[0]
+    cdef size_t m = <size_t>rows_view.shape[0]
+    if <size_t>parts_view.shape[0] != n:
+        raise ValueError(f"users and partitions must have the same length, got {n} and {parts_view.shape[0]}")
+    if not 1 <= kappa < 2 ** 64:
+        raise ValueError(f"max_partitions_contributed must be >= 1, got {kappa}")
+    if not 1 <= linf < 2 ** 64:
+        raise ValueError(f"max_contributions_per_partition must be >= 1, got {linf}")
+    if n >= 2 ** 32:
+        raise ValueError(f"at most 2**32 - 1 rows per call, got {n}")
+    arrays = [check_array(f"values[{j}]", v, [np.int64]) for j, v in enumerate(values)]
+    for j, v in enumerate(arrays):
+        if <size_t>v.shape[0] != n:
+            raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
+    cdef size_t n_values = len(arrays)
+    cdef Py_ssize_t n_parts = c_parts
+    if out is None:
+        out_users = np.zeros(max(n_parts, 1), dtype=np.int64)
+        out_rows = np.zeros(max(n_parts, 1), dtype=np.int64)
+        out_sums = np.zeros((max(n_values, 1), max(n_parts, 1), 2), dtype=np.uint64)
+        before = np.zeros(max(n_parts, 1), dtype=np.int64) if users_before else None
+    else:
+        out_users, out_rows, out_sums, before = out
+        out_users = check_array("out[0]", out_users, [np.int64], writable=True)
+        out_rows = check_array("out[1]", out_rows, [np.int64], writable=True)
+        out_sums = check_array("out[2]", out_sums, [np.uint64], ndim=3, writable=True)
+        if out_users.shape[0] != max(n_parts, 1) or out_rows.shape[0] != max(n_parts, 1) or \
+                out_sums.shape != (max(n_values, 1), max(n_parts, 1), 2):
+            raise ValueError("out must be the outputs of a call with the same n_partitions and values")
+        if users_before:
+            before = check_array("out[3]", before, [np.int64], writable=True)
+            if before.shape[0] != max(n_parts, 1):
+                raise ValueError("out must be the outputs of a call with the same n_partitions and values")
+        else:
+            before = None
+    cdef int64_t[::1] u_view = out_users
+    cdef int64_t[::1] r_view = out_rows
+    cdef uint64_t[:, :, ::1] s_view = out_sums
+    cdef int64_t[::1] b_view
+    cdef int64_t *before_ptr = NULL
+    if users_before:
+        b_view = before
+        before_ptr = &b_view[0]
+    cdef uint8_t *kept_ptr = NULL
+    cdef uint8_t[::1] kept_view
+    if kept is not None:
+        kept_arr = check_array("kept", kept, [np.uint8, np.bool_], writable=True)
+        check_disjoint({"kept": kept_arr}, {"users": users_arr, "partitions": partitions_arr, "rows": rows_arr,
+                                            **{f"values[{j}]": v for j, v in enumerate(arrays)}})
+        kept_view = kept_arr.view(np.uint8)
+        if <size_t>kept_view.shape[0] != n:
+            raise ValueError(f"kept must have one entry per row ({n}), got {kept_view.shape[0]}")
+        if n:
+            kept_ptr = &kept_view[0]
+    cdef const int64_t **value_ptrs = <const int64_t **>malloc(max(n_values, 1) * sizeof(int64_t *))
+    if value_ptrs == NULL:
+        raise MemoryError()
+    cdef const int64_t[::1] one
+    cdef size_t i
+    for i in range(n_values):
+        one = arrays[i]
+        value_ptrs[i] = &one[0] if n else NULL
+    cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
+    cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
+    cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
+    cdef uint64_t k = <uint64_t>kappa
+    cdef uint64_t l = <uint64_t>linf
+    cdef dps_bound_stats stats
+    cdef size_t bad = 0
+    cdef int rc
+    cdef dps_rng *s
+    try:
+        s = begin_batch(test_state)
+        with nogil:
+            rc = dps_bound_rows_range(s, n, u_ptr, p_ptr, rows_ptr, m, c_first, c_last, c_parts, k, l, n_values,
+                                      value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0, 0], before_ptr, kept_ptr,
+                                      &stats, &bad)
+            end_batch(s)
+        finish_batch(test_state)
+    finally:
+        free(value_ptrs)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
+                         f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError("dpselect's bounding kernel ran out of memory")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("bad bounding arguments")
+    check_status(rc)
+    totals = {"rows": stats.rows, "rows_kept": stats.rows_kept, "pairs": stats.pairs,
+              "pairs_kept": stats.pairs_kept, "users": stats.users}
+    return out_users, out_rows, out_sums, before, totals

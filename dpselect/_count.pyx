@@ -465,13 +465,18 @@ cdef extern from "radix_pairs.h" nogil:
     int dps_radix_scatter_codes(dps_radix_pairs *r, const uint64_t *places, const uint32_t *codes, size_t n)
     int dps_radix_scatter_user_codes(dps_radix_pairs *r, const uint8_t *values, size_t width, const uint32_t *codes,
                                      size_t n)
+    int dps_radix_count_piece(const dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n,
+                              size_t *hist)
+    int dps_radix_layout_pieces(dps_radix_pairs *r, size_t *hist, size_t n_pieces)
+    int dps_radix_scatter_piece(dps_radix_pairs *r, const uint8_t *values, size_t width, size_t n,
+                                const size_t *start, const size_t *to, const uint32_t *codes)
     int dps_radix_ready(dps_radix_pairs *r)
     int dps_radix_group(dps_radix_pairs *r, size_t first, size_t last)
     int dps_radix_compact(dps_radix_pairs *r)
     void dps_radix_shard_users(const dps_radix_pairs *r, size_t shard, size_t n_shards, size_t *first_user,
                                size_t *last_user)
     int dps_radix_bound(dps_radix_pairs *r, dps_rng *s, size_t first_user, size_t last_user, uint64_t kappa,
-                        uint64_t cap, int64_t *counts, size_t n_partitions)
+                        uint64_t cap, int64_t *counts, size_t n_partitions, int shared)
     size_t dps_radix_bytes(const dps_radix_pairs *r)
 
 
@@ -681,6 +686,90 @@ cdef class RadixPairs:
                              "scatter_users returns them)")
         _check_radix(rc, self.name)
 
+    def piece_histograms(self, object n_pieces):
+        """A zeroed histogram per piece (rows: pieces in row order; columns: buckets), for
+        count_piece, layout_pieces and scatter_piece."""
+        n = check_int("n_pieces", n_pieces, 0, 2**31)
+        return np.zeros((n, self.r.n_buckets), dtype=np.uintp)
+
+    cdef size_t *_hist_row(self, object hist, object piece) except NULL:
+        arr = check_array("hist", hist, [np.uintp], ndim=2, writable=True)
+        if arr.shape[1] != self.r.n_buckets:
+            raise ValueError(f"hist must have one column per bucket ({self.r.n_buckets}), got {arr.shape[1]}")
+        cdef Py_ssize_t p = check_int("piece", piece, 0, arr.shape[0] - 1)
+        cdef size_t[:, ::1] view = arr
+        return &view[p, 0]
+
+    def count_piece(self, object n, object offset, object values, object width, object hist, object piece) -> None:
+        """Step 1 for one piece of the users column: its rows per bucket into ``hist[piece]``.
+        Calls on different pieces may run at once (each writes its own row)."""
+        cdef const uint8_t *vals = self._values(n, offset, values, width)
+        cdef size_t *row = self._hist_row(hist, piece)
+        cdef size_t sn = <size_t>n, sw = <size_t>width
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return
+        self._enter(True)
+        try:
+            with nogil:
+                rc = dps_radix_count_piece(&self.r, vals, sw, sn, row)
+        finally:
+            self._leave(True)
+        _check_radix(rc, self.name)
+
+    def layout_pieces(self, object hist) -> None:
+        """Step 2 from the pieces' histograms (every piece counted, in row order); each row of
+        ``hist`` becomes its piece's first place in every bucket."""
+        arr = check_array("hist", hist, [np.uintp], ndim=2, writable=True)
+        if arr.shape[1] != self.r.n_buckets:
+            raise ValueError(f"hist must have one column per bucket ({self.r.n_buckets}), got {arr.shape[1]}")
+        cdef size_t[:, ::1] view = arr
+        cdef size_t pieces = <size_t>arr.shape[0]
+        cdef size_t *at = &view[0, 0] if pieces else NULL
+        cdef int rc
+        self._enter(False)
+        try:
+            with nogil:
+                rc = dps_radix_layout_pieces(&self.r, at, pieces)
+        finally:
+            self._leave(False)
+        _check_radix(rc, self.name)
+
+    def scatter_piece(self, object n, object offset, object values, object width, object hist, object piece,
+                      object codes=None) -> None:
+        """Step 3 for one piece (after layout_pieces): its users' hashes, or with ``codes`` its
+        partition codes, where a scatter in row order would put them. Pieces, and the two sides
+        of a piece, may be scattered at once on any threads, in any order; each side of each
+        piece once."""
+        cdef const uint8_t *vals = self._values(n, offset, values, width)
+        arr = check_array("hist", hist, [np.uintp], ndim=2, writable=True)
+        if arr.shape[1] != self.r.n_buckets:
+            raise ValueError(f"hist must have one column per bucket ({self.r.n_buckets}), got {arr.shape[1]}")
+        cdef Py_ssize_t p = check_int("piece", piece, 0, arr.shape[0] - 1)
+        cdef size_t[:, ::1] view = arr
+        cdef const size_t *start = &view[p, 0]
+        cdef const size_t *to = &view[p + 1, 0] if p + 1 < arr.shape[0] else NULL
+        cdef size_t sn = <size_t>n, sw = <size_t>width
+        cdef const uint32_t[::1] c
+        cdef const uint32_t *cp = NULL
+        if codes is not None:
+            c = check_array("codes", codes, [np.uint32], copy=True)
+            if <size_t>c.shape[0] != sn:
+                raise ValueError(f"codes must hold one code per user value ({sn}), got {c.shape[0]}")
+            cp = &c[0] if sn else NULL
+        cdef int rc = DPS_OK
+        if sn == 0:
+            return
+        self._enter(True)
+        try:
+            with nogil:
+                rc = dps_radix_scatter_piece(&self.r, vals, sw, sn, start, to, cp)
+        finally:
+            self._leave(True)
+        if rc == DPS_ERR_BAD_ARG:
+            raise ValueError("hist is not the one layout_pieces laid out (a place outside its bucket)")
+        _check_radix(rc, self.name)
+
     def ready(self) -> None:
         """After every row's user and code were scattered: grouping may start."""
         cdef int rc
@@ -734,11 +823,13 @@ cdef class RadixPairs:
         return ends.astype(np.uintp, copy=False), parts
 
     def finish(self, object shard, object n_shards, object n_partitions, object kappa, object cap,
-               object test_state):
+               object test_state, object out=None, bint shared=False):
         """int64 counts per partition code from the users of shard `shard` of `n_shards` (equal
         ranges of buckets), each bounded to ``kappa`` partitions chosen uniformly with the package
         CSPRNG, saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state`` (each
-        shard needs its own). Calls on different shards may run at once; each shard once."""
+        shard needs its own). Calls on different shards may run at once; each shard once.
+        ``out``: an int64 array of ``n_partitions`` counts to add to (returned) instead of a new
+        one; ``shared``: other threads add to the same ``out`` at the same time (atomic adds)."""
         cdef size_t c_shards = check_int("n_shards", n_shards, 1, 1 << 16)
         cdef size_t c_shard = check_int("shard", shard, 0, c_shards - 1)
         _non_negative("n_partitions", n_partitions)
@@ -758,8 +849,16 @@ cdef class RadixPairs:
         cdef uint64_t c = 0 if cap is None else <uint64_t>cap
         cdef size_t first_user = 0, last_user = 0
         dps_radix_shard_users(&self.r, c_shard, c_shards, &first_user, &last_user)
-        counts = np.zeros(max(n_parts, 1), dtype=np.int64)
-        cdef int64_t[::1] out = counts
+        if out is None:
+            counts = np.zeros(max(n_parts, 1), dtype=np.int64)
+        else:
+            counts = check_array("out", out, [np.int64], writable=True)
+            if counts.shape[0] != n_parts:
+                raise ValueError(f"out must hold n_partitions ({n_parts}) counts, got {counts.shape[0]}")
+            if n_parts == 0:
+                counts = np.zeros(1, dtype=np.int64)
+        cdef int64_t[::1] view = counts
+        cdef int c_shared = 1 if shared else 0
         cdef int rc
         cdef dps_rng *s
         self._enter(True)
@@ -767,7 +866,7 @@ cdef class RadixPairs:
         try:
             s = begin_batch(test_state)
             with nogil:
-                rc = dps_radix_bound(&self.r, s, first_user, last_user, k, c, &out[0], <size_t>n_parts)
+                rc = dps_radix_bound(&self.r, s, first_user, last_user, k, c, &view[0], <size_t>n_parts, c_shared)
                 end_batch(s)
             finish_batch(test_state)
         finally:

@@ -11,9 +11,11 @@ Three kinds of work run beside the caller's thread:
 * a reader that may wait on its input, or on its consumer, for as long as they take
   (:func:`start_thread`, the read-ahead of :func:`dpselect.io.files.read_ahead`).
 
-The first two share one pool, created on first use and sized to the cores: the caller's thread
-does a share of every job, so the pool has one thread fewer than the machine has cores (at least
-one). Its threads are started once: a thread started for each call cost a good part of a small
+The first two share one pool, created on first use and sized to the cores the process may use
+(:func:`dpselect._threads.available_cores`: its affinity mask and cgroup quota): the caller's
+thread does a share of every job, so the pool has one thread fewer (at least one). A call that
+asks for more threads than that (``threads=`` above the cores) gets a larger pool, which later
+calls keep using; its threads are started on demand. Its threads are started once: a thread started for each call cost a good part of a small
 input's time, more on a busy machine, where the new thread must wait for a core. No pool task
 ever waits for another task, which is what lets callers from any number of threads share a pool
 of bounded size without a deadlock; work started on a pool thread runs there and then rather than
@@ -39,6 +41,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any, TypeVar
 
+from dpselect._threads import available_cores, requested
+
 __all__ = ["Lane", "cores", "on_worker", "pool_size", "run_pieces", "start_thread", "threads"]
 
 T = TypeVar("T")
@@ -46,6 +50,7 @@ T = TypeVar("T")
 _THREAD_PREFIX = "dpselect-worker"
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_WORKERS = 0  # the pool's max_workers (0: no pool yet)
 _POOL_LOCK = threading.Lock()
 # Whether the current thread is one of the pool's (set by the pool's initializer).
 _LOCAL = threading.local()
@@ -55,13 +60,15 @@ _THREADS_LOCK = threading.Lock()
 
 
 def cores() -> int:
-    """The machine's cores (1 where the system cannot tell)."""
-    return os.cpu_count() or 1
+    """The cores this process may use (its affinity mask, capped by its cgroup CPU quota; 1 where
+    the system cannot tell)."""
+    return available_cores()
 
 
 def pool_size() -> int:
-    """How many threads the pool may have: one per core besides the caller's, at least one."""
-    return max(1, cores() - 1)
+    """How many threads the pool may have: one per core besides the caller's, at least one, or
+    more once a call asked for more threads than that."""
+    return max(1, cores() - 1, _POOL_WORKERS)
 
 
 def _mark_worker() -> None:
@@ -73,8 +80,9 @@ def _mark_worker() -> None:
 def _forget_pool_after_fork() -> None:
     """In a forked child: the parent's pool has no threads here, and its locks may be held by
     threads that are gone. Drop it unseen; the child's first job builds its own."""
-    global _POOL, _POOL_LOCK, _LOCAL, _THREADS, _THREADS_LOCK
+    global _POOL, _POOL_LOCK, _LOCAL, _THREADS, _THREADS_LOCK, _POOL_WORKERS
     _POOL = None
+    _POOL_WORKERS = 0
     _POOL_LOCK = threading.Lock()
     _LOCAL = threading.local()
     _THREADS = weakref.WeakSet()
@@ -84,12 +92,18 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
+def _pool(workers: int = 1) -> ThreadPoolExecutor:
+    """The pool, with room for at least ``workers`` threads: a smaller one is replaced by a larger
+    one (the old one finishes what it was given, then its threads end)."""
+    global _POOL, _POOL_WORKERS
     with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=pool_size(), thread_name_prefix=_THREAD_PREFIX,
+        if _POOL is None or _POOL_WORKERS < workers:
+            old, size = _POOL, max(workers, max(1, cores() - 1), _POOL_WORKERS)
+            _POOL = ThreadPoolExecutor(max_workers=size, thread_name_prefix=_THREAD_PREFIX,
                                        initializer=_mark_worker)
+            _POOL_WORKERS = size
+            if old is not None:
+                old.shutdown(wait=False)
         return _POOL
 
 
@@ -108,11 +122,14 @@ def threads() -> tuple[threading.Thread, ...]:
 def _submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
     """``fn(*args)`` on the pool, or None where it cannot go there: on a pool thread (the job
     would wait behind itself once every thread waits so) or during interpreter shutdown (an
-    ``atexit`` handler calling dpselect: "cannot schedule new futures")."""
+    ``atexit`` handler calling dpselect: "cannot schedule new futures"). A call that asked for
+    more threads than the cores (:func:`dpselect._threads.using`) gets a pool with room for them;
+    pieces beyond that wait for a free thread, as they do for a call within the cores."""
     if on_worker():
         return None
+    asked = requested()
     try:
-        return _pool().submit(fn, *args)
+        return _pool(1 if asked is None else asked - 1).submit(fn, *args)
     except RuntimeError:
         return None
 
@@ -146,9 +163,12 @@ class Lane:
     Use it as a context manager: on leaving the block, the tasks not started are cancelled and a
     running one is waited for (as a pool of the call's own would on shutdown), so that no task of
     a failed call still touches its data when the error reaches the caller. Where the pool cannot
-    take the work (on a pool thread, during interpreter shutdown), each task runs when given."""
+    take the work (on a pool thread, during interpreter shutdown), or ``inline=True`` (a call
+    limited to one thread), each task runs when given."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = False) -> None:
+        # inline: every task runs when given, on the caller's thread (a call limited to one thread).
+        self._inline = inline
         self._lock = threading.Lock()
         self._queue: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
         self._draining = False  # a _drain is queued or running and will see what is queued
@@ -161,7 +181,7 @@ class Lane:
             self._futures.append(future)
             start = not self._draining
             self._draining = True
-        if start and _submit(self._drain) is None:
+        if start and (self._inline or _submit(self._drain) is None):
             self._drain()
         return future
 

@@ -155,6 +155,51 @@ def _pair_finish() -> Callable[[], object]:
     return lambda: counter.finish(5_000, 4, None, None)
 
 
+def _bound_rows_range() -> Callable[[], object]:
+    users, partitions = _rows(1_000_000)
+    values = [np.arange(users.size, dtype=np.int64)]
+    rows = np.arange(users.size, dtype=np.uint32)
+    return lambda: _bound.bound_rows_range(users, partitions, 5_000, 4, 2, values, None, rows, 0, 200_000)
+
+
+def _shard_rows_count() -> Callable[[], object]:
+    users, _ = _rows(8_000_000)
+    return lambda: _bound.shard_rows_count(users, 0, users.size, 200_000, np.zeros(64, np.uintp))
+
+
+def _shard_rows_place() -> Callable[[], object]:
+    users, _ = _rows(4_000_000)
+    counts = np.zeros(64, np.uintp)
+    _bound.shard_rows_count(users, 0, users.size, 200_000, counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uintp)
+    limits = (starts + counts).astype(np.uintp)
+    rows = np.empty(users.size, np.uint32)
+    return lambda: _bound.shard_rows_place(users, 0, users.size, 200_000, starts.copy(), limits, rows)
+
+
+def _radix(n: int, stage: str) -> Callable[[], object]:
+    """A RadixPairs of n rows (int64 users, one piece) brought up to ``stage``, and that step."""
+    users, partitions = _rows(n)
+    wide = users.astype(np.int64)
+    radix = _count.RadixPairs(n, 7)
+    hist = radix.piece_histograms(1)
+    if stage == "count":
+        return lambda: radix.count_piece(n, 0, wide, 8, hist, 0)
+    radix.count_piece(n, 0, wide, 8, hist, 0)
+    radix.layout_pieces(hist)
+    if stage == "scatter":
+        return lambda: radix.scatter_piece(n, 0, wide, 8, hist, 0)
+    radix.scatter_piece(n, 0, wide, 8, hist, 0)
+    radix.scatter_piece(n, 0, wide, 8, hist, 0, partitions)
+    radix.ready()
+    if stage == "group":
+        return lambda: radix.group(0, radix.n_buckets)
+    radix.group(0, radix.n_buckets)
+    radix.compact()
+    counts = np.zeros(5_000, np.int64)
+    return lambda: radix.finish(0, 1, 5_000, 4, None, None, out=counts, shared=True)
+
+
 def _cumulative() -> np.ndarray:
     return np.cumsum(np.full(100, 2**57, np.uint64))
 
@@ -169,6 +214,13 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_weighted.normal_upper_tail": _normal_upper_tail,
     # the row kernels: bounding, pair counting and grouping, key encoding
     "_bound.bound_rows": _bound_rows,
+    "_bound.bound_rows_range": _bound_rows_range,
+    "_bound.shard_rows_count": _shard_rows_count,
+    "_bound.shard_rows_place": _shard_rows_place,
+    "_count.RadixPairs.count_piece": lambda: _radix(8_000_000, "count"),
+    "_count.RadixPairs.scatter_piece": lambda: _radix(4_000_000, "scatter"),
+    "_count.RadixPairs.group": lambda: _radix(2_000_000, "group"),
+    "_count.RadixPairs.finish (shared)": lambda: _radix(2_000_000, "finish"),
     "_count.PairCounter.feed": _pair_feed,
     "_count.PairCounter.group": _pair_group,
     "_count.PairCounter.finish": _pair_finish,

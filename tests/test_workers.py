@@ -96,9 +96,30 @@ def test_work_started_on_a_pool_thread_runs_there() -> None:
 
 
 def test_the_pool_has_one_thread_per_core_besides_the_caller() -> None:
+    """Many pieces never grow the pool beyond the cores (or what an earlier call asked for)."""
+    before = _workers.pool_size()
     _workers.run_pieces(lambda i: i, [(i,) for i in range(4 * _workers.cores())], parallel=True)
-    assert 1 <= len(_workers.threads()) <= _workers.pool_size() == max(1, _workers.cores() - 1)
+    assert 1 <= len(_workers.threads()) <= _workers.pool_size() == before >= max(1, _workers.cores() - 1)
     assert all(t.name.startswith("dpselect-worker") for t in _workers.threads())
+
+
+def test_a_call_asking_for_more_threads_than_cores_gets_a_pool_for_them() -> None:
+    """threads=N above the cores: the pool grows to N - 1 threads besides the caller's, so the
+    parallel code runs on N threads even on a small machine (and tests exercise it)."""
+    from dpselect._threads import using
+
+    wanted = _workers.cores() + 3
+    seen: set[str] = set()
+    barrier = threading.Barrier(wanted, timeout=30)
+
+    def piece(_: int) -> None:
+        seen.add(threading.current_thread().name)
+        barrier.wait()  # every piece at once: only N threads can get here together
+
+    with using(wanted):
+        _workers.run_pieces(piece, [(i,) for i in range(wanted)], parallel=True)
+    assert len(seen) == wanted
+    assert _workers.pool_size() >= wanted - 1
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

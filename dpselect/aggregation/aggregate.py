@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpselect import _bound
-from dpselect._workers import Lane
+from dpselect._threads import for_call, using
 from dpselect.aggregation.bounds import NotEnoughDataError, approx_bounds, approx_bounds_per_partition
 from dpselect.aggregation.bounds import check_parameters as check_bounds_parameters
 from dpselect.aggregation.budget import Budget
@@ -41,7 +40,8 @@ from dpselect.ingest.auto_bounds import choose_for_plan
 from dpselect.ingest.frames import FrameKind, from_arrow, result_schema, to_arrow
 from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY, PRIVATE_METADATA_KEY, warn_dropped
 from dpselect.ingest.public_keys import public_table, with_public_partitions
-from dpselect.rng import resolve_rng, shard_test_state
+from dpselect.rng import resolve_rng
+from dpselect.aggregation.shards import bound_in_shards
 from dpselect.ingest.rows import PartitionCounts, RowCounter, arrow_from_numpy
 from dpselect.mechanisms.protocols import CountMechanism, IndependentSelection
 from dpselect.mechanisms.tsgd import TSGDRelease
@@ -49,7 +49,6 @@ from dpselect.mechanisms.tsgd import TSGDRelease
 __all__ = ["AggregateResult", "BoundingDroppedMostRows", "NothingReleased", "aggregate", "DEFAULT_PRECISION_BITS",
            "INTERVALS_METADATA_KEY"]
 
-_SHARD_MASK = 1  # users split by code parity between two threads, as in dpselect.ingest.rows
 INTERVALS_METADATA_KEY = b"dpselect.intervals"
 
 
@@ -67,24 +66,23 @@ def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32]
                kappa: int, linf: int, units: list[npt.NDArray[np.int64]], rng: Any
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[Wide], npt.NDArray[np.int64],
                           npt.NDArray[np.uint8], dict[str, int]]:
-    """The kernel on both user shards at once (one thread each, one stream each); the shards'
-    counts added, their 128-bit sums merged exactly."""
+    """The kernel on every shard of the users (:mod:`dpselect.aggregation.shards`: shards fixed
+    by the input, one CSPRNG stream each, taken by the call's threads); the threads' counts added,
+    their 128-bit sums merged exactly."""
     kept = np.zeros(users.size, dtype=np.uint8)
-    states = [rng.test_state, shard_test_state(rng.test_state, 1)]
-
-    def run(shard: int) -> Any:
-        return _bound.bound_rows(users, partitions, n_users, n_partitions, kappa, linf, units, states[shard],
-                                 _SHARD_MASK, shard, users_before=True, kept=kept)
-
-    with Lane() as worker:
-        other = worker.submit(run, 1)
-        try:
-            mine = run(0)
-        finally:
-            theirs = other.result()
-    totals = {key: mine[4][key] + theirs[4][key] for key in mine[4]}
-    sums = [Wide.from_words(mine[2][i]) + Wide.from_words(theirs[2][i]) for i in range(len(units))]
-    return mine[0] + theirs[0], mine[1] + theirs[1], sums, mine[3] + theirs[3], kept, totals
+    parts = bound_in_shards(users, partitions, n_users, n_partitions, kappa, linf, units, rng.test_state, kept)
+    first = parts[0]
+    users_kept, rows_kept, before = first[0][:n_partitions].copy(), first[1][:n_partitions].copy(), \
+        first[3][:n_partitions].copy()
+    sums = [Wide.from_words(first[2][i, :n_partitions]) for i in range(len(units))]
+    totals = dict(first[4])
+    for other in parts[1:]:
+        users_kept += other[0][:n_partitions]
+        rows_kept += other[1][:n_partitions]
+        before += other[3][:n_partitions]
+        sums = [sums[i] + Wide.from_words(other[2][i, :n_partitions]) for i in range(len(units))]
+        totals = {key: totals[key] + other[4][key] for key in totals}
+    return users_kept, rows_kept, sums, before, kept, totals
 
 
 def aggregate(
@@ -107,6 +105,7 @@ def aggregate(
     precision_bits: int = DEFAULT_PRECISION_BITS,
     null_privacy_units: str = "error",
     rng: object = None,
+    threads: int | None = None,
 ) -> AggregateResult:
     """Release, under (ε, δ)-DP, the keys of a GROUP BY and a statistic per key for each metric.
 
@@ -175,6 +174,11 @@ def aggregate(
     probability; they do not account for what bounding and clamping removed, nor for the
     selection (docs/privacy/confidence-intervals.md; ``report()`` says how much was removed).
 
+    ``threads``: how many threads the work may use (an int >= 1); default ``DPSELECT_MAX_THREADS``
+    if set, else 1 inside a Spark task, else every core the process may use (affinity and cgroup
+    quota). The release does not depend on it: users are bounded in shards fixed by the input,
+    each with its own CSPRNG stream (docs/rows.md, "Threads").
+
     Returns an :class:`AggregateResult`: ``.frame`` in the caller's frame type (pandas, Polars,
     Arrow), ``.guarantee``, ``.bounds`` (the clamping bounds used per value column) and
     ``.report()`` for the data holder (exact, NOT DP).
@@ -185,6 +189,7 @@ def aggregate(
                           public=public_partitions is not None, strategy=strategy, bounds_scope=bounds_scope,
                           weights=weights, confidence_level=confidence_level, precision_bits=precision_bits,
                           null_privacy_units=null_privacy_units, noise=noise)
+    n_threads = for_call(threads)
     generator = resolve_rng(rng)
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
@@ -203,7 +208,8 @@ def aggregate(
     if budget is not None:
         budget.charge(plan.epsilon, plan.delta, what=f"aggregate({plan.describe()})")
     generator.announce()
-    return _release(plan, table, kind, grids, integer, listed, generator)
+    with using(n_threads):
+        return _release(plan, table, kind, grids, integer, listed, generator)
 
 
 def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, Grid], integer: dict[str, bool],

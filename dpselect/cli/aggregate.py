@@ -23,6 +23,7 @@ from dpselect.cli.common import (
     EXIT_OUTPUT,
     EXIT_RNG,
     EXIT_USAGE,
+    add_threads_argument,
     PAPER,
     Fail,
     add_privacy_arguments,
@@ -175,6 +176,7 @@ def add_parser(commands: Any) -> None:
                      help="input format (default: from the name)")
     agg.add_argument("--block-size", type=byte_size, default=None, metavar="BYTES",
                      help="bytes read per block of CSV or JSON lines (default 1M); a CSV row must fit in one block")
+    add_threads_argument(agg)
     agg.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing on stderr but errors and a --report - (no guarantee, summary or warnings)")
 

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from dpselect._threads import resolve_threads, using
 from dpselect.cli import aggregate as cli_aggregate
 from dpselect.cli import explain as cli_explain
 from dpselect.cli import select as cli_select
@@ -67,7 +68,14 @@ def _command(parser: argparse.ArgumentParser, argv: list[str], prog: str, log: W
     args.write_log = log  # what the command has written, should a signal stop it
     commands = {"explain": cli_explain.run, "select": cli_select.run, "aggregate": cli_aggregate.run}
     try:
-        return commands[args.command](args)
+        threads = 1 if args.command == "explain" else resolve_threads(getattr(args, "threads", None),
+                                                                       name="--threads")
+    except (TypeError, ValueError) as exc:  # DPSELECT_MAX_THREADS set to something else than a number
+        error(str(exc), prog=prog)
+        return EXIT_USAGE
+    try:
+        with using(threads):
+            return commands[args.command](args)
     except Fail as fail:
         error(str(fail), prog=prog)
         return fail.code

@@ -40,6 +40,8 @@ __all__ = [
     "number",
     "output_format",
     "positive_int",
+    "add_threads_argument",
+    "thread_count",
     "positive_int_or_auto",
     "probe_rng",
     "quiet",
@@ -104,6 +106,27 @@ def positive_int(text: str) -> int:
     if value > INT64_MAX:
         raise argparse.ArgumentTypeError(f"expected a positive integer of at most 2**63 - 1, got {shown(text)}")
     return value
+
+
+def add_threads_argument(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--threads", type=thread_count, default=None, metavar="N",
+                     help="threads to use (default: the environment variable DPSELECT_MAX_THREADS, else "
+                     "every core this process may use, from its CPU affinity and cgroup quota); the "
+                     "output does not depend on it")
+
+
+def thread_count(text: str) -> int:
+    """--threads: a whole number of threads, checked as ``threads=`` is in Python."""
+    from dpselect._threads import resolve_threads
+
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of threads (>= 1), got {shown(text)}") from None
+    try:
+        return resolve_threads(number, name="--threads")
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--threads ")) from None
 
 
 def positive_int_or_auto(text: str) -> int | str:

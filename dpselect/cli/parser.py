@@ -7,6 +7,7 @@ from dpselect.cli import aggregate as cli_aggregate
 from dpselect.cli.common import (
     EXIT_CODES,
     add_privacy_arguments,
+    add_threads_argument,
     byte_size,
     positive_int,
     shown,
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="show a progress bar on stderr (default: when stderr is a terminal)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
+    add_threads_argument(sel)
     sel.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing on stderr but errors (no progress, summary or warnings)")
     cli_aggregate.add_parser(commands)

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
+from dpselect._threads import current
 from dpselect._workers import Lane
 from dpselect.ingest import radix
 from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, hash_seed
@@ -240,7 +241,7 @@ class RowCounter:
         if not keys_on_worker:
             there, here = here, there
         # The worker's tasks run one at a time, in the order given: codes follow row order.
-        with Lane() as worker:
+        with Lane(inline=current() < 2) as worker:
             # The worker's encodes run _LOOKAHEAD pieces ahead, so it stays busy while this thread
             # creates the pair sets (filling ~10 bytes per expected pair) on the first batch.
             encoded = {j: worker.submit(there, pieces[j]) for j in range(min(_LOOKAHEAD, len(pieces)))}
@@ -284,7 +285,7 @@ class RowCounter:
             return (*self._encode_both(batch), batch)
         # The two columns' sides on two threads, piece by piece (see feed).
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
-        with Lane() as worker:
+        with Lane(inline=current() < 2) as worker:
             futures = [worker.submit(self._encode_keys, piece) for piece in pieces]
             users = np.empty(batch.num_rows, dtype=np.uint32)
             partitions = np.empty(batch.num_rows, dtype=np.uint32)
@@ -309,7 +310,7 @@ class RowCounter:
     def _encode_both(self, batch: Any) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
         """User and partition codes of one piece, the keys on a second thread when the piece is
         large enough for that to pay (below, handing the task over costs more than it saves)."""
-        if batch.num_rows < _THREAD_ROWS:
+        if batch.num_rows < _THREAD_ROWS or current() < 2:
             return self._encode_users(batch), self._encode_keys(batch)
         with Lane() as worker:
             keys = worker.submit(self._encode_keys, batch)
@@ -381,7 +382,7 @@ class RowCounter:
         states = [rng.test_state] + [shard_test_state(rng.test_state, shard) for shard in range(1, _SHARDS)]
         args = (self.n_partitions, max_partitions_contributed, count_cap)
         if self._radix is not None:
-            counts = radix.bound(self._radix, *args, states)
+            counts = radix.bound(self._radix, *args, rng.test_state)
             self._radix = None
             return self._partition_counts(counts)
         counters = self._pair_counters()
@@ -389,7 +390,7 @@ class RowCounter:
         # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
         # shards' counts are added. The cap is applied again to the sum: saturating each term at
         # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
-        with Lane() as worker:
+        with Lane(inline=current() < 2) as worker:
             other = worker.submit(counters[1].finish, *args, states[1])
             try:
                 counts = counters[0].finish(*args, states[0])

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpselect.ingest.frames import from_arrow, result_schema, to_arrow
-from dpselect.ingest.plan import build_strategy, check_columns, plan_selection
+from dpselect._threads import for_call, using
+from dpselect.ingest.plan import SelectionPlan, build_strategy, check_columns, plan_selection
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism
 from dpselect.rng import resolve_rng
 from dpselect.ingest.rows import (
@@ -148,6 +149,7 @@ def select_partitions(
     budget: Any = None,
     report: bool = False,
     rng: object = None,
+    threads: int | None = None,
     **options: Any,
 ) -> Any:
     """The partitions (distinct values of ``by``) that can be released under (ε, δ)-DP, from
@@ -220,6 +222,11 @@ def select_partitions(
         ``(result, report)``, a :class:`dpselect.aggregation.report.SelectionReport`.
     rng : None for the secure CSPRNG (the only private choice); tests may pass
         ``dpselect.testing.InsecureDeterministicRNG``.
+    threads : how many threads the work may use (an int >= 1). Default: the environment variable
+        ``DPSELECT_MAX_THREADS`` if set, else 1 inside a Spark task, else every core the process
+        may use (its CPU affinity, capped by its cgroup CPU quota). The result does not depend on
+        it: the work is split into shards fixed by the input, each with its own CSPRNG stream
+        (docs/rows.md, "Threads").
 
     Returns the kept keys (one row per released partition, sorted by key) in the type of
     ``data``, with the input's column types (64-bit keys come back bit for bit) and a schema
@@ -236,6 +243,16 @@ def select_partitions(
                           count_column=count_column, null_privacy_units=null_privacy_units,
                           allow_no_release=allow_no_release, public_partitions=public_partitions is not None,
                           confidence_level=confidence_level, report=report, **options)
+    n_threads = for_call(threads)  # a bad value fails before any work
+    with using(n_threads):
+        return _select(plan, data, privacy_unit, public_partitions, budget, rng)
+
+
+def _select(plan: SelectionPlan, data: Any, privacy_unit: str, public_partitions: Any, budget: Any,
+            rng: object) -> Any:
+    """The work of :func:`select_partitions`, once every parameter is checked."""
+    counts, count_column, null_privacy_units = plan.counts, plan.count_column or "noisy_count", plan.null_privacy_units
+    report = plan.report
     names, strat, half_width = plan.by, plan.strategy, plan.ci_half_width
     rng = resolve_rng(rng)  # a wrong generator fails before any work
     table, kind = to_arrow(data, privacy_unit, names)
@@ -286,7 +303,6 @@ def select_partitions(
     return out, SelectionReport.build(rows=counter.rows - counter.null_unit_rows, null_unit_rows=counter.null_unit_rows,
                                       pairs=pairs, users=counter.n_users, counts=partitions.counts[private],
                                       released=released.keep_mask[private], strategy=strat, kappa=strat.max_partitions_contributed)
-
 
 
 def warn_dropped(counter: RowCounter, privacy_unit: str) -> None:

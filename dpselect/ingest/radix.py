@@ -10,6 +10,15 @@ deduplicated and grouped in the L2 cache. Memory is 12 bytes a row while groupin
 per distinct pair and 8 per user: proportional to the rows, so only an input already held in
 memory comes here; streamed batches keep the pair sets.
 
+Threads (:func:`dpselect._threads.current`, T of them): the users column is counted per piece of
+rows and scattered per piece, each piece at the places a scatter in row order would give it, on
+T - 1 helper threads while this thread encodes the keys (which cannot be split: partition codes
+are given in order of first appearance, so piece i's codes need piece i - 1's); every piece's
+codes are scattered by whichever thread is free. The buckets are grouped in T ranges at once, and
+bounded in :data:`SHARDS` fixed shards of the buckets (a function of the input's size only), each
+with its own CSPRNG stream, taken by the T threads: with the deterministic test generator the
+counts are the same for any T (docs/rows.md, "Threads").
+
 The results are the streaming path's in distribution: every user keeps a uniform subset of
 min(d, κ) of its d distinct partitions, drawn with the package CSPRNG, and counts are exact up
 to the cap. Partition codes are the same (the key columns go through the same code maps, in row
@@ -26,10 +35,17 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
-from dpselect._workers import Lane
+from dpselect._threads import current
+from dpselect._workers import Lane, run_pieces
+from dpselect.rng import shard_test_state
 
-# The buckets are split in two halves: each is grouped, and later bounded, by its own thread.
-SHARDS = 2
+# The buckets are bounded in this many shards (fewer when there are fewer buckets), whatever the
+# number of threads: the shards, and each one's CSPRNG stream, depend on the input's size only.
+SHARDS = 64
+
+# Pieces of codes waiting for a free helper beyond this many per helper are scattered by this
+# thread instead: the codes in flight stay a few pieces (4 bytes a row each), not the input.
+_BACKLOG = 2
 
 
 # Bytes a row the grouping holds (a user hash and a partition code).
@@ -74,94 +90,154 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     """The distinct pairs of ``batch`` grouped by user. ``encode_keys`` gives the partition
     codes of a slice of rows (the caller's code maps, called in row order on this thread).
 
-    Two threads. The worker counts the users per bucket (one pass over the column), then places
-    each piece's users in their buckets, up to ``lookahead`` pieces ahead: it needs no partition
-    code. This thread encodes each piece's keys, which cannot be split (codes are given in order
-    of first appearance). The codes then go where their rows' users go (the users are read again
-    and each bucket's rows are placed in row order on both sides, so no place is held per row):
-    on the worker when it has nothing queued (the key encoding is usually the longer side), else
-    here (when first touches of new memory slow the worker down, as at 5e7 rows on the project's
-    virtual machine). Then each thread groups half of the buckets."""
+    T threads (:func:`dpselect._threads.current`): T - 1 helpers, each a :class:`Lane` (its tasks
+    one at a time), count the pieces' users per bucket, then place each piece's users in their
+    buckets; this thread encodes the keys, piece by piece in row order (it cannot be split), and
+    hands each piece's codes to the helper with the least work queued, or scatters them itself
+    when every helper has ``lookahead`` pieces or more waiting. Then the T threads group T ranges
+    of the buckets. With T = 1 this thread does it all, in the same order."""
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
-    pieces = [batch.slice(start, piece_rows) for start in range(0, batch.num_rows, piece_rows)]
-    # The worker's tasks run one at a time, in the order given (pieces are placed in row order);
-    # on an error, the tasks not started are cancelled and a running one is awaited.
-    with Lane() as worker:
-        laid_out = worker.submit(_count_and_layout, radix, batch, privacy_unit)
-        placed: dict[int, Future[None]] = {
-            j: worker.submit(_place, radix, privacy_unit, pieces[j]) for j in range(min(lookahead, len(pieces)))}
-        handed: Future[None] | None = None  # the last scatter of codes given to the worker
-        for i, piece in enumerate(pieces):
-            if i + lookahead < len(pieces):
-                placed[i + lookahead] = worker.submit(_place, radix, privacy_unit, pieces[i + lookahead])
-            codes = encode_keys(piece)
-            if i == 0:
-                laid_out.result()  # its error, if any, rather than the pieces' that follow
-            # The codes need no place from the users side: no waiting for it.
-            ahead = i + 1 not in placed or placed[i + 1].done()
-            handed = _scatter_codes(worker, handed, ahead, radix, privacy_unit, piece, codes)
-        if handed is not None:
-            handed.result()
-        laid_out.result()
-        for future in placed.values():
+    pieces = slices(batch, privacy_unit, piece_rows)
+    threads = current()
+    hist = radix.piece_histograms(len(pieces))
+    helpers = [Lane() for _ in range(min(threads, len(pieces)) - 1)]
+    queued: list[list[Future[None]]] = [[] for _ in helpers]
+    try:
+        # Counting: the pieces in contiguous groups, one per helper and one here at the end.
+        groups = _split(len(pieces), len(helpers) + 1)
+        counted = [helpers[h].submit(_count_pieces, radix, privacy_unit, pieces, hist, groups[h])
+                   for h in range(len(helpers))]
+        first_codes = encode_keys(pieces[0]) if pieces else None
+        _count_pieces(radix, privacy_unit, pieces, hist, groups[-1])
+        for future in counted:
             future.result()
-        radix.ready()
-        half = radix.n_buckets // 2
-        other = worker.submit(radix.group, half, radix.n_buckets)
-        radix.group(0, half)
-        other.result()
+        radix.layout_pieces(hist)
+        for h, lane in enumerate(helpers):  # the users side, a group of pieces per helper
+            queued[h].append(lane.submit(_place_pieces, radix, privacy_unit, pieces, hist, groups[h]))
+        if not helpers:
+            _place_pieces(radix, privacy_unit, pieces, hist, groups[-1])
+        else:  # this thread's group goes to the helpers in turn: this thread has the keys to encode
+            for k, j in enumerate(groups[-1]):
+                queued[k % len(helpers)].append(
+                    helpers[k % len(helpers)].submit(_place_pieces, radix, privacy_unit, pieces, hist, [j]))
+        for i, piece in enumerate(pieces):
+            codes = first_codes if i == 0 and first_codes is not None else encode_keys(piece)
+            _hand_codes(helpers, queued, max(lookahead, _BACKLOG), radix, privacy_unit, piece, hist, i, codes)
+        for futures in queued:
+            for future in futures:
+                future.result()
+    finally:
+        for lane in helpers:  # cancel what has not started, wait for what has
+            lane.__exit__(None, None, None)
+    radix.ready()
+    ranges = _split(radix.n_buckets, min(threads, radix.n_buckets))
+    run_pieces(lambda r: radix.group(r[0], r[-1] + 1) if r else None, [(r,) for r in ranges], threads > 1)
     radix.compact()
     return radix
 
 
-def _count_and_layout(radix: _count.RadixPairs, batch: Any, privacy_unit: str) -> None:
-    """Count the users of every bucket (one pass over the column), then lay the buckets out."""
-    for n, offset, values, width in _user_pieces(batch.column(privacy_unit)):
-        radix.count(n, offset, values, width)
-    radix.layout()
+def _split(n: int, parts: int) -> list[list[int]]:
+    """0 .. n - 1 in ``parts`` contiguous groups of nearly equal size (some empty when n < parts)."""
+    parts = max(1, parts)
+    return [list(range(n * k // parts, n * (k + 1) // parts)) for k in range(parts)]
 
 
-def _place(radix: _count.RadixPairs, privacy_unit: str, piece: Any) -> None:
-    """Place one piece's users in their buckets, in row order."""
-    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-        radix.scatter_users(n, offset, values, width, places=False)
+def _count_pieces(radix: _count.RadixPairs, privacy_unit: str, pieces: list[Any], hist: Any,
+                  which: list[int]) -> None:
+    """Count the users of each piece of ``which`` per bucket, into its row of ``hist``."""
+    for j in which:
+        radix.count_piece(*_one_piece(pieces[j].column(privacy_unit)), hist, j)
 
 
-def _put_codes(radix: _count.RadixPairs, privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> None:
-    """Put one piece's partition codes where its rows' users went (reading the users again)."""
-    start = 0
-    for n, offset, values, width in _user_pieces(piece.column(privacy_unit)):
-        radix.scatter_user_codes(n, offset, values, width, codes[start:start + n])
-        start += n
+def _one_piece(column: Any) -> tuple[int, int, Any, int]:
+    """(rows, offset, values buffer, width) of one piece's users: a piece lies within one chunk
+    (:func:`slices`), so a scatter fills its places in one call; a column of several chunks (not
+    made by :func:`slices`) is joined first."""
+    pieces = _user_pieces(column)
+    if len(pieces) == 1:
+        return pieces[0]
+    return _user_pieces(column.combine_chunks() if hasattr(column, "combine_chunks") else column)[0] \
+        if pieces else (0, 0, None, 8)
 
 
-def _scatter_codes(worker: Lane, handed: Future[None] | None, worker_ahead: bool, radix: _count.RadixPairs,
-                   privacy_unit: str, piece: Any, codes: npt.NDArray[np.uint32]) -> Future[None] | None:
-    """Scatter one piece's codes, one scatter of codes at a time (``handed``: the one on the
-    worker, if any): on the worker when it has the next piece placed already (``worker_ahead``)
-    and its last scatter done, else here. Returns the scatter now on the worker, if any."""
-    if worker_ahead and (handed is None or handed.done()):
-        if handed is not None:
-            handed.result()
-        # The worker has the next piece placed already: it takes this scatter too.
-        return worker.submit(_put_codes, radix, privacy_unit, piece, codes)
-    if handed is not None:
-        handed.result()  # one scatter of codes at a time
-    _put_codes(radix, privacy_unit, piece, codes)
-    return None
+def slices(batch: Any, privacy_unit: str, piece_rows: int) -> list[Any]:
+    """``batch`` in pieces of at most ``piece_rows`` rows, none across a chunk boundary of the
+    users column, in row order."""
+    pieces = []
+    at = 0
+    for chunk in _chunks(batch.column(privacy_unit)):
+        end = at + len(chunk)
+        pieces += [batch.slice(start, min(piece_rows, end - start)) for start in range(at, end, piece_rows)]
+        at = end
+    return pieces
+
+
+def _place_pieces(radix: _count.RadixPairs, privacy_unit: str, pieces: list[Any], hist: Any,
+                  which: list[int]) -> None:
+    """Scatter the users of each piece of ``which``."""
+    for j in which:
+        n, offset, values, width = _one_piece(pieces[j].column(privacy_unit))
+        radix.scatter_piece(n, offset, values, width, hist, j)
+
+
+def _hand_codes(helpers: list[Lane], queued: list[list[Future[None]]], backlog: int, radix: _count.RadixPairs,
+                privacy_unit: str, piece: Any, hist: Any, index: int, codes: npt.NDArray[np.uint32]) -> None:
+    """Scatter one piece's codes on the helper with the fewest tasks waiting, or here when every
+    helper has ``backlog`` or more (or there is none)."""
+    best = -1
+    for h, futures in enumerate(queued):
+        for future in [f for f in futures if f.done()]:
+            future.result()  # a helper's error surfaces now, not after the whole input
+            futures.remove(future)
+        if len(futures) < backlog and (best < 0 or len(futures) < len(queued[best])):
+            best = h
+    if best < 0:
+        _place_codes(radix, privacy_unit, piece, hist, index, codes)
+    else:
+        queued[best].append(helpers[best].submit(_place_codes, radix, privacy_unit, piece, hist, index, codes))
+
+
+def _place_codes(radix: _count.RadixPairs, privacy_unit: str, piece: Any, hist: Any, index: int,
+                 codes: npt.NDArray[np.uint32]) -> None:
+    """Put one piece's partition codes where its rows' users go (reading the users again)."""
+    n, offset, values, width = _one_piece(piece.column(privacy_unit))
+    radix.scatter_piece(n, offset, values, width, hist, index, codes)
+
+
+def shard_count(n_buckets: int) -> int:
+    """How many shards the buckets are bounded in: :data:`SHARDS`, or one per bucket when there
+    are fewer (a function of the input's size only, never of the threads)."""
+    return max(1, min(SHARDS, n_buckets))
 
 
 def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | None,
-          states: list[Any]) -> npt.NDArray[np.int64]:
-    """Counts per partition code after bounding every user (each half of the buckets on its own
-    thread with its own CSPRNG stream, ``states[shard]``), summed and capped again."""
-    with Lane() as worker:
-        other = worker.submit(radix.finish, 1, SHARDS, n_partitions, kappa, cap, states[1])
-        try:
-            counts = radix.finish(0, SHARDS, n_partitions, kappa, cap, states[0])
-        finally:
-            counts_other = other.result()
-    counts += counts_other
+          test_state: Any) -> npt.NDArray[np.int64]:
+    """Counts per partition code after bounding every user: the buckets in :func:`shard_count`
+    shards, shard s with its own CSPRNG stream (``shard_test_state(test_state, s)``: the secure
+    generator's per-thread state, or a stream derived from the test seed and s), the shards taken
+    by the threads in contiguous groups. Each thread adds into counts of its own, summed at the
+    end and capped again (min(c, Σ min(c, a_t)) = min(c, Σ a_t)); where T such arrays would exceed
+    4 bytes per distinct pair (many partitions), the threads add into one array with atomic
+    saturating additions instead. Either way the counts do not depend on T."""
+    shards = shard_count(radix.n_buckets)
+    threads = min(current(), shards)
+    groups = _split(shards, threads)
+    shared = threads > 1 and (threads - 1) * 8 * n_partitions > 4 * max(radix.n_pairs, 1)
+    common = np.zeros(n_partitions, dtype=np.int64) if shared else None
+
+    def run(which: list[int]) -> npt.NDArray[np.int64]:
+        counts = common if common is not None else np.zeros(n_partitions, dtype=np.int64)
+        for s in which:
+            radix.finish(s, shards, n_partitions, kappa, cap, shard_test_state(test_state, s), out=counts,
+                         shared=shared)
+        return counts
+
+    results = run_pieces(run, [(g,) for g in groups], threads > 1)
+    if common is not None:
+        return common
+    counts = results[0]
+    for other in results[1:]:
+        counts += other
     if cap is not None:
         np.minimum(counts, cap, out=counts)
     return counts
