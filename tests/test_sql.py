@@ -221,6 +221,13 @@ def test_a_join_that_repeats_a_units_rows_is_still_bounded():
     assert out["n"].between(990, 1010).all(), out
 
 
+def test_a_null_value_is_refused_with_advice_in_sql():
+    table = pa.table({"uid": [1, 2, 3], "k": ["a", "a", "b"], "x": [1.0, None, 3.0]})
+    with _quiet(), pytest.raises(ValueError, match=r"null value.*WHERE \(\.\.\. IS NOT NULL\)"):
+        dpselect.sql(f"SELECT WITH DIFFERENTIAL_PRIVACY {OPTIONS} k, AVG(x, contribution_bounds_per_group => (0, 5)) a "
+                     "FROM t GROUP BY k", {"t": table})
+
+
 def test_python_variables_are_not_read_by_name():
     secret = _rows()  # noqa: F841  (DuckDB's replacement scan would find it by its name)
     with pytest.raises(ValueError, match="^FROM/WHERE"):

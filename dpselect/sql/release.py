@@ -27,6 +27,8 @@ def reword(message: str) -> str:
     """A message of dpselect.aggregate's plan with its parameters named as in the query."""
     for name, sql_name in _SQL_NAMES:
         message = message.replace(sql_name, "\0").replace(name, sql_name).replace("\0", sql_name)
+    message = message.replace("drop or fill them before aggregating",
+                              "filter them out in the WHERE (... IS NOT NULL) or fill them (COALESCE)")
     return re.sub(r"^(epsilon|delta)\b", r"OPTIONS \1", message)
 
 
