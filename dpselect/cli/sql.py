@@ -13,6 +13,7 @@ from typing import Any
 from dpselect.cli.common import (
     EXIT_CODES,
     EXIT_DATA,
+    EXIT_INPUT,
     EXIT_OK,
     EXIT_OUTPUT,
     EXIT_RNG,
@@ -132,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
     probe_rng()
     try:
         table = run_relation(connect(None, tables), mapping)
-    except (ValueError, TypeError) as exc:
-        raise Fail(EXIT_DATA, _flags(str(exc))) from exc
+    except (ValueError, TypeError) as exc:  # a file DuckDB cannot read is the input's fault, the rest the data's
+        raise Fail(EXIT_INPUT if "IO Error" in str(exc) else EXIT_DATA, _flags(str(exc))) from exc
     pa = import_pyarrow()
     check_output_types(pa.schema([table.schema.field(c) for c in mapping.by]), out_fmt)
     try:
