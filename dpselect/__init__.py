@@ -67,6 +67,8 @@ from dpselect.aggregation.metrics import Metric, count, count_distinct_units, me
 # `min as min` / `max as max`: reached as dpselect.min / dpselect.max, not in __all__ (builtins).
 from dpselect.aggregation.quantiles import max as max, median, min as min, quantile  # noqa: A004
 from dpselect.aggregation.metrics import count_distinct, stddev, variance
+# After aggregate: the SQL front end builds one aggregate call (duckdb and sqlglot load on first use).
+from dpselect.sql import sql
 
 # The public subpackages load on first use (`dpselect.spark` needs pyspark, `dpselect.rainbow`
 # SciPy for its LP, ...): `import dpselect` stays fast and needs numpy only. Together with
@@ -95,6 +97,7 @@ def __dir__() -> list[str]:
 # would shadow the builtin sum).
 __all__ = [
     "aggregate",
+    "sql",
     "AggregateResult",
     "Budget",
     "BudgetExceededError",

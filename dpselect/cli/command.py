@@ -11,6 +11,7 @@ from dpselect._threads import resolve_threads, using
 from dpselect.cli import aggregate as cli_aggregate
 from dpselect.cli import explain as cli_explain
 from dpselect.cli import select as cli_select
+from dpselect.cli import sql as cli_sql
 from dpselect.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Fail, error, quiet, write_err
 from dpselect.cli.parser import build_parser
 from dpselect.cli.signals import Terminated, exit_code, ignore_signals, reserve_standard_fds, signals_as_interrupts
@@ -41,9 +42,9 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
                 code = audit_main(argv[1:])
             else:
                 parser = build_parser()
-                if argv and argv[0] == "aggregate":
+                if argv and argv[0] in ("aggregate", "sql"):
                     # Its errors carry its name, as argparse's own errors for it do.
-                    prog = "dpselect aggregate"
+                    prog = f"dpselect {argv[0]}"
                 log = WriteLog()
                 code = _command(parser, argv, prog, log)
             if exiting:
@@ -66,7 +67,8 @@ def _command(parser: argparse.ArgumentParser, argv: list[str], prog: str, log: W
         parser.print_help()
         return EXIT_USAGE
     args.write_log = log  # what the command has written, should a signal stop it
-    commands = {"explain": cli_explain.run, "select": cli_select.run, "aggregate": cli_aggregate.run}
+    commands = {"explain": cli_explain.run, "select": cli_select.run, "aggregate": cli_aggregate.run,
+                "sql": cli_sql.run}
     try:
         threads = 1 if args.command == "explain" else resolve_threads(getattr(args, "threads", None),
                                                                        name="--threads")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from dpselect.cli import aggregate as cli_aggregate
+from dpselect.cli import sql as cli_sql
 from dpselect.cli.common import (
     EXIT_CODES,
     add_privacy_arguments,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing on stderr but errors (no progress, summary or warnings)")
     cli_aggregate.add_parser(commands)
+    cli_sql.add_parser(commands)
     exp = commands.add_parser(
         "explain",
         help="compare the selection mechanisms at given (epsilon, delta, N) and recommend one",
