@@ -41,7 +41,7 @@ typedef struct user_buffers {
 /* One user's rows order[0 .. m): bound and add to the outputs. */
 static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
                       uint64_t linf, uint32_t n_partitions, size_t n_values, const int64_t *const *values,
-                      int64_t *out_users, int64_t *out_rows, uint64_t *out_sums, int64_t *out_users_before,
+                      size_t n_squares, const dps_square_spec *squares, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums, int64_t *out_users_before,
                       uint8_t *out_kept, dps_bound_stats *stats, user_buffers *buf) {
     for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
     sort_keys(buf->keys, m);
@@ -76,6 +76,20 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
             uint64_t *acc = &out_sums[2 * (c * (size_t)n_partitions + p)];
             for (size_t i = 0; i < take; i++) dps_wide_add(acc, values[c][buf->rows[i]]);
         }
+        for (size_t j = 0; j < n_squares; j++) {
+            uint64_t *acc = &out_sums[2 * ((n_values + j) * (size_t)n_partitions + p)];
+            const int64_t *v = values[squares[j].source];
+            int64_t mid = squares[j].mid;
+            unsigned shift = squares[j].shift;
+            int64_t half = shift ? (int64_t)1 << (shift - 1) : 0;
+            for (size_t i = 0; i < take; i++) {
+                int64_t x = v[buf->rows[i]];
+                /* |mid| <= 2^62: neither bound overflows, and then neither does x - mid */
+                if (x < mid - DPS_SQUARE_REACH || x > mid + DPS_SQUARE_REACH) return DPS_ERR_SQUARE_RANGE;
+                int64_t d = x - mid;
+                dps_wide_add(acc, (d * d + half) >> shift); /* d^2 <= 2^62, half <= 2^61 */
+            }
+        }
     }
     return DPS_OK;
 }
@@ -83,7 +97,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
 /* Bound every grouped user (order/end from dps_group_rows*) in local order. */
 static int bound_grouped(dps_rng *s, const uint32_t *order, const size_t *end, size_t n_local,
                          const uint32_t *partitions, uint32_t n_partitions, uint64_t kappa, uint64_t linf,
-                         size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
+                         size_t n_values, const int64_t *const *values, size_t n_squares,
+                         const dps_square_spec *squares, int64_t *out_users, int64_t *out_rows,
                          uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats) {
     size_t largest = 0;
     for (size_t v = 0, lo = 0; v < n_local; lo = end[v++])
@@ -101,7 +116,7 @@ static int bound_grouped(dps_rng *s, const uint32_t *order, const size_t *end, s
         for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
             if (end[v] == lo) continue;
             rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
-                            out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
+                            n_squares, squares, out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
         }
     }
     free(buf.keys);
@@ -129,7 +144,8 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
     size_t *end, n_local, n_rows;
     int rc = dps_group_rows(users, n, n_users, shard_mask, shard, &order, &end, &n_local, &n_rows);
     if (rc != DPS_OK) return rc;
-    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, out_users,
+    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, 0, NULL,
+                       out_users,
                        out_rows, out_sums, out_users_before, out_kept, stats);
     free(order);
     free(end);
@@ -139,10 +155,15 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
 int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                          const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                          uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
-                         const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                          int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
     memset(stats, 0, sizeof *stats);
     if (kappa == 0 || linf == 0 || first_user > last_user) return DPS_ERR_BAD_ARG;
+    for (size_t j = 0; j < n_squares; j++)
+        if (squares[j].source >= n_values || squares[j].shift > 62 || squares[j].mid > DPS_SQUARE_MAX_MID ||
+            squares[j].mid < -DPS_SQUARE_MAX_MID)
+            return DPS_ERR_BAD_ARG;
     if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
     for (size_t j = 0; j < m; j++) {
         size_t i = rows[j];
@@ -155,7 +176,8 @@ int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint
     size_t *end, n_local;
     int rc = dps_group_rows_range(users, rows, m, first_user, last_user, &order, &end, &n_local);
     if (rc != DPS_OK) return rc;
-    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, out_users,
+    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, n_squares,
+                       squares, out_users,
                        out_rows, out_sums, out_users_before, out_kept, stats);
     free(order);
     free(end);

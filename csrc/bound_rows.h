@@ -43,15 +43,31 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
                    uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                    size_t *bad_row);
 
+/* A column summed as squared offsets of another (a variance's S2, docs/privacy/variance.md):
+ * each kept row adds q = ((values[source][row] - mid)^2 + 2^(shift-1)) >> shift (no rounding term
+ * for shift 0), computed here from the value column instead of from a column of its own, so the
+ * rows need no second array. Requires |mid| <= 2^62, shift <= 62 and |value - mid| <= 2^31 for
+ * every kept row (else DPS_ERR_SQUARE_RANGE): then q < 2^63. */
+typedef struct dps_square_spec {
+    size_t source; /* a value column, < n_values */
+    int64_t mid;
+    unsigned shift;
+} dps_square_spec;
+#define DPS_ERR_SQUARE_RANGE (-23) /* a kept value more than 2^31 from its square column's mid */
+#define DPS_SQUARE_REACH ((int64_t)1 << 31)
+#define DPS_SQUARE_MAX_MID ((int64_t)1 << 62)
+
 /* The same for the rows rows[0 .. m) of the users [first_user, last_user) only (a shard of
  * consecutive user codes; every one of the rows must be < n and its user in the range, else
  * DPS_ERR_BAD_CODE and *bad_row): the users are visited in code order, so the draws made for a
  * shard depend only on its rows and s. Calls on disjoint shards may run at once, each with its own
- * outputs (out_kept may be shared: their rows are disjoint). */
+ * outputs (out_kept may be shared: their rows are disjoint). out_sums holds n_values + n_squares
+ * columns: the value columns', then the square columns' (dps_square_spec, squares[0 .. n_squares)). */
 int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                          const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                          uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
-                         const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                          int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row);
 
 /* Split rows into n_shards shards of consecutive user codes (user u in shard u * n_shards /

@@ -1,6 +1,8 @@
 """Type stubs for the row-level bounding kernel bindings (dpselect/_bound.pyx)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -41,6 +43,7 @@ def bound_rows_range(
     out: tuple[object, ...] | None = None,
     users_before: bool = False,
     kept: npt.NDArray[np.uint8] | None = None,
+    squares: Sequence[tuple[int, int, int]] = (),
 ) -> tuple[object, ...]: ...
 def shard_rows_count(users: npt.NDArray[np.uint32], lo: int, hi: int, n_users: int,
                      counts: npt.NDArray[np.uintp]) -> None: ...

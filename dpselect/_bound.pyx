@@ -25,10 +25,16 @@ cdef extern from "bound_rows.h" nogil:
                        size_t n_values, const int64_t *const *values, int64_t *out_users, int64_t *out_rows,
                        uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats,
                        size_t *bad_row)
+    ctypedef struct dps_square_spec:
+        size_t source
+        int64_t mid
+        unsigned shift
+    enum: DPS_ERR_SQUARE_RANGE
     int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                              const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                              uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
-                             const int64_t *const *values, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                             const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                             int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                              int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row)
     int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
                              size_t *counts, size_t *bad_row)
@@ -211,12 +217,18 @@ def shard_rows_place(object users, object lo, object hi, object n_users, object 
 
 def bound_rows_range(object users, object partitions, object n_partitions, object kappa, object linf,
                      list values, object test_state, object rows, object first_user, object last_user,
-                     object out=None, bint users_before=False, object kept=None):
+                     object out=None, bint users_before=False, object kept=None, object squares=()):
     """:func:`bound_rows` for one shard of consecutive user codes: the rows ``rows`` (uint32 row
     indices, each of a user in [first_user, last_user)), bounded user by user in code order with
     ``test_state``'s stream. ``out``, if given, is a previous call's (users, rows, sums,
     users_before) to add to (a thread bounding several shards keeps one set of outputs). Returns
-    (users, rows, sums, users_before, stats) as :func:`bound_rows` does."""
+    (users, rows, sums, users_before, stats) as :func:`bound_rows` does.
+
+    ``squares``: (source, mid, shift) triples, each one more column of ``sums`` (after the value
+    columns): the exact sum over the kept rows of ((values[source][row] - mid)^2 + 2^(shift-1)) >>
+    shift, computed from the value column without an array of its own (a variance's sum of
+    squares; csrc/bound_rows.h). Needs |mid| <= 2^62, shift <= 62, and every kept value within
+    2^31 of mid (else ValueError)."""
     users_arr = check_array("users", users, [np.uint32])
     partitions_arr = check_array("partitions", partitions, [np.uint32])
     rows_arr = check_array("rows", rows, [np.uint32], copy=True)
@@ -243,11 +255,18 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         if <size_t>v.shape[0] != n:
             raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
     cdef size_t n_values = len(arrays)
+    square_list = [(check_int(f"squares[{j}] source", t[0], 0, max(len(arrays) - 1, 0)),
+                    check_int(f"squares[{j}] mid", t[1], -2**62, 2**62), check_int(f"squares[{j}] shift", t[2], 0, 62))
+                   for j, t in enumerate(squares)]
+    if square_list and not arrays:
+        raise ValueError("squares need a value column to square")
+    cdef size_t n_squares = len(square_list)
+    cdef size_t n_columns = n_values + n_squares
     cdef Py_ssize_t n_parts = c_parts
     if out is None:
         out_users = np.zeros(max(n_parts, 1), dtype=np.int64)
         out_rows = np.zeros(max(n_parts, 1), dtype=np.int64)
-        out_sums = np.zeros((max(n_values, 1), max(n_parts, 1), 2), dtype=np.uint64)
+        out_sums = np.zeros((max(n_columns, 1), max(n_parts, 1), 2), dtype=np.uint64)
         before = np.zeros(max(n_parts, 1), dtype=np.int64) if users_before else None
     else:
         out_users, out_rows, out_sums, before = out
@@ -255,7 +274,7 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         out_rows = check_array("out[1]", out_rows, [np.int64], writable=True)
         out_sums = check_array("out[2]", out_sums, [np.uint64], ndim=3, writable=True)
         if out_users.shape[0] != max(n_parts, 1) or out_rows.shape[0] != max(n_parts, 1) or \
-                out_sums.shape != (max(n_values, 1), max(n_parts, 1), 2):
+                out_sums.shape != (max(n_columns, 1), max(n_parts, 1), 2):
             raise ValueError("out must be the outputs of a call with the same n_partitions and values")
         if users_before:
             before = check_array("out[3]", before, [np.int64], writable=True)
@@ -293,6 +312,14 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
     cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
     cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
     cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
+    cdef dps_square_spec *square_specs = <dps_square_spec *>malloc(max(n_squares, 1) * sizeof(dps_square_spec))
+    if square_specs == NULL:
+        free(value_ptrs)
+        raise MemoryError()
+    for i in range(n_squares):
+        square_specs[i].source = <size_t>square_list[i][0]
+        square_specs[i].mid = <int64_t>square_list[i][1]
+        square_specs[i].shift = <unsigned>square_list[i][2]
     cdef uint64_t k = <uint64_t>kappa
     cdef uint64_t l = <uint64_t>linf
     cdef dps_bound_stats stats
@@ -303,12 +330,16 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         s = begin_batch(test_state)
         with nogil:
             rc = dps_bound_rows_range(s, n, u_ptr, p_ptr, rows_ptr, m, c_first, c_last, c_parts, k, l, n_values,
-                                      value_ptrs, &u_view[0], &r_view[0], &s_view[0, 0, 0], before_ptr, kept_ptr,
-                                      &stats, &bad)
+                                      value_ptrs, n_squares, square_specs, &u_view[0], &r_view[0], &s_view[0, 0, 0],
+                                      before_ptr, kept_ptr, &stats, &bad)
             end_batch(s)
         finish_batch(test_state)
     finally:
         free(value_ptrs)
+        free(square_specs)
+    if rc == DPS_ERR_SQUARE_RANGE:
+        raise ValueError("a kept value lies more than 2**31 units from its square column's mid: its square "
+                         "would not fit 64-bit integers")
     if rc == DPS_ERR_BAD_CODE:
         raise ValueError(f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
                          f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")

@@ -299,3 +299,52 @@ def test_gaussian_interval_coverage():
     f = res.frame.set_index("k")
     truth = pd.Series({k: float(np.var(v)) for k, v in keys.items()})[f.index]
     assert ((f["v_ci_low"] <= truth) & (truth <= f["v_ci_high"])).mean() >= 0.8 - 3 * math.sqrt(0.16 / 300)
+
+
+def _seeded_state(seed: int):
+    return InsecureDeterministicRNG(seed=seed).test_state
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**16), st.integers(-(2**31), 2**31), st.integers(0, 62), st.integers(1, 3), st.integers(1, 3))
+def test_the_kernel_sums_squared_offsets_as_a_column_of_them_would(seed, mid, shift, kappa, linf):
+    # The bounding kernel's square columns (computed from a value column, no array of their own)
+    # equal, exactly, the sums of an explicit column of q = round((u − mid)² / 2^shift), on the
+    # same kept rows (same seed, same draws).
+    from dpselect import _bound
+
+    gen = np.random.default_rng(seed)  # input data only
+    n, n_users, n_parts = 200, 30, 7
+    users = gen.integers(0, n_users, n).astype(np.uint32)
+    parts = gen.integers(0, n_parts, n).astype(np.uint32)
+    units = np.clip(mid + gen.integers(-(2**31), 2**31 + 1, n), -(2**62), 2**62).astype(np.int64)
+    q = spread.squared_offsets(units, mid, shift)
+    rows = np.argsort(users, kind="stable").astype(np.uint32)
+
+    def run(values, squares):
+        kept = np.zeros(n, np.uint8)
+        out = _bound.bound_rows_range(users, parts, n_parts, kappa, linf, values, _seeded_state(seed), rows, 0,
+                                      n_users, kept=kept, squares=squares)
+        return out, kept
+
+    (_, _, with_column, _, _), kept_a = run([units, q], ())
+    (_, _, with_square, _, _), kept_b = run([units], [(0, mid, shift)])
+    assert np.array_equal(kept_a, kept_b)
+    assert np.array_equal(with_column, with_square)
+    expected = [sum(int(x) for x in q[(kept_a == 1) & (parts == p)]) for p in range(n_parts)]
+    assert Wide.from_words(with_square[1, :n_parts]).to_ints() == expected
+
+
+def test_the_kernel_refuses_a_square_that_would_not_fit():
+    from dpselect import _bound
+
+    users = np.zeros(2, np.uint32)
+    parts = np.zeros(2, np.uint32)
+    units = np.array([0, 2**31 + 1], dtype=np.int64)  # 2^31 + 1 from mid 0: its square is not below 2^62
+    rows = np.arange(2, dtype=np.uint32)
+    with pytest.raises(ValueError, match="more than 2\\*\\*31 units from its square column's mid"):
+        _bound.bound_rows_range(users, parts, 1, 1, 2, [units], _seeded_state(0), rows, 0, 1, squares=[(0, 0, 0)])
+    with pytest.raises(ValueError, match="shift"):
+        _bound.bound_rows_range(users, parts, 1, 1, 2, [units], _seeded_state(0), rows, 0, 1, squares=[(0, 0, 63)])
+    with pytest.raises(ValueError, match="source"):
+        _bound.bound_rows_range(users, parts, 1, 1, 2, [units], _seeded_state(0), rows, 0, 1, squares=[(1, 0, 0)])

@@ -25,7 +25,7 @@ from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.aggregation.metrics import Metric
 from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
-from dpselect.aggregation.more_stats import (distinct_rows, early_square_columns, grid_squared_offsets, more_statistics,
+from dpselect.aggregation.more_stats import (distinct_rows, early_square_columns, grid_square_spec, more_statistics,
                                              needs_kept_partitions, positions)
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
@@ -63,24 +63,26 @@ class BoundingDroppedMostRows(DPSelectWarning):
 
 
 def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int, n_partitions: int,
-               kappa: int, linf: int, units: list[npt.NDArray[np.int64]], rng: Any
+               kappa: int, linf: int, units: list[npt.NDArray[np.int64]], squares: list[tuple[int, int, int]], rng: Any
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[Wide], npt.NDArray[np.int64],
                           npt.NDArray[np.uint8], dict[str, int]]:
     """The kernel on every shard of the users (:mod:`dpselect.aggregation.shards`: shards fixed
     by the input, one CSPRNG stream each, taken by the call's threads); the threads' counts added,
-    their 128-bit sums merged exactly."""
+    their 128-bit sums merged exactly: one per value column, then one per ``squares`` entry (a
+    column's squared offsets, (column index, mid, shift), summed by the kernel from the units)."""
     kept = np.zeros(users.size, dtype=np.uint8)
-    parts = bound_in_shards(users, partitions, n_users, n_partitions, kappa, linf, units, rng.test_state, kept)
+    parts = bound_in_shards(users, partitions, n_users, n_partitions, kappa, linf, units, rng.test_state, kept,
+                            squares)
     first = parts[0]
     users_kept, rows_kept, before = first[0][:n_partitions].copy(), first[1][:n_partitions].copy(), \
         first[3][:n_partitions].copy()
-    sums = [Wide.from_words(first[2][i, :n_partitions]) for i in range(len(units))]
+    sums = [Wide.from_words(first[2][i, :n_partitions]) for i in range(len(units) + len(squares))]
     totals = dict(first[4])
     for other in parts[1:]:
         users_kept += other[0][:n_partitions]
         rows_kept += other[1][:n_partitions]
         before += other[3][:n_partitions]
-        sums = [sums[i] + Wide.from_words(other[2][i, :n_partitions]) for i in range(len(units))]
+        sums = [sums[i] + Wide.from_words(other[2][i, :n_partitions]) for i in range(len(sums))]
         totals = {key: totals[key] + other[4][key] for key in totals}
     return users_kept, rows_kept, sums, before, kept, totals
 
@@ -227,10 +229,10 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     known = [c for c in plan.value_columns if c in grids]
     units = [values[c].units(grids[c]) for c in known]
     squared = early_square_columns(plan.metrics, plan.spreads, known)  # summed per key by the kernel, with the units
-    units += [grid_squared_offsets(units[known.index(c)], grids[c]) for c in squared]
+    squares = [(known.index(c), *grid_square_spec(grids[c])) for c in squared]
     n_parts = counter.n_partitions
     users_kept, rows_kept, wide_sums, users_before, kept, totals = _bound_all(
-        users, partitions, counter.n_users, n_parts, kappa, linf, units, generator)
+        users, partitions, counter.n_users, n_parts, kappa, linf, units, squares, generator)
     distinct = distinct_rows(plan.metrics, used, users, kept)  # count_distinct's kept values (and units)
     del units, users
     _warn_if_bounding_dropped_most(totals, kappa, linf)

@@ -19,7 +19,8 @@ from dpselect.aggregation.metrics import DISTINCT_KIND, SPREAD_KINDS, Metric
 from dpselect.aggregation.spread import SpreadSource, noisy_spread, square_shift, square_sums, squared_offsets
 from dpselect.aggregation.wide import Wide
 
-__all__ = ["LATER_KINDS", "MoreStatistics", "distinct_rows", "early_square_columns", "grid_squared_offsets",
+__all__ = ["LATER_KINDS", "MoreStatistics", "distinct_rows", "early_square_columns", "grid_square_spec",
+           "grid_squared_offsets",
            "more_statistics", "needs_kept_partitions", "positions",
            "refuse_on_spark", "release_more", "widest_reach"]
 
@@ -53,11 +54,16 @@ def early_square_columns(metrics: Mapping[str, Metric], spreads: Mapping[str, Sp
     return [c for c in _released_spread_columns(metrics, spreads) if c in known]
 
 
-def grid_squared_offsets(units: npt.NDArray[np.int64], grid: Grid) -> npt.NDArray[np.int64]:
-    """Every row's q on one grid (the rows' units as the kernel gets them)."""
+def grid_square_spec(grid: Grid) -> tuple[int, int]:
+    """(mid, shift) of a row's q on one grid: q = round((units − mid)² / 2^shift)."""
     mid = (grid.lower_units + grid.upper_units) // 2
     reach = max(grid.upper_units - mid, mid - grid.lower_units, 1)
-    return squared_offsets(units, mid, square_shift(reach))
+    return mid, square_shift(reach)
+
+
+def grid_squared_offsets(units: npt.NDArray[np.int64], grid: Grid) -> npt.NDArray[np.int64]:
+    """Every row's q on one grid (the rows' units as the kernel gets them)."""
+    return squared_offsets(units, *grid_square_spec(grid))
 
 
 def needs_kept_partitions(metrics: Mapping[str, Metric], spreads: Mapping[str, SpreadSource], early: list[str]

@@ -20,6 +20,7 @@ Steps, each on the call's T threads (:func:`dpselect._threads.current`):
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -78,16 +79,17 @@ def rows_by_shard(users: npt.NDArray[np.uint32], n_users: int, shards: int, thre
 
 def bound_in_shards(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int,
                     n_partitions: int, kappa: int, linf: int, units: list[npt.NDArray[np.int64]],
-                    test_state: Any, kept: npt.NDArray[np.uint8]) -> list[tuple[Any, ...]]:
+                    test_state: Any, kept: npt.NDArray[np.uint8], squares: Sequence[tuple[int, int, int]] = ()
+                    ) -> list[tuple[Any, ...]]:
     """Bound every shard of the users (``kept`` gets 1 for every kept row): one
     ``(users, rows, sums, users_before, totals)`` per thread used, as
-    :func:`dpselect._bound.bound_rows_range` returns them, to be added up."""
+    :func:`dpselect._bound.bound_rows_range` returns them (with its ``squares``), to be added up."""
     shards = shard_count(n_users)
-    per_thread = max(n_partitions, 1) * (24 + 16 * max(len(units), 1))
+    per_thread = max(n_partitions, 1) * (24 + 16 * max(len(units) + len(squares), 1))
     threads = max(1, min(current(), shards, 1 + 4 * users.size // per_thread))
     if n_users == 0:
         return [_bound.bound_rows_range(users, partitions, n_partitions, kappa, linf, units, test_state,
-                                        np.zeros(0, np.uint32), 0, 0, users_before=True, kept=kept)]
+                                        np.zeros(0, np.uint32), 0, 0, users_before=True, kept=kept, squares=squares)]
     rows, starts = rows_by_shard(users, n_users, shards, current())
 
     def run(which: list[int]) -> tuple[Any, ...]:
@@ -97,7 +99,7 @@ def bound_in_shards(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.ui
             result = _bound.bound_rows_range(
                 users, partitions, n_partitions, kappa, linf, units, shard_test_state(test_state, s),
                 rows[starts[s]:starts[s + 1]], first_user(s, shards, n_users), first_user(s + 1, shards, n_users),
-                out=out, users_before=True, kept=kept)
+                out=out, users_before=True, kept=kept, squares=squares)
             out = result[:4]
             counted: dict[str, int] = result[4]  # type: ignore[assignment]
             totals = counted if totals is None else {key: totals[key] + counted[key] for key in totals}
