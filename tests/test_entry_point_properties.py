@@ -938,7 +938,9 @@ def test_normal_upper_tail_matches_erfc_in_any_layout(z, layout):
     arr = np.array(z, np.float64)
     got = _weighted.normal_upper_tail(arrange(arr, layout))
     expected = [0.5 * math.erfc(x / math.sqrt(2)) if not math.isnan(x) else math.nan for x in z]
-    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)  # the C library's erfc and Python's
+    # the C library's erfc and Python's: they agree to ~1e-13 relative far in the tail (z = 24 gave
+    # 1.2e-13), and both are approximations there
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
     np.testing.assert_array_equal(got, _weighted.normal_upper_tail(arr))
     assert ((got >= 0) & (got <= 1) | np.isnan(got)).all()
 
