@@ -259,7 +259,11 @@ def aggregate(
     units; a mean spends half its share on each of a sum of offsets and a row count, or reuses a
     released count and sum). A quantile metric (``quantile``, ``median``, ``min``, ``max``) is the
     single machine's noisy hierarchical histogram per key (docs/privacy/quantiles.md), read from
-    each key's kept rows per leaf, counted by Spark. The budget is split by ``weights`` exactly as
+    each key's kept rows per leaf, counted by Spark. A ``variance`` or ``stddev`` reads each key's
+    exact sum of squared grid offsets, and a ``count_distinct`` each key's distinct values among
+    its kept (user, key) pairs (at most ``max_values_per_unit`` per pair, a uniform subset by
+    keyed PRF ranks), both counted by Spark and released by the single machine's functions
+    (docs/privacy/variance.md, docs/privacy/count-distinct.md). The budget is split by ``weights`` exactly as
     on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
