@@ -869,6 +869,7 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
                       "value": pa.array(np.ones(20)), "noisy_count_ci_low": pa.array(np.arange(20) % 2)})
     df = spark.createDataFrame(table)
     cased = spark.createDataFrame(table.append_column("KEY", pa.array(np.arange(20) % 2)))  # "key" is ambiguous
+    nested = spark.createDataFrame(table.append_column("arr", pa.array([[1]] * 20)))
     budget = dpselect.Budget(100.0, 1e-3)
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, budget=budget)
     one = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
@@ -888,6 +889,10 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
         (dict(metrics={"Key": count}, **one), "would be one column"),
         (dict(metrics={"n": count, "N": count}, **one), "would be one column"),
         (dict(metrics={"__dpselect_keep": count}, **one), "reserved"),
+        (dict(metrics={"d": dpselect.count_distinct("nothere")}, **one), "'nothere' is not in the DataFrame"),
+        (dict(metrics={"d": dpselect.count_distinct("value")}, max_partitions_contributed=1,
+              max_contributions_per_partition=2**31, epsilon=2.0**20), "Spark array|noise scale"),
+        (dict(metrics={"v": dpselect.variance("value", bounds=(0, 1))}, precision_bits=40, **one), "64-bit"),
     ]
     bad_selects = [(dict(count_column="key"), "count_column"),
                    (dict(by="noisy_count_ci_low", counts=True, confidence_level=0.9, strategy="release"),
@@ -895,7 +900,9 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
     calls = [(lambda kw=kw: ds.aggregate(df, **{**base, **kw}), match) for kw, match in bad_aggregates]
     calls += [(lambda kw=kw: ds.select_partitions(df, **{**base, **kw}), match) for kw, match in bad_selects]
     calls += [(lambda: ds.aggregate(cased, metrics={"n": count}, **one, **base), "ambiguous"),
-              (lambda: ds.select_partitions(cased, **base), "ambiguous")]
+              (lambda: ds.select_partitions(cased, **base), "ambiguous"),
+              (lambda: ds.aggregate(nested, metrics={"d": dpselect.count_distinct("arr")}, **one, **base),
+               "count_distinct column 'arr' has type array<bigint>, whose values cannot be compared")]
     for call, match in calls:
         with no_spark_job(), pytest.raises((ValueError, TypeError), match=match) as info:
             call()
