@@ -188,13 +188,6 @@ def test_cli_bad_count_distinct_names_the_flag(tmp_path, capsys, spec, match):
     assert code != 0 and match in err and "Traceback" not in err
 
 
-def test_spark_refuses_count_distinct_naming_the_metric():
-    from dpselect.aggregation.more_stats import refuse_on_spark
-
-    with pytest.raises(NotImplementedError, match="metric 'd' \\(count_distinct\\)"):
-        refuse_on_spark({"d": dpselect.count_distinct("c")})
-
-
 def test_the_report_counts_what_the_cap_left_out():
     data = pd.DataFrame({"u": [1, 1, 1, 2], "k": ["a"] * 4, "c": ["x", "y", "z", "x"]})
     res = release(data, {"d": dpselect.count_distinct("c", max_values_per_unit=1)}, keys=["a"])

@@ -240,13 +240,6 @@ def test_spread_sources_follow_the_metric_kinds_only():
     assert src["w"] == SpreadSource("n", None, "s", None)
 
 
-def test_spark_refuses_the_variance_naming_the_metric():
-    from dpselect.aggregation.more_stats import refuse_on_spark
-
-    with pytest.raises(NotImplementedError, match="metric 'v' \\(variance\\).*dpselect.aggregate"):
-        refuse_on_spark({"n": dpselect.count(), "v": dpselect.variance("x", (0, 1))})
-
-
 def test_the_report_states_the_variance_columns_clamping():
     data = one_row_each({"a": [0, 5, 50, -3]})
     res = dpselect.aggregate(data, privacy_unit="u", by="k", epsilon=1, delta=1e-6,

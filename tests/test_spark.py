@@ -573,6 +573,91 @@ def test_quantile_noise_and_statement_are_the_single_machines(spark):
     assert (got["med"] == got["med"].round()).all()  # integer leaves give integers, as on one machine
 
 
+def _spread_table():
+    """Each user in at most 3 keys with at most 4 rows in each: nothing is bounded at κ = 3, L∞ = 4.
+    ``tag``: strings with nulls; ``f``: floats with NaN, −0.0, 0.0 and nulls; ``parity``: at most 2
+    distinct values per user and key."""
+    table = _table(31, users=1500, keys=6, rows=5000, max_keys=3, max_rows=4)
+    value = table["value"].to_numpy()
+    tag = [None if v % 11 == 0 else f"t{v % 7}" for v in value]
+    f = [None if v == 3 else (math.nan if v == 4 else (-0.0 if v % 5 == 0 else float(v % 9))) for v in value]
+    return (table.append_column("x", pa.array(value * 0.37 + 0.01)).append_column("tag", pa.array(tag))
+            .append_column("f", pa.array(f, pa.float64())).append_column("parity", pa.array(value % 2)))
+
+
+_SPREADS = {"users": dpselect.count_distinct_units(), "n": dpselect.count(),
+            "vx": dpselect.variance("x", bounds=(-1, 6)),  # some values clamped
+            "sx": dpselect.stddev("x", bounds=(-1, 6)),  # post-processing of vx
+            "mx": dpselect.mean("x", bounds=(-1, 6)),  # vx reuses its noisy sum of offsets and row count
+            "sv": dpselect.stddev("value"),  # bounds found privately: Σq summed once they are
+            "dt": dpselect.count_distinct("tag"),
+            "df": dpselect.count_distinct("f", max_values_per_unit=4),  # = L∞: never binds
+            "dp": dpselect.count_distinct("parity", max_values_per_unit=2)}  # < L∞, drawn, but ≥ 2 values
+_SPREAD_ARGS = dict(privacy_unit="user", by="key", delta=1e-5, max_partitions_contributed=3,
+                    max_contributions_per_partition=4, confidence_level=0.9, precision_bits=4)
+
+
+def test_variances_and_distinct_counts_equal_the_single_machine_without_noise(spark):
+    # ε = 1e6 on a coarse grid: every noisy sum gets noise 0, so both paths release the same
+    # integers' post-processing: values, intervals, statement, bounds, the report (the clamping of
+    # the variances' columns, what each cap left out) and a listed key absent from the data.
+    table = _spread_table()
+    df = spark.createDataFrame(table)
+    kwargs = dict(metrics=_SPREADS, epsilon=1e6, **_SPREAD_ARGS)
+    for extra in ({"report": True}, {"public_partitions": ["k1", "k4", "zz"]}):
+        on_spark = ds.aggregate(df, **kwargs, **extra)
+        local = dpselect.aggregate(table, **kwargs, public_partitions=extra.get("public_partitions"))
+        got, want = on_spark.frame.toPandas(), local.frame.to_pandas()
+        assert list(got.columns) == list(want.columns) and "dt_ci_high" in got.columns
+        assert got.equals(want), (got, want)
+        assert str(on_spark.guarantee) == str(local.guarantee) and on_spark.bounds == local.bounds
+        assert np.allclose(got["sx"] ** 2, got["vx"]) and (got["vx"][got["n"] > 0] > 0.5).all()
+        if "report" in extra:
+            # Nothing bounded: the distinct non-null tags of each key, and at most 2 parities.
+            exact = table.to_pandas().groupby("key")["tag"].nunique()
+            assert dict(zip(got["key"], got["dt"])) == {k: exact[k] for k in got["key"]}
+            assert (got["dp"] == 2).all() and (got["df"] > 5).all()
+            report, local_report = on_spark.report().as_dict(), local.report().as_dict()
+            for column in ("x", "value"):  # a float sum, in another order
+                change = report["clamping"][column].pop("total_change")
+                assert change == pytest.approx(local_report["clamping"][column].pop("total_change"))
+            assert report == local_report
+            assert report["count_distinct_values_left_out_by_max_values_per_unit"] == {"df": 0, "dp": 0}
+        else:
+            assert got["key"].tolist() == ["k1", "k4", "zz"] and got["n"].tolist()[2] == 0
+    # At ε = 1, with a Gaussian variance: the same steps (shares, noise, squares' shift, statements).
+    metrics = {**_SPREADS, "sv": dpselect.stddev("value", bounds=(0, 12), noise="gaussian")}
+    kwargs = dict(metrics=metrics, epsilon=1.0, **_SPREAD_ARGS)
+    on_spark, local = ds.aggregate(df, **kwargs), dpselect.aggregate(table, **kwargs)
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    assert on_spark.guarantee.components == local.guarantee.components
+    got = on_spark.frame.toPandas()
+    assert list(got.columns) == list(local.frame.to_pandas().columns)
+    for column, top in (("vx", 3.5 ** 2), ("sx", 3.5), ("sv", 6.0)):
+        assert got[column].between(0, top).all(), got[column]
+        assert (got[f"{column}_ci_low"] <= got[column]).all() and (got[column] <= got[f"{column}_ci_high"]).all()
+
+
+def test_count_distinct_cap_keeps_a_uniform_subset_on_spark(spark):
+    # In each of 400 keys user a has values {A, B} and user b has {A}; with max_values_per_unit=1
+    # a keeps A or B with probability 1/2, independently per key: the key has 1 or 2 distinct
+    # values (ε = 1e6: no noise). The report counts the one value per key the cap left out.
+    keys = [f"k{i}" for i in range(400)]
+    table = pa.table({"user": [f"a{i}" for i in range(400)] * 2 + [f"b{i}" for i in range(400)],
+                      "key": keys * 3, "c": ["A"] * 400 + ["B"] * 400 + ["A"] * 400})
+    kwargs = dict(privacy_unit="user", by="key", metrics={"d": dpselect.count_distinct("c", max_values_per_unit=1)},
+                  epsilon=1e6, delta=1e-5, max_partitions_contributed=1, max_contributions_per_partition=2,
+                  public_partitions=keys)
+    on_spark = ds.aggregate(spark.createDataFrame(table), report=True, **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    counts = on_spark.frame.toPandas()["d"]
+    assert set(counts) == {1, 2} and 0.4 < (counts == 2).mean() < 0.6, counts.value_counts()
+    assert on_spark.guarantee.components == local.guarantee.components
+    assert "sensitivity 1 per key, at most 1 per unit and key" in on_spark.guarantee.components[-1].statement
+    left_out = on_spark.report().as_dict()["count_distinct_values_left_out_by_max_values_per_unit"]
+    assert left_out == local.report().as_dict()["count_distinct_values_left_out_by_max_values_per_unit"] == {"d": 400}
+
+
 # ---------------------------------------------------------------- APPROX_BOUNDS
 
 
@@ -784,6 +869,7 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
                       "value": pa.array(np.ones(20)), "noisy_count_ci_low": pa.array(np.arange(20) % 2)})
     df = spark.createDataFrame(table)
     cased = spark.createDataFrame(table.append_column("KEY", pa.array(np.arange(20) % 2)))  # "key" is ambiguous
+    nested = spark.createDataFrame(table.append_column("arr", pa.array([[1]] * 20)))
     budget = dpselect.Budget(100.0, 1e-3)
     base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, budget=budget)
     one = dict(max_partitions_contributed=1, max_contributions_per_partition=1)
@@ -803,6 +889,10 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
         (dict(metrics={"Key": count}, **one), "would be one column"),
         (dict(metrics={"n": count, "N": count}, **one), "would be one column"),
         (dict(metrics={"__dpselect_keep": count}, **one), "reserved"),
+        (dict(metrics={"d": dpselect.count_distinct("nothere")}, **one), "'nothere' is not in the DataFrame"),
+        (dict(metrics={"d": dpselect.count_distinct("value")}, max_partitions_contributed=1,
+              max_contributions_per_partition=2**31, epsilon=2.0**20), "Spark array|noise scale"),
+        (dict(metrics={"v": dpselect.variance("value", bounds=(0, 1))}, precision_bits=40, **one), "64-bit"),
     ]
     bad_selects = [(dict(count_column="key"), "count_column"),
                    (dict(by="noisy_count_ci_low", counts=True, confidence_level=0.9, strategy="release"),
@@ -810,7 +900,9 @@ def test_parameter_errors_are_refused_before_any_spark_job_or_charge(spark, no_s
     calls = [(lambda kw=kw: ds.aggregate(df, **{**base, **kw}), match) for kw, match in bad_aggregates]
     calls += [(lambda kw=kw: ds.select_partitions(df, **{**base, **kw}), match) for kw, match in bad_selects]
     calls += [(lambda: ds.aggregate(cased, metrics={"n": count}, **one, **base), "ambiguous"),
-              (lambda: ds.select_partitions(cased, **base), "ambiguous")]
+              (lambda: ds.select_partitions(cased, **base), "ambiguous"),
+              (lambda: ds.aggregate(nested, metrics={"d": dpselect.count_distinct("arr")}, **one, **base),
+               "count_distinct column 'arr' has type array<bigint>, whose values cannot be compared")]
     for call, match in calls:
         with no_spark_job(), pytest.raises((ValueError, TypeError), match=match) as info:
             call()

@@ -22,7 +22,7 @@ from dpselect.aggregation.wide import Wide
 __all__ = ["LATER_KINDS", "MoreStatistics", "distinct_rows", "early_square_columns", "grid_square_spec",
            "grid_squared_offsets",
            "more_statistics", "needs_kept_partitions", "positions",
-           "refuse_on_spark", "release_more", "widest_reach"]
+           "release_more", "widest_reach"]
 
 # Released after counts, sums and means (they may reuse those).
 LATER_KINDS = (*SPREAD_KINDS, DISTINCT_KIND)
@@ -189,15 +189,3 @@ def release_more(labels: Mapping[str, str], metrics: Mapping[str, Metric], noise
         out[name] = (value, low, high, component)
     return out
 
-
-def refuse_on_spark(metrics: Mapping[str, Metric]) -> None:
-    """dpselect.spark.aggregate computes counts and sums per key in Spark; a variance needs a
-    per-key sum of squared grid offsets and count_distinct a distinct count after the
-    per-(unit, key) cap, which it does not compute yet: refused from the parameters, before any
-    job runs or any budget is charged, rather than released wrong."""
-    for name, m in metrics.items():
-        if m.kind in LATER_KINDS:
-            raise NotImplementedError(
-                f"metric {name!r} ({m.kind}) is not available in dpselect.spark.aggregate yet: its per-key "
-                "statistic is computed on one machine only. Use dpselect.aggregate on the collected columns "
-                "(privacy unit, keys, value column), or release count/sum/mean here")

@@ -13,7 +13,6 @@ from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
 from dpselect.spark._bounding import J, ReleaseKey, ValueSpec, index_identical_rows, keep_first, with_ranks
-from dpselect.aggregation.more_stats import refuse_on_spark
 from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
     FIRSTS,
@@ -40,6 +39,18 @@ from dpselect.spark._common import (
     spark,
     sum_type,
 )
+from dpselect.spark._more_stats import (
+    DVALUE,
+    SQUARE,
+    DistinctSpec,
+    check_distinct_types,
+    distinct_specs,
+    distinct_value,
+    key_aggregates,
+    more_columns,
+    pair_aggregates,
+    square_columns,
+)
 from dpselect.spark._public import join_public, public_keys
 from dpselect.spark._quantiles import LEAF, hist_columns, leaves_of, pair_leaf_counts
 from dpselect.spark._release import Release, release_guarantee
@@ -55,7 +66,8 @@ _MAX_LIST = 2**31 - 16
 def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns: list[str],
                    grids: Mapping[str, Any], integer: Mapping[str, bool], kappa: int, linf: int,
                    key: ReleaseKey, null_unit_check: bool, report: bool = False,
-                   labels: Mapping[str, str] | None = None, trees: Mapping[str, Any] | None = None) -> Any:
+                   labels: Mapping[str, str] | None = None, trees: Mapping[str, Any] | None = None,
+                   squares: Mapping[str, int] | None = None, distinct: Sequence[DistinctSpec] = ()) -> Any:
     """The lazy plan of the bounded (user, key) pairs: each user's rows in a key cut to the L∞ of
     smallest rank, then each user's pairs cut to the κ of smallest rank (pseudo-random ranks keyed
     by ``key``: the same rows and pairs on any re-run; ``_bounding``). ``data``: null units
@@ -64,7 +76,10 @@ def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns
     sum in grid units, a decimal) if it has bounds, else ``VALUES<i>`` (the list of its kept
     values, for APPROX_BOUNDS and, once bounds are found, the sums), and for the i-th value column
     in ``trees`` (the leaves of its quantile tree) ``HIST<i>_<k>``, its kept rows in leaf k
-    (``_quantiles``).
+    (``_quantiles``). For a value column in ``squares`` (a variance's: column → its index i) with
+    a grid, ``SQUARE<i>``, the pair's Σq; for each count_distinct in ``distinct``, ``DSET<k>``,
+    the pair's kept distinct values of its ``DVALUE<j>`` column (a column of ``data``, part of
+    each row's identity: rows differing there are not interchangeable) (``_more_stats``).
 
     With ``report``, nothing is dropped: rows and pairs carry their ``RANK`` instead, and the
     pairs also ``ROWS_ALL`` and the clamping counts of the columns with bounds (``report.py``).
@@ -72,27 +87,37 @@ def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns
     F = spark().functions
     labels = dict(labels or {})
     trees = dict(trees or {})
+    squares = dict(squares or {})
     pair = [privacy_unit, *names]
     internal = {c: f"{SUM if c in grids else VALUES}{i}" for i, c in enumerate(value_columns)}
     raw = {c: f"{RAW}{i}" for i, c in enumerate(value_columns) if c in grids} if report else {}
+    listed = list(dict.fromkeys(spec.value for spec in distinct))  # the count_distinct columns, as read
     rows = data.select(*columns(pair), *[column(c).alias(internal[c]) for c in value_columns],
-                       *[column(c).cast("double").alias(r) for c, r in raw.items()]).repartition(column(privacy_unit))
-    if not value_columns:
+                       *[column(c).cast("double").alias(r) for c, r in raw.items()],
+                       *columns(listed)).repartition(column(privacy_unit))
+    square_at = [i for c, i in squares.items() if c in grids]  # summed per row; the others once bounds are found
+    if not value_columns and not listed:
         # Rows of one pair are interchangeable: keeping L∞ of them is keeping min(rows, L∞), drawn or not.
         counted = rows.groupBy(*columns(pair)).agg(F.count(F.lit(1)).alias(ROWS_ALL))
         pairs = counted.withColumn(ROWS, F.least(F.col(ROWS_ALL), F.lit(linf).cast("long")))
         pairs = pairs.select(*columns(pair), F.col(ROWS), *([F.col(ROWS_ALL)] if report else []))
     else:
         values = [*internal.values()]
-        specs = {internal[c]: ValueSpec(labels.get(c, c), grids.get(c), integer[c], trees.get(c), f"{LEAF}{i}")
+        specs = {internal[c]: ValueSpec(labels.get(c, c), grids.get(c), integer[c], trees.get(c), f"{LEAF}{i}",
+                                        f"{SQUARE}{i}" if c in squares and c in grids else None)
                  for i, c in enumerate(value_columns)}
         leaf_counts = [(i, trees[c].count) for i, c in enumerate(value_columns) if c in trees]
         # A row's identity: its user, key and values (the raw copies the report reads are functions
         # of them), and its index among the rows identical to it.
-        indexed = index_identical_rows(rows, [*pair, *values], privacy_unit)
-        drawn = with_ranks(indexed, key.for_step(b"rows"), [*pair, *values, J], False, privacy_unit, specs).drop(J)
-        # Ties of rank are broken by the rows' content (grid units, and the raw values the report reads).
-        content = [*values, *raw.values()]
+        indexed = index_identical_rows(rows, [*pair, *values, *listed], privacy_unit)
+        # A capped count_distinct ranks each (user, key, value) triple with its own key (``_more_stats``).
+        triples = [(spec.rank, key.for_step(b"distinct %d" % spec.k), [*pair, spec.value])
+                   for spec in distinct if spec.cap is not None]
+        drawn = with_ranks(indexed, key.for_step(b"rows"), [*pair, *values, *listed, J], False, privacy_unit, specs,
+                           more_ranks=triples).drop(J)
+        # Ties of rank are broken by the rows' content (grid units, the count_distinct columns, and
+        # the raw values the report reads).
+        content = [*values, *listed, *raw.values()]
 
         def pair_sum(c: str, col: str, kept: Any = None) -> Any:
             value = F.col(col) if kept is None else F.when(kept, F.col(col))
@@ -106,30 +131,34 @@ def _bounded_pairs(data: Any, privacy_unit: str, names: list[str], value_columns
                 F.count_if(kept).alias(ROWS), F.count(F.lit(1)).alias(ROWS_ALL),
                 *[pair_sum(c, col, kept) for c, col in internal.items()],
                 *[agg for i, m in leaf_counts for agg in pair_leaf_counts(i, m, kept)],
+                *pair_aggregates(square_at, distinct, kept, report=True),
                 *[agg for i, c in enumerate(value_columns) if c in grids
                   for agg in clamping_sums(F.col(raw[c]), grids[c], kept, i)])
         else:
             kept_rows = keep_first(drawn, pair, content, linf)
             pairs = kept_rows.groupBy(*columns(pair)).agg(
                 F.count(F.lit(1)).alias(ROWS), *[pair_sum(c, col) for c, col in internal.items()],
-                *[agg for i, m in leaf_counts for agg in pair_leaf_counts(i, m)])
+                *[agg for i, m in leaf_counts for agg in pair_leaf_counts(i, m)],
+                *pair_aggregates(square_at, distinct))
     ranked_pairs = with_ranks(pairs, key.for_step(b"pairs"), pair, null_unit_check, privacy_unit,
                               unit_label=labels.get(privacy_unit))
     return keep_first(ranked_pairs, [privacy_unit], names, kappa, rank=RANK if report else None)
 
 
 def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bool = False,
-             hists: Sequence[str] = ()) -> Any:
+             hists: Sequence[str] = (), squares: Sequence[int] = (), distinct: Sequence[DistinctSpec] = ()) -> Any:
     """Per key of the bounded pairs: kept users (``USERS``), kept rows (``ROWS``), per value
     column, the exact sum of its grid units (``SUM<i>``, a decimal of 38 digits), then the kept
-    rows per leaf of each quantile tree (``hists``). With ``report``, every key of the data
-    (``USERS`` may be 0), then ``report_columns``."""
+    rows per leaf of each quantile tree (``hists``), then ``more_columns`` (the variances' Σq and
+    the distinct counts). With ``report``, every key of the data (``USERS`` may be 0), then
+    ``report_columns``."""
     F = spark().functions
     sums = [f"{SUM}{i}" for i in range(n_values)]
     if not report:
         return pairs.groupBy(*columns(names)).agg(F.count(F.lit(1)).alias(USERS), F.sum(ROWS).alias(ROWS),
                                                   *[F.sum(F.col(c).cast(sum_type())).alias(c) for c in sums],
-                                                  *[F.sum(c).alias(c) for c in hists])
+                                                  *[F.sum(c).alias(c) for c in hists],
+                                                  *key_aggregates(squares, distinct))
     kept = F.col(RANK) <= kappa
 
     def kept_sum(column: str, zero: Any) -> Any:
@@ -139,6 +168,7 @@ def _per_key(pairs: Any, names: list[str], n_values: int, kappa: int, report: bo
         F.count_if(kept).alias(USERS), kept_sum(ROWS, F.lit(0)),
         *[F.sum(F.when(kept, F.col(c)).otherwise(F.lit(0)).cast(sum_type())).alias(c) for c in sums],
         *[kept_sum(c, F.lit(0)) for c in hists],
+        *key_aggregates(squares, distinct, kept, report=True),
         F.count(F.lit(1)).alias(PAIRS), F.count_if(F.col(RANK) == 1).alias(FIRSTS), F.sum(ROWS_ALL).alias(ROWS_ALL),
         *[kept_sum(c, F.lit(0.0) if c.startswith(CHANGE) else F.lit(0)) for c in clamping_columns(n_values)])
 
@@ -229,7 +259,11 @@ def aggregate(
     units; a mean spends half its share on each of a sum of offsets and a row count, or reuses a
     released count and sum). A quantile metric (``quantile``, ``median``, ``min``, ``max``) is the
     single machine's noisy hierarchical histogram per key (docs/privacy/quantiles.md), read from
-    each key's kept rows per leaf, counted by Spark. The budget is split by ``weights`` exactly as
+    each key's kept rows per leaf, counted by Spark. A ``variance`` or ``stddev`` reads each key's
+    exact sum of squared grid offsets, and a ``count_distinct`` each key's distinct values among
+    its kept (user, key) pairs (at most ``max_values_per_unit`` per pair, a uniform subset by
+    keyed PRF ranks), both counted by Spark and released by the single machine's functions
+    (docs/privacy/variance.md, docs/privacy/count-distinct.md). The budget is split by ``weights`` exactly as
     on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
@@ -270,7 +304,6 @@ def aggregate(
                           weights=weights, confidence_level=confidence_level,
                           precision_bits=DEFAULT_PRECISION_BITS if precision_bits is None else precision_bits,
                           null_privacy_units=null_privacy_units, noise=noise)
-    refuse_on_spark(plan.metrics)  # before any Spark job or budget charge
     names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
     auto_columns, shares, strat = plan.auto_columns, plan.shares, plan.strategy
     eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
@@ -284,7 +317,12 @@ def aggregate(
                          f"bounds are found privately ({auto_columns}): a user's kept values in a key are held in "
                          f"one Spark array, of at most {_MAX_LIST} values. Give those metrics bounds=(lower, upper), "
                          "or lower max_contributions_per_partition")
+    if plan.distinct_columns and plan.linf > _MAX_LIST:
+        raise ValueError(f"max_contributions_per_partition = {plan.linf} is too large on Spark for count_distinct of "
+                         f"{plan.distinct_columns}: a user's distinct values in a key are held in one Spark array, of "
+                         f"at most {_MAX_LIST} values. Lower max_contributions_per_partition")
     check_frame(df, privacy_unit, names, [c for c in value_columns if c not in names])
+    check_distinct_types(df, plan.distinct_columns)
     check_names(df, plan.input_columns(), plan.output_columns)
     check_no_speculation(df)
     fields = {f.name: f.dataType for f in df.schema.fields}
@@ -311,15 +349,21 @@ def aggregate(
     kappa, linf = plan.kappa, plan.linf
     # The columns of the quantile metrics: their rows are counted per leaf of their tree (``_quantiles``).
     tree_columns = list(dict.fromkeys(m.column for m in checked.values() if m.kind == "quantile" and m.column))
+    # The variances' columns (their Σq) and the count_distinct metrics (their distinct values) (``_more_stats``).
+    squares = square_columns(checked, value_columns)
+    distinct = distinct_specs(checked, plan.distinct_columns, linf)
 
     renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)],
-                        *[column(c).alias(v) for c, v in values.items()])
+                        *[column(c).alias(v) for c, v in values.items()],
+                        *[distinct_value(column(c), fields[c]).alias(f"{DVALUE}{j}")
+                          for j, c in enumerate(plan.distinct_columns)])
     data, dropped = drop_null_units(renamed, UNIT, null_privacy_units, privacy_unit)
     pairs = _bounded_pairs(data, UNIT, keys, list(values.values()), {values[c]: g for c, g in grids.items()},
                            {values[c]: integer[c] for c in value_columns}, kappa, linf, key,
                            null_privacy_units == "error", report,
                            labels={UNIT: privacy_unit, **{v: c for c, v in values.items()}},
-                           trees={values[c]: leaves_of(c, grids, integer) for c in tree_columns if c in grids})
+                           trees={values[c]: leaves_of(c, grids, integer) for c in tree_columns if c in grids},
+                           squares={values[c]: i for c, i in squares.items()}, distinct=distinct)
     components: list[Component] = []
     unbounded: list[str] = []
     if auto_columns:
@@ -338,12 +382,14 @@ def aggregate(
             grids[c] = found
         pairs = sum_values(pairs, {name: (c, grids[c], value_columns.index(c)) for name, c in lists.items()}, report,
                            {name: leaves_of(c, grids, integer) for name, c in lists.items()
-                            if c in tree_columns and c not in unbounded})
+                            if c in tree_columns and c not in unbounded},
+                           [name for name, c in lists.items() if c in squares])
     leaves = {c: None if c in unbounded else leaves_of(c, grids, integer) for c in tree_columns}
     hists = [h for c, tree in leaves.items() if tree is not None
              for h in hist_columns(value_columns.index(c), tree.count)]
-    per_key = _per_key(pairs, keys, len(value_columns), kappa, report, hists)
-    stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))], *hists]
+    per_key = _per_key(pairs, keys, len(value_columns), kappa, report, hists, list(squares.values()), distinct)
+    stats = [USERS, ROWS, *[f"{SUM}{i}" for i in range(len(value_columns))], *hists,
+             *more_columns(list(squares.values()), distinct, report)]
     if report:
         stats += [PAIRS, FIRSTS, ROWS_ALL, *clamping_columns(len(value_columns))]
     if public is not None:  # the listed keys, one absent from the data with zeros; with a report, the data's too
@@ -352,7 +398,7 @@ def aggregate(
     release = Release(keys, value_columns, checked, plan.metric_noise(kappa, linf), grids, kappa, linf,
                       confidence_level, strat, spec, public is not None, report, labels=plan.metric_labels(),
                       unbounded=tuple(unbounded), means=plan.means, selection_counts=plan.selection_counts,
-                      leaves=leaves)
+                      leaves=leaves, spreads=plan.spreads, squares=squares, distinct=distinct)
     schema = release.schema([types.StructField(k, f.dataType, f.nullable) for k, f in zip(keys, key_fields)])
     if report:
         kept_fields = {f.name: f for f in per_key.schema.fields}
@@ -367,7 +413,8 @@ def aggregate(
     holder = None
     if report:
         holder = aggregate_report(decided, dropped, grids, value_columns, strat, eps_total, kappa, linf,
-                                  public is not None)
+                                  public is not None,
+                                  {s.name: s.cut for s in distinct if checked[s.name].max_values_per_unit is not None})
     return SparkAggregateResult(frame=frame, guarantee=guarantee,
                                 bounds={c: (math.nan, math.nan) if c in unbounded else (g.lower, g.upper)
                                         for c, g in grids.items()}, _report=holder)

@@ -69,13 +69,17 @@ class ValueSpec:
     grid (bounds still to be found), kept as its values (int64 for ``integer``, else float64,
     −0.0 read as 0.0 so that equal values are equal bits). With ``leaves`` (a quantile's tree,
     :class:`~dpselect.aggregation.quantile_tree.Leaves`), each row's leaf, from its value before
-    any conversion, also goes to column ``leaf``."""
+    any conversion, also goes to column ``leaf``. With ``square`` (a variance's column, with a
+    grid), each row's squared offset from the grid's midpoint, the single machine's
+    :func:`~dpselect.aggregation.more_stats.grid_squared_offsets` of its units, goes to column
+    ``square``."""
 
     label: str  # the column's name in the caller's DataFrame, for the messages
     grid: Any = None
     integer: bool = False
     leaves: Any = None
     leaf: str | None = None
+    square: str | None = None
 
 
 def index_identical_rows(df: Any, identity: Sequence[str], order: str) -> Any:
@@ -89,23 +93,28 @@ def index_identical_rows(df: Any, identity: Sequence[str], order: str) -> Any:
     return df.withColumn(J, sql.functions.row_number().over(window))
 
 
-def _fingerprint_columns(identity: Sequence[str]) -> list[Any]:
+def _fingerprint_columns(identity: Sequence[str], prefix: str | None = None) -> list[Any]:
     """Two 64-bit hashes of the identity columns, each column preceded by its null flag (Spark's
     hashes skip nulls, so (null, 1) and (1, null) would otherwise collide). Spark's hashes read
-    −0.0 as 0.0 and every NaN alike, as its grouping does."""
+    −0.0 as 0.0 and every NaN alike, as its grouping does. ``prefix``: the two columns' names'
+    stem (default ``_FP``)."""
     F = spark().functions
     parts = [p for name in identity for p in (column(name).isNull(), column(name))]
-    return [F.xxhash64(F.lit(seed), *parts).alias(name) for seed, name in zip((1, 2), _FP)]
+    out = _FP if prefix is None else (f"{prefix}1", f"{prefix}2")
+    return [F.xxhash64(F.lit(seed), *parts).alias(name) for seed, name in zip((1, 2), out)]
 
 
 def with_ranks(df: Any, step_key: bytes, identity: Sequence[str], null_unit_check: bool, privacy_unit: str,
-               values: Mapping[str, ValueSpec] | None = None, unit_label: str | None = None) -> Any:
+               values: Mapping[str, ValueSpec] | None = None, unit_label: str | None = None,
+               more_ranks: Sequence[tuple[str, bytes, Sequence[str]]] = ()) -> Any:
     """df plus ``R``, each row's rank ``PRF(step_key, fingerprint(identity))`` computed on the
     executors in the C kernel (one vectorised call per Arrow batch); each column named in
     ``values`` is checked and converted as its :class:`ValueSpec` says. With
     ``null_unit_check``, a null in column ``privacy_unit`` (the caller's ``unit_label``) fails
-    the job with dpselect's message."""
+    the job with dpselect's message. ``more_ranks``: (column, step key, identity) of further
+    ranks computed alike, before ``R`` (count_distinct's ranks of (user, key, value) triples)."""
     from dpselect import _rng
+    from dpselect.aggregation.more_stats import grid_squared_offsets
 
     sql = spark()
     types = sql.types
@@ -118,10 +127,18 @@ def with_ranks(df: Any, step_key: bytes, identity: Sequence[str], null_unit_chec
               for f in df.schema.fields]
     trees = {name: v for name, v in values.items() if v.leaves is not None}
     leaf_fields = [types.StructField(v.leaf, types.LongType(), False) for v in trees.values()]
-    schema = types.StructType([*fields, *leaf_fields, types.StructField(R, types.LongType(), False)])
+    squares = {name: v for name, v in values.items() if v.square is not None}
+    square_fields = [types.StructField(v.square, types.LongType(), False) for v in squares.values()]
+    rank_fields = [types.StructField(name, types.LongType(), False) for name, _, _ in more_ranks]
+    schema = types.StructType([*fields, *leaf_fields, *square_fields, *rank_fields,
+                               types.StructField(R, types.LongType(), False)])
     names = [f.name for f in df.schema.fields]
     unit_index = names.index(privacy_unit)
-    hashed = df.select(*columns(names), *_fingerprint_columns(identity))
+    # Each rank's fingerprint: two int64 columns after the data's, the further ranks' first.
+    prints = [*[_fingerprint_columns(ident, f"{name}_fp") for name, _, ident in more_ranks],
+              _fingerprint_columns(identity)]
+    hashed = df.select(*columns(names), *[c for pair in prints for c in pair])
+    keys = [*[key for _, key, _ in more_ranks], step_key]
 
     def convert(col: Any, v: ValueSpec) -> np.ndarray:
         label = f"value column {v.label!r}"
@@ -154,9 +171,14 @@ def with_ranks(df: Any, step_key: bytes, identity: Sequence[str], null_unit_chec
                    for i, name in enumerate(names)]
             for name, v in trees.items():  # converted (so checked) above; the leaf reads the value itself
                 out.append(pa.array(v.leaves.codes(batch.column(names.index(name)).to_numpy(zero_copy_only=False))))
-            a, b = (batch.column(len(names) + k).to_numpy(zero_copy_only=False).view(np.uint64) for k in (0, 1))
-            out.append(pa.array(_rng.keyed_prf_u64(step_key, a, b).view(np.int64), pa.int64()))
-            yield pa.RecordBatch.from_arrays(out, names=[*names, *[v.leaf for v in trees.values()], R])
+            for name, v in squares.items():  # from the units just converted, as one machine squares them
+                units = out[names.index(name)].to_numpy(zero_copy_only=False)
+                out.append(pa.array(grid_squared_offsets(units, v.grid), pa.int64()))
+            for k, key in enumerate(keys):
+                a, b = (batch.column(len(names) + 2 * k + i).to_numpy(zero_copy_only=False).view(np.uint64)
+                        for i in (0, 1))
+                out.append(pa.array(_rng.keyed_prf_u64(key, a, b).view(np.int64), pa.int64()))
+            yield pa.RecordBatch.from_arrays(out, names=schema.names)
 
     return hashed.mapInArrow(rank, schema)
 

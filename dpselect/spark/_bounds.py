@@ -11,7 +11,7 @@ adds the noise and reads the bounds off. The sums are then computed from the sam
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,13 +64,15 @@ def histograms(pairs: Any, columns: Mapping[str, bool]) -> dict[str, np.ndarray]
 
 
 def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bool = False,
-               trees: Mapping[str, Any] | None = None) -> Any:
+               trees: Mapping[str, Any] | None = None, squares: Sequence[str] = ()) -> Any:
     """``pairs`` with each list column named in ``grids`` (name → (label, grid, i), the i-th
     value column) replaced by ``SUM<i>``: the pair's values clamped and snapped to the grid and
     summed exactly in grid units (128 bits, handed to Spark as a 38-digit decimal: a pair's sum
     of at most L∞ int64 terms never overflows it). With ``report``, the clamping counts of those
     values are appended; then, for each list column in ``trees`` (name → the leaves of its
-    quantile tree), the pair's values per leaf (``HIST<i>_<k>``, ``_quantiles``)."""
+    quantile tree), the pair's values per leaf (``HIST<i>_<k>``, ``_quantiles``); then, for each
+    list column in ``squares`` (a variance's), the Σq of its units (``SQUARE<i>``, ``_more_stats``)."""
+    from dpselect.spark._more_stats import SQUARE, squares_of_lists
     from dpselect.spark._quantiles import hist_columns, leaf_counts_of_lists
     from dpselect.spark._report import ABOVE, BELOW, CHANGE, clamping_of_lists
 
@@ -84,13 +86,15 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bo
     trees = dict(trees or {})
     fields += [types.StructField(c, types.LongType(), False) for f in pairs.schema.fields if f.name in trees
                for c in hist_columns(grids[f.name][2], trees[f.name].count)]  # in the batches' order
+    fields += [types.StructField(f"{SQUARE}{grids[f.name][2]}", sum_type(), False) for f in pairs.schema.fields
+               if f.name in squares]
     schema = types.StructType(fields)
 
     def convert(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         for batch in batches:
-            columns, clamped, counted = list(batch.columns), [], []
+            columns, clamped, counted, squared = list(batch.columns), [], [], []
             for i, name in enumerate(batch.schema.names):
                 if name not in grids:
                     continue
@@ -108,6 +112,8 @@ def sum_values(pairs: Any, grids: Mapping[str, tuple[str, Any, int]], report: bo
                     clamped += [pa.array(a) for a in clamping_of_lists(values, codes, len(lists), grid)]
                 if name in trees:
                     counted += [pa.array(a) for a in leaf_counts_of_lists(values, codes, len(lists), trees[name])]
-            yield pa.RecordBatch.from_arrays(columns + clamped + counted, names=schema.names)
+                if name in squares:
+                    squared.append(arrow_of(squares_of_lists(units, codes, len(lists), grid)))
+            yield pa.RecordBatch.from_arrays(columns + clamped + counted + squared, names=schema.names)
 
     return pairs.mapInArrow(convert, schema)

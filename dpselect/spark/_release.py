@@ -3,7 +3,7 @@ run by ``mapInArrow`` on the executors over the per-key aggregates, and the rele
 computed on the driver from the same parameters (docs/spark.md, "What runs where")."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -15,6 +15,7 @@ from dpselect.core.exact import as_fraction
 from dpselect.rng import resolve_rng
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.spark._common import KEEP, ERROR_MARK, executor_rng, spark, wide_of
+from dpselect.spark._more_stats import SQUARE
 
 __all__ = ["Release", "release_guarantee"]
 
@@ -24,7 +25,8 @@ class Release:
     aggregates (the ``by`` columns, ``USERS``, ``ROWS``, one ``SUM<i>`` per value column, exact
     decimals): the selection (none with public partitions) and every metric's noise, in the C
     kernel; a quantile metric reads the key's kept rows per leaf of its tree (``HIST<i>_<k>``,
-    ``_quantiles``). Each key's decision and noise depend on its own aggregates and fresh randomness only,
+    ``_quantiles``), a variance its column's Σq (``SQUARE<i>``) and a count_distinct its distinct
+    count (``DCOUNT<k>``, ``_more_stats``). Each key's decision and noise depend on its own aggregates and fresh randomness only,
     so batch by batch is the same mechanism as all keys at once. Its output is read once: the
     caller stores it as a local checkpoint in the same job (docs/spark.md, "Drawn once")."""
 
@@ -33,7 +35,9 @@ class Release:
                  level: float | None, selection: CountMechanism | None, spec: tuple[bytes, int] | None,
                  public: bool = False, report: bool = False, labels: Mapping[str, str] | None = None,
                  unbounded: tuple[str, ...] = (), means: Mapping[str, Any] | None = None,
-                 selection_counts: str | None = None, leaves: Mapping[str, Any] | None = None) -> None:
+                 selection_counts: str | None = None, leaves: Mapping[str, Any] | None = None,
+                 spreads: Mapping[str, Any] | None = None, squares: Mapping[str, int] | None = None,
+                 distinct: Sequence[Any] = ()) -> None:
         self.names, self.value_columns, self.metrics = names, value_columns, dict(metrics)
         # How the guarantee names each metric; columns where APPROX_BOUNDS found no bounds (their
         # sums and means are NaN, as on one machine).
@@ -47,6 +51,9 @@ class Release:
         # Each quantile metric's column: the leaves of its tree (None: no bounds found, NaN as on one machine).
         self.leaves = dict(leaves or {})
         self._hists = {c: names for c in self.leaves if (names := self.hist_columns(c))}  # read per batch
+        # Where each variance takes released values (AggregatePlan.spreads), the variances' columns
+        # (column -> its index among the value columns) and the count_distinct metrics (DistinctSpec).
+        self.spreads, self.squares, self.distinct = dict(spreads or {}), dict(squares or {}), tuple(distinct)
         # The selection (None with public partitions) is pickled for the executors and built again there.
         self.level, self.selection, self.spec, self.public, self.report = level, selection, spec, public, report
 
@@ -54,7 +61,7 @@ class Release:
         types = spark().types
         out = list(key_fields)
         for name, m in self.metrics.items():
-            typ = types.LongType() if m.kind in ("count", "count_distinct_units") else types.DoubleType()
+            typ = types.LongType() if m.kind in ("count", "count_distinct_units", "count_distinct") else types.DoubleType()
             for column in output_columns(name, m):  # a quantile metric of several q: one column each
                 out.append(types.StructField(column, typ, False))
                 if self.level is not None:
@@ -70,7 +77,8 @@ class Release:
         return [] if tree is None else hist_columns(self.value_columns.index(column), tree.count)
 
     def release_metrics(self, users: np.ndarray, rows: np.ndarray, sums: Mapping[str, Any], rng: Any,
-                        selected: np.ndarray | None = None, hists: Mapping[str, np.ndarray] | None = None
+                        selected: np.ndarray | None = None, hists: Mapping[str, np.ndarray] | None = None,
+                        squares: Mapping[str, Any] | None = None, distinct: Mapping[str, np.ndarray] | None = None
                         ) -> dict[str, tuple[dict[str, tuple[Any, Any, Any]], Component]]:
         """Every metric's output columns (column → values, interval low, high) over keys with
         these statistics, and its component, in the metrics' order; ``sums``: each value
@@ -78,7 +86,10 @@ class Release:
         units before noise, as on one machine
         (:func:`~dpselect.aggregation.metric_noise.release_metrics`); ``hists``: each quantile
         column's (keys, leaves) counts of kept rows, read by the single machine's
-        :func:`~dpselect.aggregation.quantile_release.quantile_metric`."""
+        :func:`~dpselect.aggregation.quantile_release.quantile_metric`; ``squares``: each variance
+        column's Σq (:class:`~dpselect.aggregation.wide.Wide`) and ``distinct``: each
+        count_distinct's counts, read by the single machine's
+        :func:`~dpselect.aggregation.more_stats.release_more` (zeros where not given)."""
         from dpselect.aggregation.metric_noise import PartitionGrids, release_metrics, selection_counts_metric
         from dpselect.aggregation.quantile_release import in_metric_order, quantile_metric
         from dpselect.aggregation.quantile_tree import KeyLeafCounts
@@ -100,9 +111,22 @@ class Release:
                 counts = None if tree is None else KeyLeafCounts.of_counts((hists or {})[m.column])
                 trees[name] = quantile_metric(name, self.labels[name], m, self.noises[name], counts, users.size, tree,
                                               self.level, rng)
+        extra = self.more_statistics(users.size, squares or {}, distinct or {})
         others = release_metrics(self.labels, {n: m for n, m in self.metrics.items() if n not in trees}, self.noises,
-                                 self.means, users, rows, dict(sums), grids, self.level, rng, given)
+                                 self.means, users, rows, dict(sums), grids, self.level, rng, given, extra)
         return in_metric_order(self.metrics, trees, others)
+
+    def more_statistics(self, n: int, squares: Mapping[str, Any], distinct: Mapping[str, np.ndarray]) -> Any:
+        """What the single machine's release of variances and distinct counts reads, for n keys."""
+        from dpselect.aggregation.metric_noise import PartitionGrids
+        from dpselect.aggregation.wide import Wide
+        from dpselect.spark._more_stats import more_statistics
+
+        # The shift of each variance column's squares: from its grid, as the executors squared them.
+        one = {c: PartitionGrids.none(1) if c in self.unbounded else PartitionGrids.of(self.grids[c], 1)
+               for c in self.squares}
+        return more_statistics(self.spreads, one, {c: squares.get(c, Wide.zeros(n)) for c in self.squares},
+                               {s.name: distinct.get(s.name, np.zeros(n, np.int64)) for s in self.distinct})
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -136,11 +160,15 @@ class Release:
             sums = {c: wide_of(batch.column(n_keys + 2 + i))[keep] for i, c in enumerate(self.value_columns)}
             hists = {c: np.stack([count(batch.column(batch.schema.get_field_index(h)))[keep] for h in names], axis=1)
                      for c, names in self._hists.items()}
+            squares = {c: wide_of(batch.column(batch.schema.get_field_index(f"{SQUARE}{i}")))[keep]
+                       for c, i in self.squares.items()}
+            distinct = {s.name: count(batch.column(batch.schema.get_field_index(s.count)))[keep] for s in self.distinct}
             if self.report:  # every key, KEEP saying which are released (the others' metrics are 0)
                 out = [batch.column(i) for i in range(n_keys)]
             else:
                 out = [batch.column(i).filter(pa.array(keep)) for i in range(n_keys)]
-            for columns, _ in self.release_metrics(users[keep], rows, sums, rng, selected, hists).values():
+            for columns, _ in self.release_metrics(users[keep], rows, sums, rng, selected, hists, squares,
+                                                   distinct).values():
                 for values in columns.values():
                     for array in values[:3 if self.level is not None else 1]:
                         out.append(pa.array(self._spread(np.asarray(array), keep) if self.report

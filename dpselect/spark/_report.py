@@ -80,14 +80,16 @@ def selection_report(decided: Any, dropped: int, strat: Any, kappa: int) -> Any:
 
 
 def aggregate_report(decided: Any, dropped: int, grids: Mapping[str, Any], value_columns: list[str], strat: Any,
-                     epsilon: Any, kappa: int, linf: int, public: bool) -> Any:
+                     epsilon: Any, kappa: int, linf: int, public: bool, capped: Mapping[str, str] | None = None) -> Any:
     """:class:`~dpselect.aggregation.report.AggregateReport` from the decided per-key rows of
     ``aggregate`` (every key, with ``KEEP`` and the statistics). A key of the data is one with
-    a pair before bounding; released, as on one machine, if ``KEEP`` and a user is left."""
+    a pair before bounding; released, as on one machine, if ``KEEP`` and a user is left.
+    ``capped``: per count_distinct metric with max_values_per_unit, its column of the kept
+    (user, key, value) triples the cap left out, summed over every key as on one machine."""
     from dpselect.aggregation.report import AggregateReport, ColumnClamping
 
     F = spark().functions
-    clamps = clamping_columns(len(value_columns))
+    clamps = [*clamping_columns(len(value_columns)), *dict.fromkeys((capped or {}).values())]
     sums = decided.agg(*[F.sum(c).alias(c) for c in (ROWS_ALL, ROWS, PAIRS, USERS, FIRSTS, *clamps)]).collect()[0]
     total = {c: sums[c] or 0 for c in (ROWS_ALL, ROWS, PAIRS, USERS, FIRSTS, *clamps)}
     in_data = decided.filter(decided[PAIRS] > 0).withColumn(KEEP, decided[KEEP] & (decided[USERS] > 0))
@@ -102,4 +104,5 @@ def aggregate_report(decided: Any, dropped: int, grids: Mapping[str, Any], value
     return AggregateReport.build(
         totals=totals, null_unit_rows=dropped, users_before=arrays[PAIRS].astype(np.int64), users_kept=users_kept,
         candidates=np.flatnonzero(users_kept > 0), released_codes=np.flatnonzero(arrays[KEEP].astype(bool)),
-        strategy=strat, clamping=clamping, epsilon=epsilon, kappa=kappa, linf=linf, public=public)
+        strategy=strat, clamping=clamping, epsilon=epsilon, kappa=kappa, linf=linf, public=public,
+        distinct_capped={name: int(total[c]) for name, c in (capped or {}).items()})
