@@ -342,3 +342,20 @@ def test_the_quick_auto_choice_defers_to_recommend_where_the_gaussian_is_close()
     from dpselect.aggregation.plan import _clear_budget_split_choice
 
     assert _clear_budget_split_choice(1.0, 1e-6, 8) is None  # Gaussian thresholding wins at κ = 8
+
+
+def test_choosing_the_noise_at_a_huge_epsilon_does_not_overflow():
+    # At ε = 1e6 a Laplace sd is so small that the squared ratio of the Gaussian's to it left the
+    # float range: choose_noise raised a raw OverflowError from the parameters alone.
+    import pyarrow as pa
+
+    table = pa.table({"u": [i % 30 for i in range(100)], "k": [i % 3 for i in range(100)],
+                      "x": [i * 0.1 for i in range(100)], "y": [float(i) for i in range(100)],
+                      "s": [str(i % 7) for i in range(100)]})
+    metrics = {"c": dpselect.count(), "v": dpselect.variance("x", (0, 10)), "sd": dpselect.stddev("x", (0, 10)),
+               "d1": dpselect.count_distinct("s", max_values_per_unit=50), "d2": dpselect.count_distinct("s"),
+               "vy": dpselect.variance("y"), "m": dpselect.mean("x", (0, 10))}
+    result = dpselect.aggregate(table, privacy_unit="u", by="k", metrics=metrics, epsilon=1e6, delta=1e-6,
+                                max_partitions_contributed=4, max_contributions_per_partition=100,
+                                public_partitions=[0, 1, 2], confidence_level=0.9)
+    assert result.frame.num_rows == 3

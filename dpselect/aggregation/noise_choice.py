@@ -194,7 +194,9 @@ def choose_noise(metrics: Mapping[str, Metric], epsilons: Mapping[str, Fraction]
             lap, gauss = noise_sds(metrics[n], epsilons[n], rho_share(group, n), kappa, linf)
             if n in free[:k] and not gauss < lap:
                 ok = False
-            cost += (gauss / lap) ** 2 if math.isfinite(lap) and lap > 0 else 0.0
+            if math.isfinite(lap) and lap > 0:
+                ratio = gauss / lap
+                cost += ratio * ratio  # a product overflows to inf (the worst cost); ** would raise
         if ok and (best is None or cost < best[0]):
             best = (cost, members, group)
     assert best is not None  # k = 0 always qualifies
