@@ -26,6 +26,7 @@ from dpselect.cli.common import (
     add_threads_argument,
     PAPER,
     Fail,
+    deliver,
     add_privacy_arguments,
     byte_size,
     check_output_types,
@@ -35,7 +36,6 @@ from dpselect.cli.common import (
     output_format,
     positive_int_or_auto,
     probe_rng,
-    quiet,
     rng_message,
     shown,
     write_err,
@@ -468,7 +468,6 @@ def run(args: argparse.Namespace) -> int:
         DEFAULT_BLOCK_SIZE,
         ColumnError,
         InputError,
-        OutputError,
         ValueColumnError,
         detect_format,
         open_batches,
@@ -591,15 +590,8 @@ def run(args: argparse.Namespace) -> int:
         note(args, f"warning: dropped {null_units} row(s) with a null privacy unit (column {args.privacy_unit!r}). "
                    "This count is exact and NOT differentially private: it is for you, the data holder; do "
                    "not publish it.")
-    try:
-        write_outputs(items, protected=protected, private=[report_to] if report_to not in (None, "-") else [],
-                      log=args.write_log)
-    except OutputError as exc:
-        if to_stdout:
-            quiet(sys.stdout)
-        raise Fail(EXIT_OUTPUT, str(exc)) from exc
-    except BrokenPipeError:
-        quiet(sys.stdout)  # the reader of stdout went away (e.g. `| head`): not an error
+    if not deliver(lambda: write_outputs(items, protected=protected, log=args.write_log,
+                                         private=[report_to] if report_to not in (None, "-") else []), to_stdout):
         return EXIT_OK
     where = "standard output" if to_stdout else repr(args.output)
     note(args, f"released {released.num_rows} partitions with {len(metrics)} metric(s) to {where}.")

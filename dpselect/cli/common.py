@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Callable
 
 from dpselect.errors import DPSelectError
 
@@ -239,6 +239,24 @@ def quiet(stream: Any) -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def deliver(write: Callable[[], object], to_stdout: bool) -> bool:
+    """Run ``write`` (the release and its files): a failed write is Fail(EXIT_OUTPUT) with stdout
+    silenced; a reader of stdout that went away (e.g. ``| head``) is not an error for a shell
+    pipeline: False (the caller exits 0 and says nothing more). True when all was written."""
+    from dpselect.io.files import OutputError
+
+    try:
+        write()
+    except OutputError as exc:
+        if to_stdout:
+            quiet(sys.stdout)
+        raise Fail(EXIT_OUTPUT, str(exc)) from exc
+    except BrokenPipeError:
+        quiet(sys.stdout)
+        return False
+    return True
 
 
 def output_format(args: argparse.Namespace, to_stdout: bool) -> str:

@@ -20,13 +20,13 @@ from dpselect.cli.common import (
     EXIT_USAGE,
     PAPER,
     Fail,
+    deliver,
     api_flags,
     check_output_types,
     is_rng_failure,
     note,
     output_format,
     probe_rng,
-    quiet,
     rng_message,
     strategy_names,
 )
@@ -309,22 +309,15 @@ def _count_whole(counter: Any, table: Any) -> None:
 
 def _finish_output(args: argparse.Namespace, counter: Any, released: Any, to_stdout: bool, out_fmt: str) -> int:
     """Report dropped rows (to the data holder), write the release, print the guarantee."""
-    from dpselect.io.files import OutputError, write_table
+    from dpselect.io.files import write_table
     from dpselect.ingest.pipeline import GUARANTEE_METADATA_KEY
 
     if counter.null_unit_rows:
         note(args, f"warning: dropped {counter.null_unit_rows} row(s) with a null privacy unit "
                    f"(column {args.privacy_unit!r}). This count is exact and NOT differentially "
                    "private: it is for you, the data holder; do not publish it.")
-    try:
-        write_table(released, None if to_stdout else args.output, out_fmt, protected=[args.input], log=args.write_log)
-    except OutputError as exc:
-        if to_stdout:
-            quiet(sys.stdout)
-        raise Fail(EXIT_OUTPUT, str(exc)) from exc
-    except BrokenPipeError:
-        # The reader of stdout went away (e.g. `| head`): not an error for a shell pipeline.
-        quiet(sys.stdout)
+    if not deliver(lambda: write_table(released, None if to_stdout else args.output, out_fmt, protected=[args.input],
+                                       log=args.write_log), to_stdout):
         return EXIT_OK
     where = "standard output" if to_stdout else repr(args.output)
     note(args, f"released {released.num_rows} partitions to {where}.")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import warnings
 from typing import Any
 
@@ -19,6 +18,7 @@ from dpselect.cli.common import (
     EXIT_RNG,
     EXIT_USAGE,
     Fail,
+    deliver,
     check_output_types,
     is_rng_failure,
     note,
@@ -26,7 +26,6 @@ from dpselect.cli.common import (
     output_format,
     positive_int_or_auto,
     probe_rng,
-    quiet,
     rng_message,
     write_err,
 )
@@ -161,15 +160,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in caught:
         if issubclass(warning.category, DPSelectWarning):
             note(args, f"warning: {_flags(reword(str(warning.message)))}")
-    try:
-        write_outputs(items, protected=protected, private=[args.report] if args.report not in (None, "-") else [],
-                      log=args.write_log)
-    except OutputError as exc:
-        if to_stdout:
-            quiet(sys.stdout)
-        raise Fail(EXIT_OUTPUT, str(exc)) from exc
-    except BrokenPipeError:
-        quiet(sys.stdout)
+    if not deliver(lambda: write_outputs(items, protected=protected, log=args.write_log,
+                                         private=[args.report] if args.report not in (None, "-") else []), to_stdout):
         return EXIT_OK
     note(args, f"released {result.frame.num_rows} groups to {'standard output' if to_stdout else repr(args.output)}.")
     note(args, str(result.guarantee))
