@@ -182,6 +182,18 @@ def test_per_row_release_equals_aggregate_on_the_same_rows_and_seed():
             max_partitions_contributed=2, max_contributions_per_partition=3, rng=_seed(), confidence_level=0.9)
     assert got.frame.equals(want.frame) and str(got.guarantee) == str(want.guarantee)
     assert got.bounds == want.bounds and str(got.report()) == str(want.report())
+    with _quiet():  # the threads change the speed, never the release
+        for threads in (1, 3):
+            again = dpselect.sql(query, {"t": table}, rng=_seed(), confidence_level=0.9, threads=threads)
+            assert again.frame.equals(want.frame)
+
+
+def test_a_bad_threads_is_refused_before_duckdb_runs():
+    budget = dpselect.Budget(epsilon=2, delta=1e-5)
+    with pytest.raises(ValueError, match="threads"):  # the table does not exist: DuckDB never ran
+        dpselect.sql(f"SELECT WITH DIFFERENTIAL_PRIVACY {OPTIONS} k, COUNT(*) c FROM nowhere GROUP BY k",
+                     budget=budget, threads=0)
+    assert budget.spent[0] == 0
 
 
 def test_per_group_release_equals_aggregate_on_each_units_totals():
@@ -300,7 +312,7 @@ def test_the_command_writes_the_release_and_its_guarantee(tmp_path, capsys):
     out = tmp_path / "out.csv"
     query = (f"SELECT WITH DIFFERENTIAL_PRIVACY {OPTIONS} k, COUNT(DISTINCT uid) AS users, "
              "SUM(x, contribution_bounds_per_group => (0, 100)) AS total FROM rows GROUP BY k")
-    assert main(["sql", query, "--table", f"rows={data}", "-o", str(out), "--quiet"]) == 0
+    assert main(["sql", query, "--table", f"rows={data}", "-o", str(out), "--quiet", "--threads", "3"]) == 0
     released = pd.read_csv(out)
     assert list(released.columns) == ["k", "users", "total"] and len(released) == 3
     sidecar = json.loads((tmp_path / "out.csv.guarantee.json").read_text())

@@ -18,6 +18,7 @@ from dpselect.cli.common import (
     EXIT_RNG,
     EXIT_USAGE,
     Fail,
+    add_threads_argument,
     deliver,
     check_output_types,
     is_rng_failure,
@@ -81,6 +82,7 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--report", metavar="FILE",
                      help="write the data holder's report (exact, NOT differentially private) to FILE as JSON, or "
                      "to stderr with '-'; never publish it")
+    add_threads_argument(cmd)
     cmd.add_argument("--quiet", "-q", action="store_true", help="print nothing on stderr but errors")
 
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping as MappingABC
 from typing import Any
 
+from dpselect._threads import for_call
 from dpselect.aggregation.aggregate import aggregate
 from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS
 from dpselect.aggregation.plan import plan_aggregate
@@ -64,7 +65,7 @@ def sql(query: str, tables: MappingABC[str, Any] | None = None, *, budget: Any =
         public_partitions: Any = None, strategy: str = "auto", noise: str = "auto", bounds_scope: str = "dataset",
         weights: MappingABC[str, object] | None = None, confidence_level: float | None = None,
         precision_bits: int = DEFAULT_PRECISION_BITS, null_privacy_units: str = "error",
-        rng: object = None) -> AggregateResult:
+        rng: object = None, threads: int | None = None) -> AggregateResult:
     """Release a ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` query (BigQuery's syntax) under
     (ε, δ)-DP: DuckDB runs its FROM, JOINs and WHERE, producing only the privacy unit, the GROUP BY
     keys and the value columns, and :func:`dpselect.aggregate` bounds, selects and releases them
@@ -76,7 +77,8 @@ def sql(query: str, tables: MappingABC[str, Any] | None = None, *, budget: Any =
     (``FROM 'visits.parquet'``). ``max_contributions_per_partition`` (L∞): bound the rows of each
     privacy unit in each group and clamp each row (per-row bounds); without it SUM, AVG and COUNT
     clamp each unit's total per group, as BigQuery does (docs/sql.md, "Mapping"). The other
-    keyword arguments are :func:`dpselect.aggregate`'s.
+    keyword arguments are :func:`dpselect.aggregate`'s (``threads`` too: checked before DuckDB
+    runs; the release does not depend on it).
 
     The guarantee holds for neighbouring inputs of the bounding — the rows that the FROM and WHERE
     produce — that add or remove all rows of one privacy unit; a FROM that gives one unit more
@@ -90,10 +92,12 @@ def sql(query: str, tables: MappingABC[str, Any] | None = None, *, budget: Any =
                                   bounds_scope=bounds_scope, weights=weights, confidence_level=confidence_level,
                                   precision_bits=precision_bits, null_privacy_units=null_privacy_units)
     order = arguments.pop("order")
+    n_threads = for_call(threads)  # checked before DuckDB runs
     con = connect(connection, tables)
     table = run_relation(con, mapping)
     try:
-        result = aggregate(table, **arguments, public_partitions=public_partitions, budget=budget, rng=rng)
+        result = aggregate(table, **arguments, public_partitions=public_partitions, budget=budget, rng=rng,
+                           threads=n_threads)
     except (ValueError, TypeError) as exc:
         raise _reworded(exc) from exc
     return shaped(result, mapping, order)
