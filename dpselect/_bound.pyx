@@ -46,6 +46,20 @@ cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_ARG
 
 
+cdef dict _totals(int rc, dps_bound_stats stats, str bad_code):
+    """A bounding call's status as an exception (``bad_code``: what a bad code means there), else
+    its row and pair totals."""
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(bad_code)
+    if rc == DPS_ERR_NOMEM:
+        raise MemoryError("dpselect's bounding kernel ran out of memory")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("bad bounding arguments")
+    check_status(rc)
+    return {"rows": stats.rows, "rows_kept": stats.rows_kept, "pairs": stats.pairs,
+            "pairs_kept": stats.pairs_kept, "users": stats.users}
+
+
 def bound_rows(object users, object partitions, object n_users,
                object n_partitions, object kappa, object linf, list values, object test_state,
                object shard_mask=0, object shard=0, bint users_before=False,
@@ -137,16 +151,8 @@ def bound_rows(object users, object partitions, object n_users,
         finish_batch(test_state)
     finally:
         free(value_ptrs)
-    if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"row {bad}: user codes must be < n_users ({n_users}) and partition codes < "
-                         f"n_partitions ({n_partitions})")
-    if rc == DPS_ERR_NOMEM:
-        raise MemoryError("dpselect's bounding kernel ran out of memory")
-    if rc == DPS_ERR_BAD_ARG:
-        raise ValueError("bad bounding arguments")
-    check_status(rc)
-    totals = {"rows": stats.rows, "rows_kept": stats.rows_kept, "pairs": stats.pairs,
-              "pairs_kept": stats.pairs_kept, "users": stats.users}
+    totals = _totals(rc, stats, f"row {bad}: user codes must be < n_users ({n_users}) and partition codes < "
+                                f"n_partitions ({n_partitions})")
     return (out_users[:n_parts], out_rows[:n_parts], out_sums[:n_values, :n_parts],
             None if before is None else before[:n_parts], totals)
 
@@ -340,14 +346,6 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
     if rc == DPS_ERR_SQUARE_RANGE:
         raise ValueError("a kept value lies more than 2**31 units from its square column's mid: its square "
                          "would not fit 64-bit integers")
-    if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
-                         f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
-    if rc == DPS_ERR_NOMEM:
-        raise MemoryError("dpselect's bounding kernel ran out of memory")
-    if rc == DPS_ERR_BAD_ARG:
-        raise ValueError("bad bounding arguments")
-    check_status(rc)
-    totals = {"rows": stats.rows, "rows_kept": stats.rows_kept, "pairs": stats.pairs,
-              "pairs_kept": stats.pairs_kept, "users": stats.users}
+    totals = _totals(rc, stats, f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
+                                f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
     return out_users, out_rows, out_sums, before, totals
