@@ -46,6 +46,20 @@ cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_ARG
 
 
+cdef const int64_t **_value_pointers(list arrays, size_t n) except NULL:
+    """A malloc'd array of each value column's first element (NULL for empty columns), for the
+    kernel; the caller frees it. The arrays stay alive in the caller's list."""
+    cdef const int64_t **ptrs = <const int64_t **>malloc(max(len(arrays), 1) * sizeof(int64_t *))
+    if ptrs == NULL:
+        raise MemoryError()
+    cdef const int64_t[::1] one
+    cdef size_t i
+    for i in range(len(arrays)):
+        one = arrays[i]
+        ptrs[i] = &one[0] if n else NULL
+    return ptrs
+
+
 cdef dict _totals(int rc, dps_bound_stats stats, str bad_code):
     """A bounding call's status as an exception (``bad_code``: what a bad code means there), else
     its row and pair totals."""
@@ -114,14 +128,7 @@ def bound_rows(object users, object partitions, object n_users,
     if users_before:
         b_view = before
         before_ptr = &b_view[0]
-    cdef const int64_t **value_ptrs = <const int64_t **>malloc(max(n_values, 1) * sizeof(int64_t *))
-    if value_ptrs == NULL:
-        raise MemoryError()
-    cdef const int64_t[::1] one
-    cdef size_t i
-    for i in range(n_values):
-        one = arrays[i]
-        value_ptrs[i] = &one[0] if n else NULL
+    cdef const int64_t **value_ptrs = _value_pointers(arrays, n)
     cdef uint8_t *kept_ptr = NULL
     cdef uint8_t[::1] kept_view
     if kept is not None:
@@ -307,14 +314,8 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
             raise ValueError(f"kept must have one entry per row ({n}), got {kept_view.shape[0]}")
         if n:
             kept_ptr = &kept_view[0]
-    cdef const int64_t **value_ptrs = <const int64_t **>malloc(max(n_values, 1) * sizeof(int64_t *))
-    if value_ptrs == NULL:
-        raise MemoryError()
-    cdef const int64_t[::1] one
+    cdef const int64_t **value_ptrs = _value_pointers(arrays, n)
     cdef size_t i
-    for i in range(n_values):
-        one = arrays[i]
-        value_ptrs[i] = &one[0] if n else NULL
     cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
     cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
     cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
