@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from dpselect.aggregation.noise import log_zcdp_delta_estimate, rho_for_epsilon_delta, zcdp_delta
 
-__all__ = ["Conversion", "convert", "epsilon_for_rho", "fits", "max_rho"]
+__all__ = ["Conversion", "convert", "epsilon_for_rho", "fits", "max_rho", "rho_of_charge", "rho_of_dp"]
 
 REFERENCE = "docs/privacy/zcdp.md"
 GRID = 10**9  # ε_z is a multiple of 1/GRID: short to print, and finer than any budget is written
@@ -136,3 +136,27 @@ def max_rho(xi: Fraction, delta_approx: Fraction, epsilon: Fraction, delta: Frac
         return Fraction(0)
     rho = rho_for_epsilon_delta(epsilon - xi, delta - delta_approx)
     return rho if fits(xi, rho, delta_approx, epsilon, delta) else Fraction(0)
+
+
+# --------------------------------------------------------------- a budget stated in ρ (zCDP)
+
+def rho_of_dp(epsilon: Fraction) -> Fraction:
+    """ε²/2: an ε-DP step is (ε²/2)-zCDP (Bun and Steinke, TCC 2016, Proposition 1.4), and an
+    (ε, δ)-DP step is δ-approximately (ε²/2)-zCDP in the mixture form of docs/privacy/zcdp.md
+    (the proof of Proposition 1.4 applied to the good parts of the mixture)."""
+    return epsilon * epsilon / 2
+
+
+def rho_of_charge(epsilon: Fraction, delta: Fraction, rho: Fraction) -> Fraction:
+    """The ρ a charge costs a budget stated in ρ (docs/privacy/zcdp.md, "A budget stated in ρ"),
+    its δ being charged as it is: ρ for a δ-approximately ρ-zCDP step (ε = 0), ε²/2 for an
+    (ε, δ)-DP step (ρ = 0). A step stated only as δ-approximately (ξ, ρ)-zCDP with ξ > 0 and
+    ρ > 0 is refused (ValueError): its Rényi bound ξ + ρα does not give ε²/2 for its ξ."""
+    if epsilon and rho:
+        raise ValueError(
+            f"epsilon {float(epsilon):.6g} and rho {float(rho):.6g} together (a delta-approximately (xi, rho)-zCDP step) cannot be charged "
+            "to a budget stated in rho: only a pure or (epsilon, delta)-DP step converts epsilon to epsilon**2/2. "
+            "Charge the step's parts separately (charge(epsilon, delta, what=...) for its (epsilon, delta)-DP part, "
+            "charge_zcdp(rho, what=...) for its zCDP part), or, if only its (xi, rho) bound is known, "
+            "charge_zcdp(xi + rho, what=...) (xi + rho*alpha <= (xi + rho)*alpha for every alpha > 1)")
+    return rho if rho else rho_of_dp(epsilon)

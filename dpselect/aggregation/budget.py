@@ -10,6 +10,10 @@ no floating-point sum that could drift past it.
 once, with the δ the (ε, δ) charges leave (:mod:`dpselect.aggregation.accounting`): much tighter
 than converting each one and adding.
 
+A budget can also be stated in ρ (:meth:`Budget.zcdp`, as Tumult Analytics' ρ budgets and OpenDP's
+zero-concentrated divergence): its total is δ-approximately ρ-zCDP, ρ-zCDP charges add their ρ and
+an (ε, δ)-DP charge costs ε²/2 and its δ (docs/privacy/zcdp.md, "A budget stated in ρ").
+
 A charge records what it paid for; several steps of one release (partition selection, bounds,
 noisy metrics) are usually planned together with :meth:`Budget.split`.
 """
@@ -26,7 +30,10 @@ from dpselect.core.checks import check_delta, check_epsilon, check_nonnegative_r
 from dpselect.core.guarantee import format_delta
 from dpselect.errors import DPSelectError
 
-__all__ = ["Budget", "BudgetExceededError", "Charge"]
+__all__ = ["Budget", "BudgetExceededError", "Charge", "INFORMATION_DELTA"]
+
+# The δ given to converting a budget stated in ρ to (ε, δ) where it is shown for information only.
+INFORMATION_DELTA = Fraction(1, 10**6)
 
 
 class BudgetExceededError(DPSelectError, ValueError):
@@ -43,14 +50,20 @@ class Charge:
     epsilon: Fraction
     delta: Fraction
     rho: Fraction = Fraction(0)
+    # In a budget stated in ρ: the ρ the charge cost (its ρ, plus ε²/2 for each (ε, δ)-DP part).
+    as_rho: Fraction | None = None
 
     def __str__(self) -> str:
         if self.rho == 0:
-            return f"{self.what}: epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}"
-        parts = [f"rho {_show(self.rho)} (zCDP)"]
-        if self.epsilon or self.delta:
-            parts.append(f"epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}")
-        return f"{self.what}: {'; '.join(parts)}"
+            text = f"{self.what}: epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}"
+        else:
+            parts = [f"rho {_show(self.rho)} (zCDP)"]
+            if self.epsilon or self.delta:
+                parts.append(f"epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}")
+            text = f"{self.what}: {'; '.join(parts)}"
+        if self.as_rho is not None and self.as_rho != self.rho:
+            text += f" (charged as rho {_show(self.as_rho)}: epsilon**2/2 for each (epsilon, delta)-DP part)"
+        return text
 
 
 def _show(value: Fraction) -> str:
@@ -85,7 +98,8 @@ def _what(value: object) -> str:
 class Budget:
     """A total (ε, δ) to be spent by basic sequential composition, with a ledger; ρ-zCDP
     charges (:meth:`charge_zcdp`) compose by adding ρ and are converted to (ε, δ) once
-    (docs/privacy/zcdp.md).
+    (docs/privacy/zcdp.md). ``Budget(rho=...)`` (or :meth:`Budget.zcdp`) is a budget stated in
+    ρ instead: see :meth:`zcdp`.
 
     ``spent`` and ``remaining`` are always (ε, δ): what the ledger's totals convert to. A charge
     fits iff that certified conversion of the new totals is within the budget.
@@ -100,16 +114,67 @@ class Budget:
     Thread-safe: charges are checked and recorded under one lock, so concurrent charges can
     never overspend together."""
 
-    def __init__(self, epsilon: object, delta: object = 0, *, fully_adaptive: bool = False) -> None:
-        self._epsilon = check_epsilon(epsilon, positive=True, zero_reason=": a budget of 0 cannot pay for anything")[1]
+    def __init__(self, epsilon: object = None, delta: object = 0, *, rho: object = None,
+                 fully_adaptive: bool = False) -> None:
+        if (epsilon is None) == (rho is None):
+            raise ValueError("give the budget's epsilon (a total (epsilon, delta), e.g. Budget(1, 1e-6)) or its rho "
+                             "(a total stated in zCDP, e.g. Budget(rho=0.5) or Budget.zcdp(0.5, delta=1e-6)), "
+                             f"exactly one of them; got epsilon={epsilon!r}, rho={rho!r}")
+        # Exactly one of the two totals: ε (a budget in (ε, δ)) or ρ (a budget stated in zCDP).
+        self._epsilon: Fraction | None = None
+        self._rho: Fraction | None = None
+        if rho is None:
+            self._epsilon = check_epsilon(epsilon, positive=True,
+                                          zero_reason=": a budget of 0 cannot pay for anything")[1]
+        else:
+            self._rho = check_epsilon(rho, name="rho", positive=True,
+                                      zero_reason=": a budget of 0 cannot pay for anything")[1]
         self._delta = _delta(delta)
         if not isinstance(fully_adaptive, bool):
             raise TypeError(f"fully_adaptive must be True or False, got {fully_adaptive!r}")
+        if fully_adaptive and self._rho is not None and self._delta > 0:
+            raise ValueError(
+                "fully_adaptive=True with a budget stated in rho and delta > 0 is not proven: composing "
+                "delta-approximate zCDP steps whose sizes are chosen after seeing results is an open question "
+                "(docs/privacy/zcdp.md, \"Adaptivity\"). Use delta=0 (every charge then rho-zCDP, which an "
+                "interactive analyst may choose adaptively), or fully_adaptive=False for charges planned in advance")
         self._fully_adaptive = fully_adaptive
         self._ledger: list[Charge] = []
-        self._totals = (Fraction(0), Fraction(0), Fraction(0))  # Σξ (ε of (ε, δ) charges), Σρ, Σδ
+        # Σξ (ε of (ε, δ) charges), Σρ, Σδ; in a budget stated in ρ, Σξ stays 0 and Σρ is what the
+        # charges cost in ρ (ε²/2 for each (ε, δ)-DP part).
+        self._totals = (Fraction(0), Fraction(0), Fraction(0))
         self._conversion = accounting.convert(Fraction(0), Fraction(0), Fraction(0), self._delta)
         self._lock = threading.Lock()
+
+    @classmethod
+    def zcdp(cls, rho: object, delta: object = 0, *, fully_adaptive: bool = False) -> Budget:
+        """A budget stated in ρ: its total is ρ-zCDP (Bun and Steinke, TCC 2016, Definition 1.1;
+        Tumult Analytics' ρ budgets, OpenDP's zero-concentrated divergence) or, with ``delta`` > 0,
+        δ-approximately ρ-zCDP (OpenDP's approximate zCDP (ρ, δ); the mixture form of
+        docs/privacy/zcdp.md), for mechanisms that need a δ, like a key selection.
+
+        Charges compose exactly, in Fractions: a ρ-zCDP charge (:meth:`charge_zcdp`) adds its
+        ρ; an (ε, δ)-DP charge (:meth:`charge`, a pure ε-DP one with δ = 0) adds ε²/2 to ρ and
+        its δ (Bun and Steinke, Proposition 1.4, applied to the good part of the mixture); a
+        statement (:meth:`charge_guarantee`) each of its steps so. A charge that would take
+        Σρ above ``rho`` or Σδ above ``delta`` is refused, charging nothing. ``spent``,
+        ``remaining`` and :meth:`split` are in (ρ, δ); :meth:`implied_dp` gives the (ε, δ) the
+        total implies, through the certified conversion of docs/privacy/zcdp.md.
+
+        Proven for charges planned in advance; with ``delta`` = 0 (every charge then ρ-zCDP)
+        also for an analyst who chooses the next charge after seeing results. ``fully_adaptive=True``
+        is refused with ``delta`` > 0 (docs/privacy/zcdp.md, "Adaptivity")."""
+        return cls(rho=rho, delta=delta, fully_adaptive=fully_adaptive)
+
+    @property
+    def is_zcdp(self) -> bool:
+        """Whether the budget is stated in ρ (:meth:`zcdp`) rather than in (ε, δ)."""
+        return self._rho is not None
+
+    @property
+    def rho(self) -> Fraction | None:
+        """The total ρ of a budget stated in ρ; None for a budget in (ε, δ)."""
+        return self._rho
 
     @property
     def fully_adaptive(self) -> bool:
@@ -117,8 +182,8 @@ class Budget:
         return self._fully_adaptive
 
     @property
-    def epsilon(self) -> Fraction:
-        """The total ε."""
+    def epsilon(self) -> Fraction | None:
+        """The total ε; None for a budget stated in ρ (see :meth:`implied_dp`)."""
         return self._epsilon
 
     @property
@@ -129,35 +194,65 @@ class Budget:
     @property
     def spent(self) -> tuple[Fraction, Fraction]:
         """(ε, δ) charged so far: (Σε, Σδ) of the (ε, δ) charges plus the certified conversion
-        of Σρ (docs/privacy/zcdp.md)."""
+        of Σρ (docs/privacy/zcdp.md). In a budget stated in ρ: (Σρ, Σδ), what the charges cost."""
         with self._lock:
+            if self._rho is not None:
+                return self._totals[1], self._totals[2]
             return self._conversion.epsilon, self._conversion.delta
 
     @property
     def spent_rho(self) -> Fraction:
-        """Σρ of the ρ-zCDP charges so far."""
+        """Σρ of the ρ-zCDP charges so far (in a budget stated in ρ, with ε²/2 for each
+        (ε, δ)-DP charge)."""
         with self._lock:
             return self._totals[1]
 
     @property
     def conversion(self) -> Conversion:
-        """How the totals were converted: Σξ, Σρ, Σδ and ρ's (ε_z, δ_z)."""
+        """How the totals were converted: Σξ, Σρ, Σδ and ρ's (ε_z, δ_z). In a budget stated in
+        ρ, for information: Σρ converted with 10^-6 more δ (:meth:`implied_dp` for another δ)."""
         with self._lock:
+            if self._rho is not None:
+                return accounting.convert(Fraction(0), self._totals[1], self._totals[2],
+                                          self._totals[2] + INFORMATION_DELTA)
             return self._conversion
+
+    def implied_dp(self, delta: object = INFORMATION_DELTA) -> tuple[Fraction, Fraction]:
+        """For a budget stated in ρ: the (ε, δ)-DP its whole total implies, ``delta`` (> 0) being
+        the δ given to converting ρ, added to the budget's own: (ε_z, δ_budget + δ_z) with ε_z
+        certified by the conversion every budget uses (Canonne, Kamath, Steinke, NeurIPS 2020,
+        Corollary 13; :func:`dpselect.aggregation.accounting.convert`; docs/privacy/zcdp.md)."""
+        if self._rho is None:
+            raise ValueError("implied_dp is for a budget stated in rho; this one is stated in (epsilon, delta): "
+                             "read budget.epsilon and budget.delta")
+        extra = _delta(delta)
+        if extra == 0:
+            raise ValueError("delta must be > 0: rho-zCDP implies (epsilon, delta)-DP only with some delta for the "
+                             "conversion, e.g. implied_dp(1e-6)")
+        conv = accounting.convert(Fraction(0), self._rho, self._delta, self._delta + extra)
+        return conv.epsilon, conv.delta
 
     @property
     def remaining(self) -> tuple[Fraction, Fraction]:
         """(ε, δ) still available (with ρ charged, a later (ε, δ) charge is checked against the
-        new conversion, so it may fit with more δ than this shows: ask :meth:`can_charge`)."""
+        new conversion, so it may fit with more δ than this shows: ask :meth:`can_charge`).
+        In a budget stated in ρ: (ρ, δ) still available."""
         with self._lock:
+            if self._rho is not None:
+                return self._rho - self._totals[1], self._delta - self._totals[2]
+            assert self._epsilon is not None
             return self._epsilon - self._conversion.epsilon, self._delta - self._conversion.delta
 
     @property
     def remaining_rho(self) -> Fraction:
         """About the largest ρ a :meth:`charge_zcdp` could still take now (certified to fit;
-        0 when none fits, e.g. in a budget with δ = 0)."""
+        0 when none fits, e.g. in a budget with δ = 0). In a budget stated in ρ: exactly the ρ
+        left."""
         with self._lock:
             xi, rho, dlt = self._totals
+            if self._rho is not None:
+                return self._rho - rho
+            assert self._epsilon is not None
             return max(Fraction(0), accounting.max_rho(xi, dlt, self._epsilon, self._delta) - rho)
 
     @property
@@ -171,10 +266,18 @@ class Budget:
         return self._fully_adaptive and bool(eps or dlt) and (rho > 0 or self._totals[1] > 0)
 
     def _fits(self, eps: Fraction, dlt: Fraction, rho: Fraction) -> bool:
+        xi, total_rho, total_delta = self._totals
+        if self._rho is not None:
+            return self._fits_rho(accounting.rho_of_charge(eps, dlt, rho), dlt)
         if self._out_of_order(eps, dlt, rho):
             return False
-        xi, total_rho, total_delta = self._totals
+        assert self._epsilon is not None
         return accounting.fits(xi + eps, total_rho + rho, total_delta + dlt, self._epsilon, self._delta)
+
+    def _fits_rho(self, cost: Fraction, dlt: Fraction) -> bool:
+        """In a budget stated in ρ: whether Σρ + cost and Σδ + dlt are within it."""
+        assert self._rho is not None
+        return self._totals[1] + cost <= self._rho and self._totals[2] + dlt <= self._delta
 
     def can_charge(self, epsilon: object, delta: object = 0, *, rho: object = 0) -> bool:
         """Whether a charge of (ε, δ) (and ρ) would fit now (a later charge may still be refused)."""
@@ -192,6 +295,8 @@ class Budget:
         δ-approximately (ε, ρ)-zCDP; docs/privacy/zcdp.md)."""
         name = _what(what)
         eps, dlt, r = _epsilon(epsilon), _delta(delta), _rho(rho)
+        if self._rho is not None:
+            return self._charge_rho(name, eps, dlt, r, accounting.rho_of_charge(eps, dlt, r))
         if r > 0 and self._delta == 0:
             raise BudgetExceededError(
                 f"charging {name!r}: a rho-zCDP charge needs a budget with delta > 0 (rho-zCDP converts to "
@@ -207,6 +312,7 @@ class Budget:
                     "statement, or use Budget(..., fully_adaptive=False) for a sequence planned in advance. "
                     "Nothing was charged.")
             new = (xi + eps, total_rho + r, total_delta + dlt)
+            assert self._epsilon is not None
             if not accounting.fits(new[0], new[1], new[2], self._epsilon, self._delta):
                 raise BudgetExceededError(self._overspend(name, eps, dlt, r, new))
             conversion = accounting.convert(new[0], new[1], new[2], self._delta, self._epsilon - new[0])
@@ -214,6 +320,30 @@ class Budget:
             self._ledger.append(entry)
             self._totals = new
             self._conversion = conversion
+            return entry
+
+    def _charge_rho(self, name: str, eps: Fraction, dlt: Fraction, rho: Fraction, cost: Fraction) -> Charge:
+        """Record a charge costing ``cost`` in ρ and ``dlt`` in δ to a budget stated in ρ, or
+        refuse it (charging nothing); ``eps`` and ``rho`` are what the step stated."""
+        assert self._rho is not None
+        with self._lock:
+            _, total_rho, total_delta = self._totals
+            if not self._fits_rho(cost, dlt):
+                problems = []
+                if total_rho + cost > self._rho:
+                    needs = f"rho {_show(cost)}" + (" (epsilon**2/2 of its (epsilon, delta)-DP part)" if eps else "")
+                    problems.append(f"rho by {_show(total_rho + cost - self._rho)} (it needs {needs}, "
+                                    f"{_show(self._rho - total_rho)} is left)")
+                if total_delta + dlt > self._delta:
+                    problems.append(f"delta by {format_delta(total_delta + dlt - self._delta)} (it needs "
+                                    f"{format_delta(dlt)}, {format_delta(self._delta - total_delta)} is left"
+                                    + ("; a step with delta > 0 needs a budget with one, e.g. "
+                                       "Budget.zcdp(rho, delta=1e-6)" if self._delta == 0 else "") + ")")
+                raise BudgetExceededError(f"charging {name!r} would overspend the budget stated in rho: "
+                                          + "; ".join(problems) + ". Nothing was charged.")
+            entry = Charge(name, eps, dlt, rho, as_rho=cost)
+            self._ledger.append(entry)
+            self._totals = (Fraction(0), total_rho + cost, total_delta + dlt)
             return entry
 
     def charge_zcdp(self, rho: object, *, what: str) -> Charge:
@@ -262,9 +392,18 @@ class Budget:
         ``components`` (a grouped release) is then charged as one step: the ρ of the components
         that carry one, the (ε, δ) of the others. By default (None) the (ε, δ) is charged when
         the statement gives one, as planned, and a statement with only ρ is refused with advice;
-        ``as_zcdp=False`` always charges (ε, δ)."""
+        ``as_zcdp=False`` always charges (ε, δ).
+
+        In a budget stated in ρ (:meth:`zcdp`), by default (``as_zcdp`` None or True) a statement
+        made of ``components`` is charged as one step: the ρ of the components that carry one
+        plus ε²/2 for each other one, and their δ; else the statement's ρ when it has one; else
+        its (ε, δ) as one (ε, δ)-DP step (ε²/2 and δ), as ``as_zcdp=False`` always does."""
         if as_zcdp is not None and not isinstance(as_zcdp, bool):
             raise TypeError(f"as_zcdp must be True, False or None, got {as_zcdp!r}")
+        if self._rho is not None and as_zcdp is not False:
+            charged = self._charge_statement_in_rho(guarantee, what)
+            if charged is not None:
+                return charged
         if as_zcdp:
             return self._charge_zcdp_statement(guarantee, what)
         epsilon = getattr(guarantee, "epsilon_exact", None)
@@ -277,6 +416,30 @@ class Budget:
                       " (a zCDP-only statement must be converted to (epsilon, delta) first, or charged by its rho)")
             raise TypeError("guarantee must state an epsilon and a delta_exact" + advice)
         return self.charge(epsilon, delta, what=what)
+
+    def _charge_statement_in_rho(self, guarantee: object, what: str) -> Charge | None:
+        """A budget stated in ρ: the statement's components (each ρ, or ε²/2 and its δ), or its
+        ρ; None when it has neither (it is then charged by its (ε, δ))."""
+        assert self._rho is not None
+        components = getattr(guarantee, "components", None)
+        if components:
+            name = _what(what)
+            eps, dlt, total_rho, cost = Fraction(0), Fraction(0), Fraction(0), Fraction(0)
+            for component in components:
+                part = getattr(component, "rho", None)
+                if part is not None:
+                    total_rho += _rho(part)
+                    cost += _rho(part)
+                else:  # an (ε, δ)-DP step: ε²/2, each step on its own (Σε_i²/2, not (Σε_i)²/2)
+                    e = _epsilon(getattr(component, "epsilon_exact", None))
+                    eps += e
+                    dlt += _delta(getattr(component, "delta_exact", None))
+                    cost += accounting.rho_of_dp(e)
+            return self._charge_rho(name, eps, dlt, total_rho, cost)
+        rho = getattr(guarantee, "rho", None)
+        if rho is not None:
+            return self.charge_zcdp(rho, what=what)
+        return None
 
     def _charge_zcdp_statement(self, guarantee: object, what: str) -> Charge:
         # Components first: a statement's own ρ might cover only its zCDP steps, and a step
@@ -301,19 +464,28 @@ class Budget:
 
     def split(self, epsilon: object | None = None, delta: object | None = None,
               weights: Mapping[str, object] | None = None, *,
-              delta_weights: Mapping[str, object] | None = None) -> dict[str, tuple[Fraction, Fraction]]:
+              delta_weights: Mapping[str, object] | None = None,
+              rho: object | None = None) -> dict[str, tuple[Fraction, Fraction]]:
         """Shares of (ε, δ) (default: what remains) in proportion to ``weights``, exactly: e.g.
         ``split(1, 1e-6, {"selection": 1, "bounds": 1, "metrics": 2})``. ``delta_weights``
         splits δ differently (a pure-ε step gets weight 0). Nothing is charged: charge each
         share when its step runs. The shares sum exactly to the amounts split, and a split of
-        more than remains is refused."""
+        more than remains is refused. A budget stated in ρ splits (ρ, δ) the same way: ``rho=``
+        instead of ``epsilon``, and the shares are (ρ, δ)."""
         if not weights:
             raise ValueError("weights must name at least one step, e.g. {'selection': 1, 'metrics': 1}")
         left_eps, left_delta = self.remaining
+        if self._rho is not None and epsilon is not None:
+            raise ValueError("epsilon: a budget stated in rho splits (rho, delta): give rho=, e.g. "
+                             "split(rho=0.1, weights={'counts': 1, 'sums': 1}), or nothing to split what remains")
+        if self._rho is None and rho is not None:
+            raise ValueError("rho: a budget in (epsilon, delta) splits (epsilon, delta): give epsilon, not rho")
+        if rho is not None:
+            epsilon = _rho(rho)
         eps = left_eps if epsilon is None else _epsilon(epsilon)
         dlt = left_delta if delta is None else _delta(delta)
         if eps > left_eps or dlt > left_delta:
-            raise BudgetExceededError(f"cannot split ({_show(eps)}, {format_delta(dlt)}): only "
+            raise BudgetExceededError(f"cannot split ({_show(eps)}, {format_delta(dlt)}){' (rho, delta)' if rho is not None else ''}: only "
                                       f"({_show(left_eps)}, {format_delta(left_delta)}) remains")
         eps_shares = _proportions(weights, eps, "weights")
         delta_shares = _proportions(weights if delta_weights is None else delta_weights, dlt, "delta_weights")
@@ -323,7 +495,10 @@ class Budget:
 
     def summary(self) -> str:
         """The ledger and totals, one line each (with ρ charges, how their total was converted)."""
+        if self._rho is not None:
+            return self._summary_rho()
         with self._lock:
+            assert self._epsilon is not None
             conv = self._conversion
             rule = ("basic sequential composition" if conv.rho == 0 else
                     "basic sequential composition; rho-zCDP charges added and converted once, docs/privacy/zcdp.md")
@@ -336,6 +511,23 @@ class Budget:
             lines.append(f"  spent: epsilon {_show(conv.epsilon)}, delta {format_delta(conv.delta)}; "
                          f"remaining: epsilon {_show(self._epsilon - conv.epsilon)}, "
                          f"delta {format_delta(self._delta - conv.delta)}")
+            return "\n".join(lines)
+
+    def _summary_rho(self) -> str:
+        """The summary of a budget stated in ρ, with the (ε, δ) its total implies, for information."""
+        assert self._rho is not None
+        total_eps, total_delta = self.implied_dp()
+        with self._lock:
+            kind = "delta-approximate rho-zCDP" if self._delta else "rho-zCDP"
+            lines = [f"Budget: rho {_show(self._rho)}, delta {format_delta(self._delta)} ({kind}; zCDP composition, "
+                     "an (epsilon, delta)-DP charge costing epsilon**2/2 and its delta, docs/privacy/zcdp.md); "
+                     f"for information, it implies ({_show(total_eps)}, {format_delta(total_delta)})-DP "
+                     f"(rho converted with delta {format_delta(INFORMATION_DELTA)} more, certified, Canonne, Kamath, "
+                     "Steinke, NeurIPS 2020, Corollary 13)"]
+            lines += [f"  {i}. {entry}" for i, entry in enumerate(self._ledger, start=1)]
+            _, rho, dlt = self._totals
+            lines.append(f"  spent: rho {_show(rho)}, delta {format_delta(dlt)}; remaining: rho "
+                         f"{_show(self._rho - rho)}, delta {format_delta(self._delta - dlt)}")
             return "\n".join(lines)
 
     def __repr__(self) -> str:
