@@ -29,6 +29,7 @@ from dpselect.aggregation.more_stats import (distinct_rows, early_square_columns
                                              needs_kept_partitions, positions)
 from dpselect.aggregation.noise import DiscreteLaplaceNoise
 from dpselect.aggregation.plan import AggregatePlan, plan_aggregate
+from dpselect.aggregation.planned import planned_release
 from dpselect.aggregation.quantile_release import in_metric_order, release_quantile_metrics
 from dpselect.aggregation.report import MOST_ROWS, AggregateReport, ColumnClamping
 from dpselect.aggregation.result import AggregateResult
@@ -163,7 +164,9 @@ def aggregate(
     split"); ``weights`` changes any of them by name
     ("selection", "bounds:<column>", "contribution_bounds", a metric's name). With ``budget`` (a
     :class:`dpselect.Budget`) the call charges (ε, δ) before any work and fails without charging
-    if that would overspend.
+    if that would overspend; a budget stated in ρ (:meth:`dpselect.Budget.zcdp`) is charged each
+    step's cost in ρ instead: the Gaussian metrics' ρ, ε²/2 and δ for every other step
+    (:func:`dpselect.aggregation.planned.planned_release`; docs/privacy/zcdp.md).
 
     ``bounds_scope``: where APPROX_BOUNDS looks for a column given no bounds. "dataset" (default):
     once over every kept value, one grid and one noise scale for all keys (more data per
@@ -208,7 +211,7 @@ def aggregate(
     if public_partitions is not None:
         listed = public_table(public_partitions, result_schema(table.schema, plan.by, None))
     if budget is not None:
-        budget.charge(plan.epsilon, plan.delta, what=f"aggregate({plan.describe()})")
+        budget.charge_guarantee(planned_release(plan), what=f"aggregate({plan.describe()})")
     generator.announce()
     with using(n_threads):
         return _release(plan, table, kind, grids, integer, listed, generator)

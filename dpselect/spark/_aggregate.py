@@ -264,7 +264,8 @@ def aggregate(
     its kept (user, key) pairs (at most ``max_values_per_unit`` per pair, a uniform subset by
     keyed PRF ranks), both counted by Spark and released by the single machine's functions
     (docs/privacy/variance.md, docs/privacy/count-distinct.md). The budget is split by ``weights`` exactly as
-    on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job.
+    on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job (a
+    budget stated in ρ: each step's cost in ρ, as on one machine).
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
@@ -289,6 +290,7 @@ def aggregate(
     from dpselect.aggregation.budget import Budget
     from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
     from dpselect.aggregation.plan import plan_aggregate
+    from dpselect.aggregation.planned import planned_release
     from dpselect.ingest.auto_bounds import refuse_auto
 
     refuse_auto("dpselect.spark.aggregate", max_partitions_contributed=max_partitions_contributed,
@@ -343,7 +345,8 @@ def aggregate(
     if budget is not None:
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a dpselect.Budget, got {type(budget).__name__}")
-        budget.charge(eps_total, delta_total, what=f"spark.aggregate(by={names}, metrics={sorted(checked)})")
+        budget.charge_guarantee(planned_release(plan),
+                                what=f"spark.aggregate(by={names}, metrics={sorted(checked)})")
     spec = rng_spec(generator)
     key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
     kappa, linf = plan.kappa, plan.linf
