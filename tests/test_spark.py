@@ -926,6 +926,24 @@ def test_a_session_with_speculative_tasks_is_refused(spark, monkeypatch, no_spar
     assert budget.spent == (0, 0)
 
 
+def test_a_budget_stated_in_rho_is_charged_each_steps_cost_as_on_one_machine(spark, no_spark_job):
+    table = pa.table({"user": pa.array(np.arange(40)), "key": pa.array(np.arange(40) % 4),
+                      "value": pa.array(np.ones(40))})
+    df = spark.createDataFrame(table)
+    kw = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, max_partitions_contributed=1,
+              max_contributions_per_partition=1,
+              metrics={"n": dpselect.count(noise="laplace"), "s": dpselect.sum("value", bounds=(0, 1), noise="gaussian")})
+    on_spark, local = dpselect.Budget.zcdp(1, 1e-5), dpselect.Budget.zcdp(1, 1e-5)
+    ds.aggregate(df, budget=on_spark, **kw)
+    dpselect.aggregate(table, budget=local, **kw)
+    # The selection's ε²/2 and δ, the Laplace count's ε²/2, the Gaussian sum's ρ: as on one machine.
+    assert on_spark.spent == local.spent and 0 < on_spark.spent[0] < Fraction(1, 2)
+    tight = dpselect.Budget.zcdp(Fraction(1, 1000), 1e-5)
+    with no_spark_job(), pytest.raises(BudgetExceededError, match="budget stated in rho: rho by"):
+        ds.aggregate(df, budget=tight, **kw)
+    assert tight.ledger == ()
+
+
 # ---------------------------------------------------------------- recomputation draws nothing new
 
 
