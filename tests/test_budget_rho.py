@@ -113,7 +113,7 @@ def test_the_summary_says_the_total_and_the_dp_it_implies_through_the_certified_
     assert zcdp_delta(Fraction(1, 2), eps - Fraction(1, 10**9)) > INFORMATION_DELTA  # the smallest on its grid
     text = budget.summary()
     assert text.splitlines()[0].startswith("Budget: rho 0.5, delta 1e-06 (delta-approximate rho-zCDP")
-    assert eps == Fraction("5.221534445") and f"it implies (5.221534445, 2e-06)-DP" in text
+    assert eps == Fraction("5.221534445") and "it implies (5.221534445, 2e-06)-DP" in text
     assert "1. selection: epsilon 0.5, delta 1e-07 (charged as rho 0.125" in text
     assert "2. counts: rho 0.1 (zCDP)" in text
     assert text.splitlines()[-1] == "  spent: rho 0.225, delta 1e-07; remaining: rho 0.275, delta 9e-07"

@@ -358,27 +358,29 @@ class Budget:
 
     def _overspend(self, name: str, eps: Fraction, dlt: Fraction, rho: Fraction,
                    new: tuple[Fraction, Fraction, Fraction]) -> str:
-        """The message of a refusal (called under the lock)."""
+        """The message of a refusal (called under the lock; a budget in (ε, δ))."""
+        total = self._epsilon
+        assert total is not None
         if rho == 0 and new[1] == 0:  # no ρ anywhere: the message of basic composition
             spent_eps, spent_delta = self._conversion.epsilon, self._conversion.delta
             problems = []
-            if new[0] > self._epsilon:
-                problems.append(f"epsilon by {_show(new[0] - self._epsilon)} (it needs {_show(eps)}, "
-                                f"{_show(self._epsilon - spent_eps)} is left)")
+            if new[0] > total:
+                problems.append(f"epsilon by {_show(new[0] - total)} (it needs {_show(eps)}, "
+                                f"{_show(total - spent_eps)} is left)")
             if new[2] > self._delta:
                 problems.append(f"delta by {format_delta(new[2] - self._delta)} (it needs {format_delta(dlt)}, "
                                 f"{format_delta(self._delta - spent_delta)} is left)")
             return f"charging {name!r} would overspend the budget: " + "; ".join(problems) + ". Nothing was charged."
         needs = ", ".join(p for p in (f"epsilon {_show(eps)}" if eps else "", f"delta {format_delta(dlt)}" if dlt else "",
                                       f"rho {_show(rho)}" if rho else "") if p) or "nothing"
-        if new[0] > self._epsilon or new[2] > self._delta:
+        if new[0] > total or new[2] > self._delta:
             why = (f"the (epsilon, delta) charges alone would total ({_show(new[0])}, {format_delta(new[2])}), over "
-                   f"the budget ({_show(self._epsilon)}, {format_delta(self._delta)})")
+                   f"the budget ({_show(total)}, {format_delta(self._delta)})")
         else:
             left = self._delta - new[2]
             why = (f"rho {_show(new[1])} in all, with delta {format_delta(left)} left for its conversion, certifies "
-                   f"no epsilon within the {_show(self._epsilon - new[0])} that the (epsilon, delta) charges leave")
-        room = accounting.max_rho(self._totals[0] + eps, self._totals[2] + dlt, self._epsilon, self._delta)
+                   f"no epsilon within the {_show(total - new[0])} that the (epsilon, delta) charges leave")
+        room = accounting.max_rho(self._totals[0] + eps, self._totals[2] + dlt, total, self._delta)
         hint = f"; at most rho {_show(max(Fraction(0), room - self._totals[1]))} more would fit with it" if rho else ""
         return f"charging {name!r} ({needs}) would overspend the budget: {why}{hint}. Nothing was charged."
 
