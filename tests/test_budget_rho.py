@@ -5,8 +5,10 @@ checks, and dpselect.aggregate charging such a budget each step's cost in ρ."""
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,3 +384,19 @@ def test_the_planned_charge_covers_what_the_release_states(metrics, public):
     out = release(budget, metrics, public=public)
     stated = actual_cost(out.guarantee)
     assert stated[0] <= budget.spent[0] and stated[1] <= budget.spent[1]
+
+
+def test_the_example_of_the_privacy_page_runs_and_says_what_it_spends(capsys):
+    page = Path(__file__).resolve().parent.parent / "docs" / "privacy" / "zcdp.md"
+    if not page.is_file():
+        pytest.skip("no docs beside the tests (an installed wheel)")
+    blocks = [b for b in re.findall(r"```python\n(.*?)\n```", page.read_text(encoding="utf-8"), flags=re.S)
+              if "Budget.zcdp(" in b]
+    assert len(blocks) == 1
+    namespace: dict = {}
+    exec(compile(blocks[0], str(page), "exec"), namespace)
+    budget = namespace["budget"]
+    assert budget.spent == (Fraction(49, 200), Fraction(1, 10**7)) and budget.remaining_rho == Fraction(51, 200)
+    eps, dlt = budget.implied_dp()
+    assert round(float(eps), 2) == 5.22 and Fraction(199, 10**8) < dlt <= Fraction(2, 10**6)
+    assert "it implies (5.221534445, 2e-06)-DP" in capsys.readouterr().out
