@@ -271,10 +271,9 @@ def test_a_copy_forgetting_the_delta_is_caught(monkeypatch):
     assert budget.spent[1] == 0
 
 
-def test_a_copy_squaring_the_sum_of_a_statements_steps_is_caught():
-    # Σ ε_i²/2 per step is what the rule charges; (Σ ε_i)²/2 would charge more than proven needed,
-    # and charging the statement's ε_i without squaring (ε linear) would charge the wrong amount:
-    # both differ from the recomputation.
+def test_a_statement_is_charged_each_steps_square_not_the_square_of_its_sum():
+    # Σ ε_i²/2 per step is what the rule charges; (Σ ε_i)²/2 (the statement's total as one step)
+    # or Σ ε_i (ε left linear) would be other amounts.
     class Step:
         rho = None
 
@@ -372,6 +371,27 @@ def test_aggregate_with_bounds_chosen_privately_is_charged_as_one_dp_step():
     release(budget, {"n": dpselect.count(noise="laplace")}, max_partitions_contributed="auto")
     # The noise of each step is chosen after the charge: the whole (ε, δ) = (1, 1e-6) as one step.
     assert budget.spent == (Fraction(1, 2), Fraction(1, 10**6))
+
+
+def test_select_partitions_and_sql_charge_a_budget_stated_in_rho():
+    budget = Budget.zcdp(1, Fraction(1, 10**5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dpselect.select_partitions(frame(), privacy_unit="user", by="key", epsilon=0.5, delta=1e-6, budget=budget,
+                                   max_partitions_contributed=2)
+    assert budget.spent == (Fraction(1, 8), Fraction(1, 10**6))  # one (ε, δ)-DP step: ε²/2 and δ
+    pytest.importorskip("duckdb")
+    query = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, delta = 1e-6, max_groups_contributed = 2, "
+             "privacy_unit_column = user) key, COUNT(*) AS n FROM t GROUP BY key")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = dpselect.sql(query, {"t": frame()}, budget=budget)
+    # Through aggregate: each step's cost, covering what the release states, and less than the
+    # whole (1, 1e-6) as one step (1²/2).
+    rho, dlt = budget.spent[0] - Fraction(1, 8), budget.spent[1] - Fraction(1, 10**6)
+    stated = actual_cost(out.guarantee)
+    assert stated[0] <= rho < Fraction(1, 2) and stated[1] <= dlt <= Fraction(1, 10**6)
+    assert len(budget.ledger) == 2
 
 
 @pytest.mark.parametrize("metrics, public", [

@@ -216,8 +216,9 @@ def select_partitions(
         the bounded count with at least this probability, exact on the certified noise table
         (docs/privacy/confidence-intervals.md); it ignores the threshold (a released count is
         one whose noise pushed it up) and the rows bounding removed.
-    budget : a :class:`dpselect.Budget` to charge (ε, δ) to before any work; the call fails,
-        charging nothing, if that would overspend.
+    budget : a :class:`dpselect.Budget` to charge (ε, δ) to before any work (a budget stated in
+        ρ, :meth:`dpselect.Budget.zcdp`: ε²/2 and δ); the call fails, charging nothing, if that
+        would overspend.
     report : also return the data holder's report (exact, NOT DP; never publish it):
         ``(result, report)``, a :class:`dpselect.aggregation.report.SelectionReport`.
     rng : None for the secure CSPRNG (the only private choice); tests may pass
