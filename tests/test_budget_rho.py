@@ -69,7 +69,8 @@ def test_the_two_spellings_are_the_same_budget_and_bad_totals_are_refused():
     assert str(Budget(rho=0.25, delta=1e-6)) == str(Budget.zcdp(0.25, 1e-6))
     for bad, match in [(dict(), "exactly one"), (dict(epsilon=1, rho=1), "exactly one"),
                        (dict(rho=0), "rho must be > 0"), (dict(rho=-1), "rho"), (dict(rho=float("nan")), "rho"),
-                       (dict(rho=1, delta=1.5), "delta")]:
+                       (dict(rho=1, delta=1.5), "delta"), (dict(rho=1e300), "rho = 1e\\+300 is far beyond"),
+                       (dict(rho=2**40 + 1), "at most 2\\*\\*40")]:
         with pytest.raises(ValueError, match=match):
             Budget(**bad)
     with pytest.raises(ValueError, match="fully_adaptive=True .* delta > 0 is not proven"):
@@ -93,6 +94,8 @@ def test_refusals_name_the_parameter_and_charge_nothing():
         Budget.zcdp(1).can_charge(0.1, 0, rho=0.1)
     with pytest.raises(ValueError, match="rho must be > 0"):
         budget.charge_zcdp(0, what="nothing")
+    with pytest.raises(BudgetExceededError, match=r"rho by about 1e599 \(it needs rho about 1e599"):
+        budget.charge(1e300, what="huge")  # ε²/2 beyond the floats: said, never an OverflowError
     assert (budget.ledger, budget.spent, budget.summary()) == before
 
 

@@ -30,10 +30,12 @@ from dpselect.core.checks import check_delta, check_epsilon, check_nonnegative_r
 from dpselect.core.guarantee import format_delta
 from dpselect.errors import DPSelectError
 
-__all__ = ["Budget", "BudgetExceededError", "Charge", "INFORMATION_DELTA"]
+__all__ = ["Budget", "BudgetExceededError", "Charge", "INFORMATION_DELTA", "MAX_RHO"]
 
 # The δ given to converting a budget stated in ρ to (ε, δ) where it is shown for information only.
 INFORMATION_DELTA = Fraction(1, 10**6)
+# The largest total ρ: ε²/2 of the largest ε a release takes (2**20); beyond it nothing is private.
+MAX_RHO = Fraction(2**40)
 
 
 class BudgetExceededError(DPSelectError, ValueError):
@@ -67,8 +69,12 @@ class Charge:
 
 
 def _show(value: Fraction) -> str:
-    """An exact value as a short decimal when it is one, else as a fraction with its float."""
-    as_float = float(value)
+    """An exact value as a short decimal when it is one, else as a fraction with its float (its
+    order of magnitude beyond the floats, e.g. the ε²/2 of a huge ε)."""
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return f"about 1e{len(str(value.numerator // value.denominator)) - 1}"
     if Fraction(repr(as_float)) == value:
         return f"{as_float:g}" if Fraction(f"{as_float:g}") == value else repr(as_float)
     return f"{value} (~{as_float:.6g})"
@@ -129,6 +135,9 @@ class Budget:
         else:
             self._rho = check_epsilon(rho, name="rho", positive=True,
                                       zero_reason=": a budget of 0 cannot pay for anything")[1]
+            if self._rho > MAX_RHO:
+                raise ValueError(f"rho = {_show(self._rho)} is far beyond any meaningful privacy guarantee: at most "
+                                 "2**40 here (epsilon**2/2 of the largest epsilon a release takes, 2**20)")
         self._delta = _delta(delta)
         if not isinstance(fully_adaptive, bool):
             raise TypeError(f"fully_adaptive must be True or False, got {fully_adaptive!r}")
