@@ -12,7 +12,7 @@ guarantees:
 * :mod:`~dpselect.aggregation.intervals`: confidence intervals for noisy values and means
   (docs/privacy/confidence-intervals.md);
 * :mod:`~dpselect.aggregation.budget`: an exact (ε, δ) accountant for sequential composition
-  (docs/privacy/budget.md).
+  (docs/privacy/budget.md), or one stated in ρ-zCDP (docs/privacy/zcdp.md).
 
 Internal: not part of the public API (the README's "What semver covers"); import what you need from ``dpselect``. It may change in any release.
 """

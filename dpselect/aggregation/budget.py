@@ -107,8 +107,10 @@ class Budget:
     (docs/privacy/zcdp.md). ``Budget(rho=...)`` (or :meth:`Budget.zcdp`) is a budget stated in
     ρ instead: see :meth:`zcdp`.
 
-    ``spent`` and ``remaining`` are always (ε, δ): what the ledger's totals convert to. A charge
-    fits iff that certified conversion of the new totals is within the budget.
+    In a budget in (ε, δ), ``spent`` and ``remaining`` are (ε, δ): what the ledger's totals
+    convert to. A charge fits iff that certified conversion of the new totals is within the
+    budget. (In a budget stated in ρ they are (ρ, δ), and a charge fits iff its cost in ρ and its
+    δ, added exactly, are within the total.)
 
     Mixing the two kinds of charge is proven for a sequence whose charges are planned in
     advance (each step may use earlier outputs, its parameters may not). For an analyst who
@@ -145,7 +147,7 @@ class Budget:
             raise ValueError(
                 "fully_adaptive=True with a budget stated in rho and delta > 0 is not proven: composing "
                 "delta-approximate zCDP steps whose sizes are chosen after seeing results is an open question "
-                "(docs/privacy/zcdp.md, \"Adaptivity\"). Use delta=0 (every charge then rho-zCDP, which an "
+                "(docs/privacy/zcdp.md, \"Adaptivity of a budget stated in rho\"). Use delta=0 (every charge then rho-zCDP, which an "
                 "interactive analyst may choose adaptively), or fully_adaptive=False for charges planned in advance")
         self._fully_adaptive = fully_adaptive
         self._ledger: list[Charge] = []
@@ -172,7 +174,7 @@ class Budget:
 
         Proven for charges planned in advance; with ``delta`` = 0 (every charge then ρ-zCDP)
         also for an analyst who chooses the next charge after seeing results. ``fully_adaptive=True``
-        is refused with ``delta`` > 0 (docs/privacy/zcdp.md, "Adaptivity")."""
+        is refused with ``delta`` > 0 (docs/privacy/zcdp.md, "Adaptivity of a budget stated in ρ")."""
         return cls(rho=rho, delta=delta, fully_adaptive=fully_adaptive)
 
     @property
