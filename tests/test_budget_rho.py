@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -167,6 +168,26 @@ def test_statements_are_charged_step_by_step():
     whole = budget.charge_guarantee(Release(), what="release as one step", as_zcdp=False)
     assert whole.as_rho == 2 and whole.delta == Fraction(1, 10**6)  # its (ε, δ) = (2, 1e-6): 2²/2
     assert budget.spent == (spent + Fraction(1, 4) + Fraction(1, 50) + 2, selection.delta_exact + Fraction(2, 10**6))
+
+
+def test_concurrent_charges_never_overspend_together():
+    budget = Budget.zcdp(Fraction(1, 2))
+    accepted: list[int] = []
+
+    def worker(k: int) -> None:
+        for i in range(200):
+            try:
+                budget.charge(Fraction(1, 10), what=f"thread {k} step {i}")  # 1/200 each: 100 fit
+            except BudgetExceededError:
+                continue
+            accepted.append(1)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == len(budget.ledger) == 100 and budget.spent == (Fraction(1, 2), 0)
 
 
 # ------------------------------------------------------------------ laws (hypothesis)
