@@ -33,7 +33,7 @@ def cost(eps: Fraction, dlt: Fraction, rho: Fraction) -> tuple[Fraction, Fractio
     """What one charge costs a budget stated in ρ, written out independently of the package:
     its ρ for a zCDP step, ε·ε/2 for an (ε, δ)-DP one (Bun and Steinke, Proposition 1.4), and its δ."""
     assert not (eps and rho)
-    return (rho if rho else eps * eps / 2), dlt
+    return (rho if rho else min(eps * eps / 2, eps)), dlt
 
 
 def check_within(budget: Budget, charged: list[tuple[Fraction, Fraction, Fraction]]) -> None:
@@ -95,8 +95,8 @@ def test_refusals_name_the_parameter_and_charge_nothing():
         Budget.zcdp(1).can_charge(0.1, 0, rho=0.1)
     with pytest.raises(ValueError, match="rho must be > 0"):
         budget.charge_zcdp(0, what="nothing")
-    with pytest.raises(BudgetExceededError, match=r"rho by about 1e599 \(it needs rho about 1e599"):
-        budget.charge(1e300, what="huge")  # ε²/2 beyond the floats: said, never an OverflowError
+    with pytest.raises(BudgetExceededError, match=r"rho by 1e\+300 \(it needs rho 1e\+300"):
+        budget.charge(1e300, what="huge")  # min(ε²/2, ε) = ε: never an OverflowError
     assert (budget.ledger, budget.spent, budget.summary()) == before
 
 
@@ -444,3 +444,13 @@ def test_the_example_of_the_privacy_page_runs_and_says_what_it_spends(capsys):
     eps, dlt = budget.implied_dp()
     assert round(float(eps), 2) == 5.22 and Fraction(199, 10**8) < dlt <= Fraction(2, 10**6)
     assert "it implies (5.221534445, 2e-06)-DP" in capsys.readouterr().out
+
+
+def test_a_large_epsilon_costs_epsilon_not_its_square_over_two() -> None:
+    """For ε > 2 the bound D_α ≤ ε ≤ αε is the smaller: an ε-DP step costs min(ε²/2, ε)."""
+    from dpselect.aggregation.accounting import rho_of_dp
+
+    assert rho_of_dp(Fraction(3)) == 3 and rho_of_dp(Fraction(2)) == 2 and rho_of_dp(Fraction(1)) == Fraction(1, 2)
+    budget = Budget.zcdp(3)
+    budget.charge(3, what="a large pure step")  # 4.5 as ε²/2: it fits only at ρ = ε
+    assert budget.spent_rho == 3

@@ -141,10 +141,11 @@ def max_rho(xi: Fraction, delta_approx: Fraction, epsilon: Fraction, delta: Frac
 # --------------------------------------------------------------- a budget stated in ρ (zCDP)
 
 def rho_of_dp(epsilon: Fraction) -> Fraction:
-    """ε²/2: an ε-DP step is (ε²/2)-zCDP (Bun and Steinke, TCC 2016, Proposition 1.4), and an
-    (ε, δ)-DP step is δ-approximately (ε²/2)-zCDP in the mixture form of docs/privacy/zcdp.md
-    (the proof of Proposition 1.4 applied to the good parts of the mixture)."""
-    return epsilon * epsilon / 2
+    """min(ε²/2, ε): an ε-DP step is (ε²/2)-zCDP (Bun and Steinke, TCC 2016, Proposition 1.4)
+    and also ε-zCDP (D_α ≤ D_∞ ≤ ε ≤ εα for every α > 1), the second being smaller for ε > 2;
+    an (ε, δ)-DP step is δ-approximately that in the mixture form of docs/privacy/zcdp.md (both
+    arguments applied to the good parts of the mixture, whose max-divergence is at most ε)."""
+    return min(epsilon * epsilon / 2, epsilon)
 
 
 def rho_of_charge(epsilon: Fraction, delta: Fraction, rho: Fraction) -> Fraction:

@@ -12,7 +12,7 @@ than converting each one and adding.
 
 A budget can also be stated in ρ (:meth:`Budget.zcdp`, as Tumult Analytics' ρ budgets and OpenDP's
 zero-concentrated divergence): its total is δ-approximately ρ-zCDP, ρ-zCDP charges add their ρ and
-an (ε, δ)-DP charge costs ε²/2 and its δ (docs/privacy/zcdp.md, "A budget stated in ρ").
+an (ε, δ)-DP charge costs min(ε²/2, ε) and its δ (docs/privacy/zcdp.md, "A budget stated in ρ").
 
 A charge records what it paid for; several steps of one release (partition selection, bounds,
 noisy metrics) are usually planned together with :meth:`Budget.split`.
@@ -52,7 +52,7 @@ class Charge:
     epsilon: Fraction
     delta: Fraction
     rho: Fraction = Fraction(0)
-    # In a budget stated in ρ: the ρ the charge cost (its ρ, plus ε²/2 for each (ε, δ)-DP part).
+    # In a budget stated in ρ: the ρ the charge cost (its ρ, plus min(ε²/2, ε) for each (ε, δ)-DP part).
     as_rho: Fraction | None = None
 
     def __str__(self) -> str:
@@ -64,7 +64,7 @@ class Charge:
                 parts.append(f"epsilon {_show(self.epsilon)}, delta {format_delta(self.delta)}")
             text = f"{self.what}: {'; '.join(parts)}"
         if self.as_rho is not None and self.as_rho != self.rho:
-            text += f" (charged as rho {_show(self.as_rho)}: epsilon**2/2 for each (epsilon, delta)-DP part)"
+            text += f" (charged as rho {_show(self.as_rho)}: min(epsilon**2/2, epsilon) for each (epsilon, delta)-DP part)"
         return text
 
 
@@ -152,7 +152,7 @@ class Budget:
         self._fully_adaptive = fully_adaptive
         self._ledger: list[Charge] = []
         # Σξ (ε of (ε, δ) charges), Σρ, Σδ; in a budget stated in ρ, Σξ stays 0 and Σρ is what the
-        # charges cost in ρ (ε²/2 for each (ε, δ)-DP part).
+        # charges cost in ρ (min(ε²/2, ε) for each (ε, δ)-DP part).
         self._totals = (Fraction(0), Fraction(0), Fraction(0))
         self._conversion = accounting.convert(Fraction(0), Fraction(0), Fraction(0), self._delta)
         self._lock = threading.Lock()
@@ -165,7 +165,7 @@ class Budget:
         docs/privacy/zcdp.md), for mechanisms that need a δ, like a key selection.
 
         Charges compose exactly, in Fractions: a ρ-zCDP charge (:meth:`charge_zcdp`) adds its
-        ρ; an (ε, δ)-DP charge (:meth:`charge`, a pure ε-DP one with δ = 0) adds ε²/2 to ρ and
+        ρ; an (ε, δ)-DP charge (:meth:`charge`, a pure ε-DP one with δ = 0) adds min(ε²/2, ε) to ρ and
         its δ (Bun and Steinke, Proposition 1.4, applied to the good part of the mixture); a
         statement (:meth:`charge_guarantee`) each of its steps so. A charge that would take
         Σρ above ``rho`` or Σδ above ``delta`` is refused, charging nothing. ``spent``,
@@ -213,7 +213,7 @@ class Budget:
 
     @property
     def spent_rho(self) -> Fraction:
-        """Σρ of the ρ-zCDP charges so far (in a budget stated in ρ, with ε²/2 for each
+        """Σρ of the ρ-zCDP charges so far (in a budget stated in ρ, with min(ε²/2, ε) for each
         (ε, δ)-DP charge)."""
         with self._lock:
             return self._totals[1]
@@ -342,7 +342,7 @@ class Budget:
             if not self._fits_rho(cost, dlt):
                 problems = []
                 if total_rho + cost > self._rho:
-                    needs = f"rho {_show(cost)}" + (" (epsilon**2/2 of its (epsilon, delta)-DP part)" if eps else "")
+                    needs = f"rho {_show(cost)}" + (" (min(epsilon**2/2, epsilon) of its (epsilon, delta)-DP part)" if eps else "")
                     problems.append(f"rho by {_show(total_rho + cost - self._rho)} (it needs {needs}, "
                                     f"{_show(self._rho - total_rho)} is left)")
                 if total_delta + dlt > self._delta:
@@ -409,8 +409,8 @@ class Budget:
 
         In a budget stated in ρ (:meth:`zcdp`), by default (``as_zcdp`` None or True) a statement
         made of ``components`` is charged as one step: the ρ of the components that carry one
-        plus ε²/2 for each other one, and their δ; else the statement's ρ when it has one; else
-        its (ε, δ) as one (ε, δ)-DP step (ε²/2 and δ), as ``as_zcdp=False`` always does."""
+        plus min(ε²/2, ε) for each other one, and their δ; else the statement's ρ when it has one; else
+        its (ε, δ) as one (ε, δ)-DP step (min(ε²/2, ε) and δ), as ``as_zcdp=False`` always does."""
         if as_zcdp is not None and not isinstance(as_zcdp, bool):
             raise TypeError(f"as_zcdp must be True, False or None, got {as_zcdp!r}")
         if self._rho is not None and as_zcdp is not False:
@@ -431,7 +431,7 @@ class Budget:
         return self.charge(epsilon, delta, what=what)
 
     def _charge_statement_in_rho(self, guarantee: object, what: str) -> Charge | None:
-        """A budget stated in ρ: the statement's components (each ρ, or ε²/2 and its δ), or its
+        """A budget stated in ρ: the statement's components (each ρ, or min(ε²/2, ε) and its δ), or its
         ρ; None when it has neither (it is then charged by its (ε, δ))."""
         assert self._rho is not None
         components = getattr(guarantee, "components", None)
@@ -443,7 +443,7 @@ class Budget:
                 if part is not None:
                     total_rho += _rho(part)
                     cost += _rho(part)
-                else:  # an (ε, δ)-DP step: ε²/2, each step on its own (Σε_i²/2, not (Σε_i)²/2)
+                else:  # an (ε, δ)-DP step: min(ε²/2, ε), each step on its own (Σε_i²/2, not (Σε_i)²/2)
                     e = _epsilon(getattr(component, "epsilon_exact", None))
                     eps += e
                     dlt += _delta(getattr(component, "delta_exact", None))
@@ -533,7 +533,7 @@ class Budget:
         with self._lock:
             kind = "delta-approximate rho-zCDP" if self._delta else "rho-zCDP"
             lines = [f"Budget: rho {_show(self._rho)}, delta {format_delta(self._delta)} ({kind}; zCDP composition, "
-                     "an (epsilon, delta)-DP charge costing epsilon**2/2 and its delta, docs/privacy/zcdp.md); "
+                     "an (epsilon, delta)-DP charge costing min(epsilon**2/2, epsilon) and its delta, docs/privacy/zcdp.md); "
                      f"for information, it implies ({_show(total_eps)}, {format_delta(total_delta)})-DP "
                      f"(rho converted with delta {format_delta(INFORMATION_DELTA)} more, certified, Canonne, Kamath, "
                      "Steinke, NeurIPS 2020, Corollary 13)"]
