@@ -11,6 +11,7 @@ from typing import Any
 
 from dpselect.display import html_table, mechanism_of
 from dpselect.core.guarantee import delta_upper_float, format_delta, format_upper
+from dpselect.aggregation.accounting import rho_of_dp
 from dpselect.aggregation.noise import zcdp_delta
 
 __all__ = ["AggregateGuarantee", "Component"]
@@ -124,12 +125,12 @@ class AggregateGuarantee:
 
     @property
     def rho(self) -> Fraction | None:
-        """The release's ρ when every step is zCDP: Σρ_j of the Gaussian metrics plus ε²/2 for
-        each pure ε-DP step (ε-DP implies ε²/2-zCDP: Bun and Steinke, TCC 2016, Proposition 1.4).
-        None when a step is only (ε, δ)-DP with δ > 0 (a key selection)."""
+        """The release's ρ when every step is zCDP: Σρ_j of the Gaussian metrics plus min(ε²/2, ε)
+        for each pure ε-DP step (ε-DP implies ε²/2-zCDP: Bun and Steinke, TCC 2016, Proposition 1.4;
+        and ε-zCDP, D_α ≤ ε ≤ αε). None when a step is only (ε, δ)-DP with δ > 0 (a key selection)."""
         if any(c.rho is None and c.delta_exact > 0 for c in self.components):
             return None
-        return sum((c.rho if c.rho is not None else c.epsilon_exact ** 2 / 2 for c in self.components), Fraction(0))
+        return sum((c.rho if c.rho is not None else rho_of_dp(c.epsilon_exact) for c in self.components), Fraction(0))
 
     def _conversion(self) -> str:
         """How the Gaussian group was converted, in words ('' without one)."""
