@@ -73,10 +73,10 @@ def test_keys_selected_from_the_data_keep_the_quantile_rule(monkeypatch: pytest.
 
 
 def test_readable_bins_drop_what_is_within_the_noise() -> None:
-    # Scale 10: the floor is 2·√2·10 ≈ 28.3. A bin under it is 0; after two unreadable bins in a
+    # Scale 10: the floor is 3·√2·10 ≈ 42.4. A bin under it is 0; after two unreadable bins in a
     # row nothing is read (a far bin whose noise passed the floor by chance).
-    assert readable_bins(np.array([-5, 100, 20, 50, 29, 3, 1, 400]), Fraction(10)) == [0, 100, 0, 50, 29, 0, 0, 0]
-    assert readable_bins(np.array([28, -40, 0]), Fraction(10)) == [0, 0, 0]
+    assert readable_bins(np.array([-5, 100, 20, 50, 43, 3, 1, 400]), Fraction(10)) == [0, 100, 0, 50, 43, 0, 0, 0]
+    assert readable_bins(np.array([42, -60, 0]), Fraction(10)) == [0, 0, 0]
 
 
 def test_nothing_readable_gives_the_smallest_bounds() -> None:

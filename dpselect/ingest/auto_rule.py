@@ -31,7 +31,7 @@ __all__ = ["NOISE_FLOOR_SDS", "TYPICAL_KEY_SHARE", "VALUE_SHARE_OF_BOUND", "Metr
 # A noisy bin not above this many standard deviations of its noise (√2·t for discrete Laplace
 # of scale t) is read as empty: an empty bin of large values (a midpoint of thousands of rows)
 # would otherwise move the estimated totals by its noise times its midpoint.
-NOISE_FLOOR_SDS = 2
+NOISE_FLOOR_SDS = 3
 # The key the error is weighed at, as a share of the average key (total / K): the keys of real
 # data are skewed, and the typical (median) key is smaller than the average one.
 TYPICAL_KEY_SHARE = Fraction(1, 2)
