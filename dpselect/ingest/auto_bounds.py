@@ -17,11 +17,12 @@ the noise κ times larger for κ times the data: no gain). A uniform pair of the
 also a uniform pair of the κ pairs that κ-bounding keeps (a uniform element of a uniform subset),
 so the histogram describes the pairs that survive bounding, in distribution, at any κ.
 
-The rule (:func:`choose`): the smallest candidate 2^j (capped) whose bin ends where the noisy
-cumulative count first reaches ``quantile`` of the noisy total — a DP quantile of the users (or
-pairs), read only from the noisy histogram (post-processing); 1 when the noisy total is within
-the noise of zero. The quantiles (KAPPA_QUANTILE, KAPPA_QUANTILE_SELECTED, LINF_QUANTILE) are
-measured by bench/bench_auto_bounds.py.
+The rule, read only from the noisy histograms and public parameters (post-processing): with
+public partitions, the pair of least estimated error for the metrics asked
+(:mod:`dpselect.ingest.auto_rule`); otherwise (:func:`choose`) the smallest candidate 2^j
+(capped) whose bin ends where the noisy cumulative count first reaches ``quantile`` of the noisy
+total — a DP quantile of the users (or pairs); 1 when the noisy total is within the noise of
+zero. Both are measured by bench/bench_auto_bounds.py.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ MAX_AUTO_LINF = 2**16
 # κ is read lower when keys are selected from the data: the selection's threshold grows linearly
 # with κ (each key runs at ε/κ) while a key's bounded user count grows more slowly, so the keys
 # near the threshold, which decide how many are released, favour a small κ.
-KAPPA_QUANTILE = Fraction(3, 4)  # with public partitions (no selection)
+KAPPA_QUANTILE = Fraction(3, 4)  # select_partitions with the "public" strategy (no metrics to weigh)
 KAPPA_QUANTILE_SELECTED = Fraction(1, 4)  # with keys selected from the data
 LINF_QUANTILE = Fraction(1, 4)
 
