@@ -9,8 +9,9 @@ alone, and picks the pair whose geometric mean over the metrics is the smallest:
 - dropped data (bias): the share of (user, partition) pairs that κ-bounding drops,
   Σ_u max(0, c_u − κ) / Σ_u c_u, and of rows that L∞-bounding drops, both read off the noisy
   histograms with each bin's users at the bin's midpoint;
-- noise: the metric's noise variance at (κ, L∞) over the square of its typical value, a key's
-  share of the estimated total (Σ_u c_u / K pairs, times the rows per pair for row metrics).
+- noise: the metric's noise variance at (κ, L∞) over the square of its value at a typical key,
+  taken as TYPICAL_KEY_SHARE of the average key (Σ_u c_u / K pairs, times the rows per pair for
+  row metrics).
 
 It reads nothing but the noisy histograms and public parameters, in exact rational arithmetic:
 post-processing of the DP histograms (Dwork and Roth, *The Algorithmic Foundations of
@@ -48,10 +49,10 @@ _ROLES = {"count_distinct_units": "users", "count": "rows", "count_distinct": "r
 
 @dataclass(frozen=True)
 class MetricError:
-    """One metric's noise, for the rule: its role (see above) and the variance of its noise per
-    unit of sensitivity at κ = 1, as a function of κ: Laplace of scale κ·Δ/ε has variance
-    2·κ²·Δ²/ε² (``laplace_epsilon`` set), Gaussian with ρ has variance κ·Δ²/(2ρ)
-    (``gaussian_rho`` set)."""
+    """One metric, for the rule: its role (see above) and its noise, whose variance at κ and
+    sensitivity Δ is 2·κ²·Δ²/ε² for Laplace of scale κ·Δ/ε (``laplace_epsilon`` set) and
+    κ·Δ²/(2ρ) for Gaussian noise of ρ (``gaussian_rho`` set): the continuous laws' variances,
+    which the discrete ones match closely at any useful scale."""
 
     role: str
     laplace_epsilon: Fraction | None = None
