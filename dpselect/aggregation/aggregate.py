@@ -226,7 +226,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
     chose = figures = None
     if plan.auto_kappa or plan.auto_linf:  # κ / L∞ chosen privately (docs/privacy/auto-bounds.md)
         plan, chose, figures = choose_for_plan(plan, users, partitions, counter.n_users, counter.n_partitions,
-                                               generator)
+                                               generator, None if listed is None else int(listed.num_rows))
     kappa, linf = plan.kappa, plan.linf
     values = {c: ValueColumn(used, c) for c in plan.value_columns}
     known = [c for c in plan.value_columns if c in grids]

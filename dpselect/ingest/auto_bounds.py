@@ -17,11 +17,12 @@ the noise κ times larger for κ times the data: no gain). A uniform pair of the
 also a uniform pair of the κ pairs that κ-bounding keeps (a uniform element of a uniform subset),
 so the histogram describes the pairs that survive bounding, in distribution, at any κ.
 
-The rule (:func:`choose`): the smallest candidate 2^j (capped) whose bin ends where the noisy
-cumulative count first reaches ``quantile`` of the noisy total — a DP quantile of the users (or
-pairs), read only from the noisy histogram (post-processing); 1 when the noisy total is within
-the noise of zero. The quantiles (KAPPA_QUANTILE, KAPPA_QUANTILE_SELECTED, LINF_QUANTILE) are
-measured by bench/bench_auto_bounds.py.
+The rule, read only from the noisy histograms and public parameters (post-processing): with
+public partitions, the pair of least estimated error for the metrics asked
+(:mod:`dpselect.ingest.auto_rule`); otherwise (:func:`choose`) the smallest candidate 2^j
+(capped) whose bin ends where the noisy cumulative count first reaches ``quantile`` of the noisy
+total — a DP quantile of the users (or pairs); 1 when the noisy total is within the noise of
+zero. Both are measured by bench/bench_auto_bounds.py.
 """
 from __future__ import annotations
 
@@ -32,12 +33,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from dpselect.ingest.auto_rule import MetricError, choose_by_error, metric_errors, readable_bins
+
 if TYPE_CHECKING:  # pragma: no cover
     from dpselect.aggregation.noise import DiscreteLaplaceNoise
 
 __all__ = ["AUTO", "HINDSIGHT_GRID", "KAPPA_QUANTILE", "KAPPA_QUANTILE_SELECTED",
            "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS",
-           "AutoBounds", "Hindsight", "bin_of", "choose", "choose_bounds", "choose_for_plan", "choose_from_pairs",
+           "AutoBounds", "ErrorModel", "Hindsight", "bin_of", "choose", "choose_bounds", "choose_for_plan", "choose_from_pairs",
            "choose_kappa_from_sets", "feasible_caps", "hindsight", "histogram", "is_auto", "noise_for",
            "noisy_histogram", "one_pair_per_user", "pair_counts", "pair_tags", "refuse_auto", "refuse_other_strings",
            "select_with_auto_kappa", "split_epsilon", "with_chosen_kappa"]
@@ -57,7 +60,7 @@ MAX_AUTO_LINF = 2**16
 # κ is read lower when keys are selected from the data: the selection's threshold grows linearly
 # with κ (each key runs at ε/κ) while a key's bounded user count grows more slowly, so the keys
 # near the threshold, which decide how many are released, favour a small κ.
-KAPPA_QUANTILE = Fraction(3, 4)  # with public partitions (no selection)
+KAPPA_QUANTILE = Fraction(3, 4)  # select_partitions with the "public" strategy (no metrics to weigh)
 KAPPA_QUANTILE_SELECTED = Fraction(1, 4)  # with keys selected from the data
 LINF_QUANTILE = Fraction(1, 4)
 
@@ -185,6 +188,9 @@ class AutoBounds:
     epsilon: Fraction
     kappa_quantile: Fraction
     linf_quantile: Fraction
+    # Chosen by the ε-aware rule (public partitions, :mod:`dpselect.ingest.auto_rule`) rather
+    # than read at the quantiles.
+    by_error: bool = False
 
     def what(self, kappa: int, linf: int | None) -> str:
         """The step's name in a statement, with the values used."""
@@ -195,6 +201,15 @@ class AutoBounds:
     def statement(self) -> str:
         """The step's own guarantee."""
         parts = []
+        if self.by_error:
+            hist = [name for name, h in (("each user's number of distinct partitions", self.noisy_kappa),
+                                         ("the rows of one uniformly chosen (user, partition) pair per user",
+                                          self.noisy_linf)) if h is not None]
+            return (f"a histogram of {' and of '.join(hist)} over power-of-two bins, each user in one bin of each "
+                    "(L1 sensitivity 1), with exact discrete Laplace noise (Canonne, Kamath, Steinke, NeurIPS "
+                    f"2020): {float(self.epsilon):.6g}-DP (ε = {self.epsilon}), δ = 0; the bounds are the powers "
+                    "of two of least estimated error for the metrics' noise at the public keys, read from the "
+                    "noisy histograms alone (post-processing). See docs/privacy/auto-bounds.md.")
         if self.noisy_kappa is not None:
             parts.append("a histogram of each user's number of distinct partitions (κ: its noisy "
                          f"{float(self.kappa_quantile):g}-quantile)")
@@ -229,8 +244,11 @@ def choose_bounds(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint
 def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[np.int64],
                       rows: npt.NDArray[np.int64], *, epsilon: Fraction, kappa_cap: int | None, linf_cap: int | None,
                       rng: Any, kappa_quantile: Fraction = KAPPA_QUANTILE,
-                      linf_quantile: Fraction = LINF_QUANTILE) -> AutoBounds:
-    """:func:`choose_bounds` from :func:`pair_counts`' arrays."""
+                      linf_quantile: Fraction = LINF_QUANTILE, by_error: ErrorModel | None = None) -> AutoBounds:
+    """:func:`choose_bounds` from :func:`pair_counts`' arrays. With ``by_error`` (public
+    partitions), the bounds are those of least estimated error
+    (:func:`dpselect.ingest.auto_rule.choose_by_error`) instead of the quantiles, read from the
+    same noisy histograms."""
     eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
     kappa = linf = None
     noisy_k = noisy_l = None
@@ -244,7 +262,34 @@ def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[n
         noisy_l = noisy_histogram(histogram(chosen_rows, linf_cap), eps_l, rng)
         linf = choose(noisy_l, quantile=linf_quantile, cap=linf_cap, scale=noise_for(eps_l).scale)
         spent += noise_for(eps_l).epsilon
-    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile))
+    if by_error is not None:
+        kappa, linf = _by_error(by_error, noisy_k, noisy_l, eps_k, eps_l, kappa_cap, linf_cap)
+    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile),
+                      by_error is not None)
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """The public parameters the ε-aware rule weighs (with public partitions): each metric's
+    noise (:func:`dpselect.ingest.auto_rule.metric_errors`), the number of public keys, and the
+    given κ / L∞ (the plan's, used where that bound is not chosen)."""
+
+    metrics: tuple[MetricError, ...]
+    n_keys: int
+    kappa: int
+    linf: int
+
+
+def _by_error(model: ErrorModel, noisy_k: npt.NDArray[np.int64] | None, noisy_l: npt.NDArray[np.int64] | None,
+              eps_k: Fraction, eps_l: Fraction, kappa_cap: int | None, linf_cap: int | None) -> tuple[int | None,
+                                                                                                   int | None]:
+    """(κ, L∞) of the ε-aware rule from the noisy histograms (None: a bound not chosen)."""
+    k_bins = None if noisy_k is None else readable_bins(noisy_k, noise_for(eps_k).scale)
+    l_bins = None if noisy_l is None else readable_bins(noisy_l, noise_for(eps_l).scale)
+    kappa, linf = choose_by_error(k_bins, l_bins, metrics=model.metrics, n_keys=model.n_keys,
+                                  kappa=model.kappa if kappa_cap is None else kappa_cap,
+                                  linf=model.linf if linf_cap is None else linf_cap)
+    return (None if kappa_cap is None else kappa), (None if linf_cap is None else linf)
 
 
 def choose_kappa_from_sets(per_user: npt.NDArray[np.int64], *, epsilon: Fraction, cap: int, rng: Any,
@@ -279,12 +324,14 @@ def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int,
 
 
 def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int,
-                    n_partitions: int, rng: Any) -> tuple[Any, Any, Hindsight]:
+                    n_partitions: int, rng: Any, n_public_keys: int | None = None) -> tuple[Any, Any, Hindsight]:
     """For :func:`dpselect.aggregate`: the plan at the privately chosen κ / L∞ (its selection
     rebuilt at the chosen κ, with its own share of the budget), the step's component, and the
     data holder's exact hindsight figures (NOT DP, :func:`hindsight`). The
     plan's κ / L∞ are the largest values the choice may take (checked before any data was read),
-    and the step spends the plan's "contribution_bounds" share."""
+    and the step spends the plan's "contribution_bounds" share. With public partitions
+    (``n_public_keys``, their number) the bounds are those of least estimated error for the
+    plan's metrics (:mod:`dpselect.ingest.auto_rule`), otherwise the quantiles'."""
     from dataclasses import replace
 
     from dpselect.aggregation.guarantee import Component
@@ -293,11 +340,15 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
 
     eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
     per_user, pair_users, pair_parts, rows = pair_counts(users, partitions, n_users)
+    model = None
+    if plan.public and n_public_keys:
+        metrics = tuple(metric_errors(plan))
+        model = ErrorModel(metrics, n_public_keys, plan.kappa, plan.linf) if metrics else None
     found = choose_from_pairs(per_user, pair_users, rows, epsilon=eps,
                               kappa_cap=plan.kappa if plan.auto_kappa else None,
                               linf_cap=plan.linf if plan.auto_linf else None, rng=rng,
                               kappa_quantile=KAPPA_QUANTILE if plan.public else KAPPA_QUANTILE_SELECTED,
-                              linf_quantile=LINF_QUANTILE)
+                              linf_quantile=LINF_QUANTILE, by_error=model)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
     try:
