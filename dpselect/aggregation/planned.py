@@ -2,9 +2,9 @@
 budget is charged with before any data is read (docs/privacy/zcdp.md, "A budget stated in ρ").
 
 A budget in (ε, δ) is charged the release's (ε, δ), as asked. A budget stated in ρ is charged
-each step's own cost, so that its pure steps cost Σ ε_i²/2 rather than (Σ ε_i)²/2: the selection
-(an (ε, δ)-DP step) ε_s²/2 and its δ; private bounds and discrete Laplace metrics (pure ε-DP)
-ε_i²/2 each; the Gaussian metrics their planned ρ, which add up to the group's ρ_z. Each is an
+each step's own cost, so that its pure steps cost Σ min(ε_i²/2, ε_i) rather than (Σ ε_i)²/2: the selection
+(an (ε, δ)-DP step) min(ε_s²/2, ε_s) and its δ; private bounds and discrete Laplace metrics (pure ε-DP)
+min(ε_i²/2, ε_i) each; the Gaussian metrics their planned ρ, which add up to the group's ρ_z. Each is an
 upper bound on what the release states for that step (the mechanisms are built at most at their
 shares, every rounding toward privacy), and all of it depends on the parameters only.
 """
