@@ -57,7 +57,7 @@ def exact_histograms(pairs: Any, kappa_cap: int | None, linf_cap: int | None
     executors by :func:`~dpselect.ingest.auto_bounds.histogram` and Spark adds the bins."""
     sql = spark()
     F, types = sql.functions, sql.types
-    caps = [cap for cap in (kappa_cap, linf_cap)]
+    caps = [kappa_cap, linf_cap]
     users = pairs.filter(F.col(RANK) == 1).select(F.col(USER_PAIRS), F.col(ROWS_ALL))
     schema = types.StructType([types.StructField(_WHICH, types.IntegerType(), False),
                                types.StructField(_BIN, types.IntegerType(), False),
