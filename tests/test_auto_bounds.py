@@ -345,16 +345,24 @@ def test_the_cli_refuses_bad_bounds_naming_the_flag(tmp_path: Any, capsys: pytes
     assert f"argument {flag}: expected a positive integer or 'auto'" in capsys.readouterr().err
 
 
-def test_spark_refuses_auto_naming_the_parameter() -> None:
+def test_spark_refuses_bad_auto_bounds_as_on_one_machine_before_reading_the_frame() -> None:
+    # The frame is None: the refusal comes from the plan, before the frame (or Spark) is touched.
     pytest.importorskip("pyspark")
     from dpselect import spark
 
-    with pytest.raises(ValueError, match="max_partitions_contributed='auto' is not available in dpselect.spark"):
+    with pytest.raises(TypeError, match="max_partitions_contributed.*the one string accepted is 'auto'"):
         spark.select_partitions(None, privacy_unit="user", by="key", epsilon=1, delta=1e-6,
-                                max_partitions_contributed="auto")
-    with pytest.raises(ValueError, match="max_contributions_per_partition='auto' is not available"):
+                                max_partitions_contributed="Auto")
+    with pytest.raises(ValueError, match="max_partitions_contributed='auto' needs a count-based strategy by name"):
+        spark.select_partitions(None, privacy_unit="user", by="key", max_partitions_contributed="auto",
+                                strategy=dpselect.make_strategy("pi_opt", epsilon=1, delta=1e-6))
+    with pytest.raises(TypeError, match="max_contributions_per_partition.*the one string accepted is 'auto'"):
         spark.aggregate(None, privacy_unit="user", by="key", metrics=_METRICS, epsilon=1, delta=1e-6,
-                        max_partitions_contributed=2, max_contributions_per_partition="auto")
+                        max_partitions_contributed=2, max_contributions_per_partition="AUTO")
+    with pytest.raises(ValueError, match="max_partitions_contributed='auto' needs the strategy by name"):
+        spark.aggregate(None, privacy_unit="user", by="key", metrics=_METRICS, epsilon=1, delta=1e-6,
+                        max_partitions_contributed="auto", max_contributions_per_partition=1,
+                        strategy=dpselect.make_strategy("pi_opt", epsilon=0.5, delta=1e-6))
 
 
 def test_too_few_users_to_read_anything_gives_the_smallest_bounds() -> None:

@@ -1055,3 +1055,158 @@ def test_aggregate_tsgd_counts_and_gaussian_metrics_equal_the_single_machine_wit
     got, want = on_spark.frame.toPandas(), local.frame.to_pandas()
     assert got.equals(want), (got.head(), want.head())
     assert str(on_spark.guarantee) == str(local.guarantee) and "converted once" in str(local.guarantee)
+
+
+# ---------------------------------------------------------------- κ and L∞ chosen privately ("auto")
+
+_AUTO = dict(max_partitions_contributed="auto", max_contributions_per_partition="auto")
+_AUTO_METRICS = {"users": dpselect.count_distinct_units(), "rows": dpselect.count(),
+                 "total": dpselect.sum("value", bounds=(0, 10))}
+
+
+def _auto_table(seed: int, users: int, n_keys, rows):
+    """User u has ``n_keys(u)`` distinct keys of 12 (a random subset), its j-th with ``rows(u, j)`` rows."""
+    gen = np.random.default_rng(seed)  # the input data only
+    user: list[int] = []
+    key: list[str] = []
+    for u in range(users):
+        for j, k in enumerate(gen.choice(12, n_keys(u), replace=False)):
+            user += [u * 5 + 1] * rows(u, j)
+            key += [f"k{k}"] * rows(u, j)
+    return pa.table({"user": pa.array(user), "key": pa.array(key), "value": pa.array(gen.integers(0, 10, len(user)))})
+
+
+def _without_hindsight(report: dict) -> tuple[dict, dict]:
+    rest = dict(report)
+    return rest, rest.pop("hindsight")
+
+
+def test_auto_bounds_on_spark_equal_the_single_machine_without_noise(spark):
+    # c_u in {3, 4} and every pair's rows in {3, 4}: every user in bin 2 of both histograms, so κ =
+    # L∞ = 4 whatever pair is drawn, nothing is bounded, and at this ε no noise is drawn but 0.
+    table = _auto_table(21, 600, lambda u: 3 + u % 2, lambda u, j: 3 + (u + j) % 2)
+    kwargs = dict(privacy_unit="user", by="key", metrics=_AUTO_METRICS, epsilon=1e6, delta=1e-5, **_AUTO)
+    budget = dpselect.Budget(2e6, 1e-4)
+    on_spark = ds.aggregate(spark.createDataFrame(table), budget=budget, report=True, **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    assert (on_spark.guarantee.kappa, on_spark.guarantee.linf) == (local.guarantee.kappa, local.guarantee.linf) == (4, 4)
+    got, want = on_spark.frame.toPandas(), local.frame.to_pandas()
+    assert got.equals(want), (got.head(), want.head())
+    assert str(on_spark.guarantee) == str(local.guarantee) == ds.guarantee_of(on_spark.frame)
+    # The step is named first with the values chosen, and spends the plan's "contribution_bounds" share.
+    from dpselect.aggregation.plan import CONTRIBUTION_BOUNDS, plan_aggregate
+
+    plan = plan_aggregate(privacy_unit="user", by="key", metrics=_AUTO_METRICS, epsilon=1e6, delta=1e-5,
+                          max_partitions_contributed="auto", max_contributions_per_partition="auto", public=False)
+    step = on_spark.guarantee.components[0]
+    assert step == local.guarantee.components[0]
+    assert step.what == "contribution bounds (κ = 4 and L∞ = 4 chosen privately)"
+    assert (step.epsilon_exact, step.delta_exact) == (plan.shares[CONTRIBUTION_BOUNDS][0], 0)
+    assert budget.spent == (Fraction(10**6), Fraction(1, 10**5))  # charged once, the whole release
+    # The data holder's report, hindsight included (float sums in another order).
+    (rest, hind), (want_rest, want_hind) = _without_hindsight(on_spark.report().as_dict()), \
+        _without_hindsight(local.report().as_dict())
+    assert rest == want_rest
+    assert hind["best_kappa"] == want_hind["best_kappa"]
+    for name in ("kappa", "linf"):
+        assert [sorted(e.items()) for e in hind[name]] == [
+            [(k, pytest.approx(v)) for k, v in sorted(e.items())] for e in want_hind[name]]
+    assert "In hindsight (exact, NOT DP" in str(on_spark.report())
+
+
+@pytest.mark.filterwarnings("ignore:contribution bounding kept")  # on one machine, at κ = 1
+@pytest.mark.parametrize("public", [False, True])
+def test_auto_kappa_reads_the_single_machines_quantile(spark, public):
+    # Half the users have 1 key, half 4 (bins 0 and 2), every pair 2 rows (L∞ = 2): κ = 1 read at
+    # the quantile 1/4 when keys are selected from the data, κ = 4 at 3/4 with public partitions.
+    table = _auto_table(22, 400, lambda u: 1 if u % 2 else 4, lambda u, j: 2)
+    listed = dict(public_partitions=[f"k{i}" for i in range(12)]) if public else {}
+    kwargs = dict(privacy_unit="user", by="key", metrics=_AUTO_METRICS, epsilon=1e6, delta=1e-5, **_AUTO, **listed)
+    on_spark = ds.aggregate(spark.createDataFrame(table), **kwargs)
+    local = dpselect.aggregate(table, **kwargs)
+    want = (4, 2) if public else (1, 2)
+    assert (on_spark.guarantee.kappa, on_spark.guarantee.linf) == (local.guarantee.kappa, local.guarantee.linf) == want
+    assert str(on_spark.guarantee) == str(local.guarantee)
+    got, local_frame = on_spark.frame.toPandas(), local.frame.to_pandas()
+    if public:  # nothing bounded: the same values
+        assert got.equals(local_frame), (got.head(), local_frame.head())
+    else:  # each user keeps one key drawn at random on each path: the same keys
+        assert list(got["key"]) == list(local_frame["key"]) == [f"k{i}" for i in sorted(range(12), key=str)]
+
+
+def test_select_with_auto_kappa_equals_the_single_machine_without_noise(spark):
+    table = _auto_table(23, 500, lambda u: 2, lambda u, j: 1 + u % 3)  # c_u = 2: κ = 2 keeps every key
+    kwargs = dict(privacy_unit="user", by="key", epsilon=1e6, delta=1e-5, max_partitions_contributed="auto",
+                  counts=True, report=True)
+    out, report = ds.select_partitions(spark.createDataFrame(table), **kwargs)
+    local, local_report = dpselect.select_partitions(table, **kwargs)
+    assert out.toPandas().equals(local.to_pandas())
+    statement = ds.guarantee_of(out)
+    assert statement == local.schema.metadata[b"dpselect.guarantee"].decode()
+    assert "with κ = 2 chosen privately" in statement and "κ chosen privately: 100000-DP" in statement
+    assert report.as_dict() == local_report.as_dict()
+
+
+def test_auto_histograms_count_distinct_keys_and_one_uniform_pair_per_user(spark):
+    # Every user has key "a" with 1 row and "b" with 4; the even users also "c" with 4. c_u is 2 or
+    # 3 (bins 1 and 2; counting rows, 5 or 9, would be bins 3 and 4), and the L∞ histogram holds
+    # each user once, its bin 0 with probability 1/2 or 1/3 (every pair of a user, 2.5 per user,
+    # or always the first key, would not).
+    from dpselect.ingest.auto_bounds import MAX_AUTO_KAPPA, MAX_AUTO_LINF, histogram
+    from dpselect.spark import _auto_bounds
+
+    n = 3000
+    user: list[int] = []
+    key: list[str] = []
+    for u in range(n):
+        for k, r in [("a", 1), ("b", 4)] + ([("c", 4)] if u % 2 == 0 else []):
+            user += [u] * r
+            key += [k] * r
+    df = frame(spark, user=np.asarray(user), key=np.asarray(key))
+    release_key = _key()
+    pairs = _auto_bounds.ranked_pairs(df, "user", ["key"], release_key, True)
+    exact_kappa, exact_linf = _auto_bounds.exact_histograms(pairs, MAX_AUTO_KAPPA, MAX_AUTO_LINF)
+    assert exact_kappa.tolist() == histogram(np.array([2, 3] * (n // 2)), MAX_AUTO_KAPPA).tolist()
+    assert exact_linf.sum() == n and exact_linf[0] + exact_linf[2] == n
+    mean = n / 2 * (1 / 2) + n / 2 * (1 / 3)
+    sd = math.sqrt(n / 2 * (1 / 4) + n / 2 * (2 / 9))
+    assert abs(exact_linf[0] - mean) < 5 * sd, (exact_linf[0], mean)
+    # A keyed function of the pairs: the same histograms on a re-run, another draw under another key.
+    again = _auto_bounds.exact_histograms(_auto_bounds.ranked_pairs(df, "user", ["key"], release_key, True),
+                                          MAX_AUTO_KAPPA, MAX_AUTO_LINF)
+    assert again[1].tolist() == exact_linf.tolist()
+    # κ alone: no L∞ histogram.
+    assert _auto_bounds.exact_histograms(pairs, 8, None)[1] is None
+    # A null privacy unit is refused with dpselect's message, from the first job.
+    nulls = spark.createDataFrame(pa.table({"user": pa.array([1, None, 2]), "key": pa.array(["a", "a", "b"])}))
+    with pytest.raises(ValueError, match="null privacy unit"):
+        ds.aggregate(nulls, privacy_unit="user", by="key", metrics={"n": dpselect.count()}, epsilon=1.0,
+                     delta=1e-5, **_AUTO)
+
+
+def test_auto_bounds_refusals_come_before_any_spark_job_or_charge(spark, no_spark_job):
+    df = frame(spark, user=np.arange(20), key=np.arange(20) % 3, value=np.ones(20))
+    budget = dpselect.Budget(100.0, 1e-3)
+    base = dict(privacy_unit="user", by="key", epsilon=1.0, delta=1e-5, budget=budget)
+    count = {"n": dpselect.count()}
+    obj = dpselect.make_strategy("pi_opt", epsilon=0.5, delta=1e-6)
+    calls = [
+        (lambda: ds.aggregate(df, metrics=count, max_partitions_contributed="Auto",
+                              max_contributions_per_partition=1, **base), "the one string accepted is 'auto'"),
+        (lambda: ds.aggregate(df, metrics=count, max_partitions_contributed=1,
+                              max_contributions_per_partition="2", **base), "the one string accepted is 'auto'"),
+        (lambda: ds.aggregate(df, metrics=count, **_AUTO, strategy=obj, **base), "needs the strategy by name"),
+        (lambda: ds.aggregate(df, metrics=count, **_AUTO, **{**base, "delta": 0}), "delta = 0"),
+        (lambda: ds.select_partitions(df, max_partitions_contributed="AUTO", **base),
+         "the one string accepted is 'auto'"),
+        (lambda: ds.select_partitions(df, privacy_unit="user", by="key", max_partitions_contributed="auto",
+                                      strategy=obj, budget=budget),
+         "needs a count-based strategy by name"),
+        (lambda: ds.select_partitions(df, max_partitions_contributed="auto", **{**base, "epsilon": 0}),
+         "epsilon"),
+    ]
+    for call, match in calls:
+        with no_spark_job(), pytest.raises((ValueError, TypeError), match=match) as info:
+            call()
+        assert not type(info.value).__module__.startswith(("py4j", "pyspark")), info.value
+    assert budget.spent == (0, 0)

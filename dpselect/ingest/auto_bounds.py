@@ -40,9 +40,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["AUTO", "HINDSIGHT_GRID", "KAPPA_QUANTILE", "KAPPA_QUANTILE_SELECTED",
            "LINF_QUANTILE", "MAX_AUTO_KAPPA", "MAX_AUTO_LINF", "N_BINS",
-           "AutoBounds", "ErrorModel", "Hindsight", "bin_of", "choose", "choose_bounds", "choose_for_plan", "choose_from_pairs",
+           "AutoBounds", "ErrorModel", "Hindsight", "PlanRequest", "bin_of", "choose", "choose_bounds",
+           "choose_for_plan", "choose_from_histograms", "choose_from_pairs", "choose_kappa_from_histogram",
            "choose_kappa_from_sets", "feasible_caps", "hindsight", "histogram", "is_auto", "noise_for",
-           "noisy_histogram", "one_pair_per_user", "pair_counts", "pair_tags", "refuse_auto", "refuse_other_strings",
+           "noisy_histogram", "one_pair_per_user", "pair_counts", "pair_tags", "plan_at_chosen", "plan_request",
+           "refuse_other_strings",
            "select_with_auto_kappa", "split_epsilon", "with_chosen_kappa"]
 
 AUTO = "auto"
@@ -254,14 +256,12 @@ def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[n
     noisy_k = noisy_l = None
     spent = Fraction(0)
     if kappa_cap is not None:
-        noisy_k = noisy_histogram(histogram(per_user[per_user > 0], kappa_cap), eps_k, rng)
-        kappa = choose(noisy_k, quantile=kappa_quantile, cap=kappa_cap, scale=noise_for(eps_k).scale)
-        spent += noise_for(eps_k).epsilon
+        noisy_k, kappa, eps = _read(histogram(per_user[per_user > 0], kappa_cap), eps_k, kappa_quantile, kappa_cap, rng)
+        spent += eps
     if linf_cap is not None:
         chosen_rows = one_pair_per_user(pair_users, rows, pair_tags(int(pair_users.size), rng))
-        noisy_l = noisy_histogram(histogram(chosen_rows, linf_cap), eps_l, rng)
-        linf = choose(noisy_l, quantile=linf_quantile, cap=linf_cap, scale=noise_for(eps_l).scale)
-        spent += noise_for(eps_l).epsilon
+        noisy_l, linf, eps = _read(histogram(chosen_rows, linf_cap), eps_l, linf_quantile, linf_cap, rng)
+        spent += eps
     if by_error is not None:
         kappa, linf = _by_error(by_error, noisy_k, noisy_l, eps_k, eps_l, kappa_cap, linf_cap)
     return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile),
@@ -292,13 +292,63 @@ def _by_error(model: ErrorModel, noisy_k: npt.NDArray[np.int64] | None, noisy_l:
     return (None if kappa_cap is None else kappa), (None if linf_cap is None else linf)
 
 
+def choose_from_histograms(exact_kappa: npt.NDArray[np.int64] | None, exact_linf: npt.NDArray[np.int64] | None, *,
+                           epsilon: Fraction, kappa_cap: int | None, linf_cap: int | None, rng: Any,
+                           kappa_quantile: Fraction = KAPPA_QUANTILE,
+                           linf_quantile: Fraction = LINF_QUANTILE, by_error: ErrorModel | None = None) -> AutoBounds:
+    """:func:`choose_from_pairs` from the exact histograms themselves (:func:`histogram` of the
+    c_u of every user with a row, up to ``kappa_cap``, and of the r_u of one uniformly chosen
+    pair per user, up to ``linf_cap``; each None when its bound is given), computed elsewhere
+    (by Spark's executors, :mod:`dpselect.spark`): the same noise, rule, split and statement."""
+    eps_k, eps_l = split_epsilon(epsilon, kappa_cap is not None, linf_cap is not None)
+    kappa = linf = None
+    noisy_k = noisy_l = None
+    spent = Fraction(0)
+    if kappa_cap is not None:
+        assert exact_kappa is not None
+        noisy_k, kappa, eps = _read(_checked(exact_kappa, kappa_cap), eps_k, kappa_quantile, kappa_cap, rng)
+        spent += eps
+    if linf_cap is not None:
+        assert exact_linf is not None
+        noisy_l, linf, eps = _read(_checked(exact_linf, linf_cap), eps_l, linf_quantile, linf_cap, rng)
+        spent += eps
+    if by_error is not None:
+        kappa, linf = _by_error(by_error, noisy_k, noisy_l, eps_k, eps_l, kappa_cap, linf_cap)
+    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile),
+                      by_error is not None)
+
+
+def _checked(exact: npt.NDArray[np.int64], cap: int) -> npt.NDArray[np.int64]:
+    """An exact histogram computed elsewhere, with the number of bins :func:`histogram` gives
+    at ``cap`` (a wrong length would change the noise's reading, not only the counts)."""
+    out = np.asarray(exact, dtype=np.int64)
+    n_bins = int(bin_of(np.array([cap]))[0]) + 1
+    if out.shape != (n_bins,) or (out.size and out.min() < 0):
+        raise AssertionError(f"an exact histogram up to {cap} has {n_bins} non-negative bins, got {out!r}")
+    return out
+
+
+def _read(exact: npt.NDArray[np.int64], epsilon: Fraction, quantile: Fraction, cap: int, rng: Any
+          ) -> tuple[npt.NDArray[np.int64], int, Fraction]:
+    """One histogram's step: its noisy counts (ε-DP), the bound read from them, and the exact ε spent."""
+    noise = noise_for(epsilon)
+    noisy = noisy_histogram(exact, epsilon, rng)
+    return noisy, choose(noisy, quantile=quantile, cap=cap, scale=noise.scale), noise.epsilon
+
+
 def choose_kappa_from_sets(per_user: npt.NDArray[np.int64], *, epsilon: Fraction, cap: int, rng: Any,
                            quantile: Fraction = KAPPA_QUANTILE) -> AutoBounds:
     """κ alone, from each user's number of distinct partitions (a selection of keys has no L∞)."""
-    noisy = noisy_histogram(histogram(per_user[per_user > 0], cap), epsilon, rng)
-    noise = noise_for(epsilon)
-    return AutoBounds(choose(noisy, quantile=quantile, cap=cap, scale=noise.scale), None, noisy, None, noise.epsilon,
-                      Fraction(quantile), LINF_QUANTILE)
+    return choose_kappa_from_histogram(histogram(per_user[per_user > 0], cap), epsilon=epsilon, cap=cap, rng=rng,
+                                       quantile=quantile)
+
+
+def choose_kappa_from_histogram(exact: npt.NDArray[np.int64], *, epsilon: Fraction, cap: int, rng: Any,
+                                quantile: Fraction = KAPPA_QUANTILE) -> AutoBounds:
+    """:func:`choose_kappa_from_sets` from the exact histogram of the c_u (computed elsewhere:
+    by Spark's executors)."""
+    noisy, kappa, spent = _read(_checked(exact, cap), epsilon, quantile, cap, rng)
+    return AutoBounds(kappa, None, noisy, None, spent, Fraction(quantile), LINF_QUANTILE)
 
 
 def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int, int]:
@@ -323,6 +373,37 @@ def feasible_caps(kappa: int | None, linf: int | None, check: Any) -> tuple[int,
                 raise
 
 
+@dataclass(frozen=True)
+class PlanRequest:
+    """What an aggregate plan asks of the choice, from its parameters alone: the step's ε (the
+    plan's "contribution_bounds" share), the caps of the bounds to choose (None: given), and the
+    quantile of κ (lower when keys are selected from the data)."""
+
+    epsilon: Fraction
+    kappa_cap: int | None
+    linf_cap: int | None
+    kappa_quantile: Fraction
+    linf_quantile: Fraction = LINF_QUANTILE
+    # With public partitions: the ε-aware rule's public parameters (:class:`ErrorModel`).
+    by_error: ErrorModel | None = None
+
+
+def plan_request(plan: Any, n_public_keys: int | None = None) -> PlanRequest:
+    """The :class:`PlanRequest` of an :class:`~dpselect.aggregation.plan.AggregatePlan` with a
+    bound "auto" (on one machine and on Spark alike). With public partitions (``n_public_keys``,
+    their number) the bounds are those of least estimated error for the plan's metrics
+    (:mod:`dpselect.ingest.auto_rule`), otherwise the quantiles'."""
+    from dpselect.aggregation.plan import CONTRIBUTION_BOUNDS
+
+    eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
+    model = None
+    if plan.public and n_public_keys:
+        metrics = tuple(metric_errors(plan))
+        model = ErrorModel(metrics, n_public_keys, plan.kappa, plan.linf) if metrics else None
+    return PlanRequest(eps, plan.kappa if plan.auto_kappa else None, plan.linf if plan.auto_linf else None,
+                       KAPPA_QUANTILE if plan.public else KAPPA_QUANTILE_SELECTED, LINF_QUANTILE, model)
+
+
 def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_users: int,
                     n_partitions: int, rng: Any, n_public_keys: int | None = None) -> tuple[Any, Any, Hindsight]:
     """For :func:`dpselect.aggregate`: the plan at the privately chosen κ / L∞ (its selection
@@ -332,23 +413,25 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
     and the step spends the plan's "contribution_bounds" share. With public partitions
     (``n_public_keys``, their number) the bounds are those of least estimated error for the
     plan's metrics (:mod:`dpselect.ingest.auto_rule`), otherwise the quantiles'."""
+    request = plan_request(plan, n_public_keys)
+    per_user, pair_users, pair_parts, rows = pair_counts(users, partitions, n_users)
+    found = choose_from_pairs(per_user, pair_users, rows, epsilon=request.epsilon, kappa_cap=request.kappa_cap,
+                              linf_cap=request.linf_cap, rng=rng, kappa_quantile=request.kappa_quantile,
+                              linf_quantile=request.linf_quantile, by_error=request.by_error)
+    chosen_plan, component = plan_at_chosen(plan, found)
+    figures = hindsight(per_user, pair_users, pair_parts, rows, n_partitions, chosen_plan.kappa)
+    return chosen_plan, component, figures
+
+
+def plan_at_chosen(plan: Any, found: AutoBounds) -> tuple[Any, Any]:
+    """The plan at the bounds ``found`` chose (the given one kept), and the step's component of
+    the statement: "contribution bounds (κ = … and L∞ = … chosen privately)", (ε of the step, 0)."""
     from dataclasses import replace
 
     from dpselect.aggregation.guarantee import Component
-    from dpselect.aggregation.plan import CONTRIBUTION_BOUNDS, float_down
+    from dpselect.aggregation.plan import float_down
     from dpselect.ingest.plan import build_strategy
 
-    eps, _ = plan.shares[CONTRIBUTION_BOUNDS]
-    per_user, pair_users, pair_parts, rows = pair_counts(users, partitions, n_users)
-    model = None
-    if plan.public and n_public_keys:
-        metrics = tuple(metric_errors(plan))
-        model = ErrorModel(metrics, n_public_keys, plan.kappa, plan.linf) if metrics else None
-    found = choose_from_pairs(per_user, pair_users, rows, epsilon=eps,
-                              kappa_cap=plan.kappa if plan.auto_kappa else None,
-                              linf_cap=plan.linf if plan.auto_linf else None, rng=rng,
-                              kappa_quantile=KAPPA_QUANTILE if plan.public else KAPPA_QUANTILE_SELECTED,
-                              linf_quantile=LINF_QUANTILE, by_error=model)
     kappa = plan.kappa if found.kappa is None else found.kappa
     linf = plan.linf if found.linf is None else found.linf
     try:
@@ -363,9 +446,7 @@ def choose_for_plan(plan: Any, users: npt.NDArray[np.uint32], partitions: npt.ND
             eps_sel, delta_sel = plan.shares["selection"]
             strategy = build_strategy(strategy.name, float_down(eps_sel), float_down(delta_sel), kappa, False, False)
         chosen_plan = replace(plan, kappa=kappa, linf=linf, strategy=strategy)
-    component = Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
-    figures = hindsight(per_user, pair_users, pair_parts, rows, n_partitions, kappa)
-    return chosen_plan, component, figures
+    return chosen_plan, Component(found.what(kappa, linf), found.epsilon, Fraction(0), found.statement())
 
 
 def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any, int | None, AutoBounds]:
@@ -379,8 +460,7 @@ def select_with_auto_kappa(counter: Any, auto: Any, rng: Any) -> tuple[Any, Any,
 
     sets, keys_of = counter.user_sets()
     per_user = np.diff(sets.ends.astype(np.int64), prepend=0)
-    quantile = KAPPA_QUANTILE if auto.strategy == "public" else KAPPA_QUANTILE_SELECTED  # "public": no selection
-    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=quantile)
+    found = choose_kappa_from_sets(per_user, epsilon=auto.epsilon, cap=auto.cap, rng=rng, quantile=auto.quantile)
     assert found.kappa is not None
     strategy, half_width = auto.build(found.kappa)
     users = np.repeat(np.arange(per_user.size, dtype=np.uint32), per_user)
@@ -445,13 +525,3 @@ def hindsight(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[np.int64]
     total = float(rows.sum())
     kept_rows = tuple(float(np.sum(np.minimum(rows, lf) * keep) / total) if total else 1.0 for lf in HINDSIGHT_GRID)
     return Hindsight(HINDSIGHT_GRID, tuple(users), tuple(pairs), HINDSIGHT_GRID, kept_rows)
-
-
-def refuse_auto(where: str, **bounds: object) -> None:
-    """Refuse "auto" where it is not built (dpselect.spark), naming the parameter, before any
-    work: choose the bound on one machine, or give it."""
-    for name, value in bounds.items():
-        if is_auto(value):
-            raise ValueError(f"{name}='auto' is not available in {where}: give {name} as a positive int (chosen "
-                             "from public knowledge or a held-out sample), or choose it privately with "
-                             "dpselect.aggregate / dpselect.select_partitions on one machine")

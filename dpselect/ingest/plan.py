@@ -16,7 +16,7 @@ from typing import Any, SupportsFloat
 
 from dpselect.core.checks import check_level, check_max_partitions_contributed
 from dpselect.core.params import PrivacyParams
-from dpselect.ingest.auto_bounds import is_auto, refuse_other_strings
+from dpselect.ingest.auto_bounds import KAPPA_QUANTILE, KAPPA_QUANTILE_SELECTED, is_auto, refuse_other_strings
 from dpselect.ingest.rows import NULL_PRIVACY_UNITS
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionMechanism
 
@@ -199,6 +199,12 @@ class AutoKappa:
     allow_no_release: bool
     options: dict[str, Any]
     confidence_level: object
+
+    @property
+    def quantile(self) -> Fraction:
+        """κ's quantile (docs/privacy/auto-bounds.md): lower when keys are selected from the data
+        ("public" selects nothing)."""
+        return KAPPA_QUANTILE if self.strategy == "public" else KAPPA_QUANTILE_SELECTED
 
     def build(self, kappa: int) -> tuple[SelectionMechanism, int | None]:
         """The strategy at κ, and its noisy counts' half-width (None: not asked)."""

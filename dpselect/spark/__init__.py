@@ -16,11 +16,14 @@ What runs where:
   row's content under a secret drawn per release from the package CSPRNG (so that a task or a
   stage Spark re-runs keeps the same rows: :mod:`._bounding`), converting value columns to grid
   units (:meth:`dpselect.aggregation.grid.Grid.to_units`),
-  binning values for APPROX_BOUNDS, and, on the per-key aggregates only, the selection
+  binning values for APPROX_BOUNDS and, with a bound "auto", each user's distinct keys and the
+  rows of its one uniformly ranked pair (:mod:`._auto_bounds`), and, on the per-key aggregates
+  only, the selection
   (``strategy.apply``) and the metrics' noise
   (:func:`dpselect.aggregation.metric_noise.noisy_metric`) in the C kernel;
 * on the driver: argument checks, the budget charge and split, the guarantee, the noise and
-  thresholds of APPROX_BOUNDS over the histogram's cells, and the data holder's report from
+  thresholds of APPROX_BOUNDS over the histogram's cells, the noise and rule that choose κ / L∞
+  over their two small histograms (docs/privacy/auto-bounds.md), and the data holder's report from
   per-key totals. No row reaches it.
 
 The result is materialised once (``localCheckpoint(eager=True)``) before it is returned: a lazy

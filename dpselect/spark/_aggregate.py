@@ -12,6 +12,7 @@ import numpy as np
 from dpselect.aggregation.guarantee import AggregateGuarantee, Component
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
+from dpselect.spark._auto_bounds import choose_for_plan, ranked_pairs
 from dpselect.spark._bounding import J, ReleaseKey, ValueSpec, index_identical_rows, keep_first, with_ranks
 from dpselect.spark._bounds import VALUES, histograms, sum_values
 from dpselect.spark._common import (
@@ -54,7 +55,7 @@ from dpselect.spark._more_stats import (
 from dpselect.spark._public import join_public, public_keys
 from dpselect.spark._quantiles import LEAF, hist_columns, leaves_of, pair_leaf_counts
 from dpselect.spark._release import Release, release_guarantee
-from dpselect.spark._report import CHANGE, RAW, aggregate_report, clamping_columns, clamping_sums
+from dpselect.spark._report import CHANGE, RAW, aggregate_report, clamping_columns, clamping_sums, hindsight_figures
 
 __all__ = ["SparkAggregateResult", "aggregate"]
 
@@ -229,8 +230,8 @@ def aggregate(
     metrics: Mapping[str, Any],
     epsilon: float,
     delta: float,
-    max_partitions_contributed: int | None = None,
-    max_contributions_per_partition: int | None = None,
+    max_partitions_contributed: int | str | None = None,
+    max_contributions_per_partition: int | str | None = None,
     public_partitions: Any = None,
     strategy: str | CountMechanism = "auto",
     noise: str = "auto",
@@ -267,6 +268,15 @@ def aggregate(
     on one machine, and ``budget`` (a :class:`dpselect.Budget`) is charged (ε, δ) before any Spark job (a
     budget stated in ρ: each step's cost in ρ, as on one machine).
 
+    ``max_partitions_contributed="auto"`` and/or ``max_contributions_per_partition="auto"``: κ / L∞
+    chosen privately with the "contribution_bounds" share, as on one machine
+    (docs/privacy/auto-bounds.md, "On Spark"): Spark counts, per user, its distinct keys c_u and
+    the rows of one (user, key) pair chosen uniformly by keyed PRF ranks, bins them on the
+    executors, and the driver adds the single machine's noise to those two small histograms and
+    reads the bounds with its rule; every check is made at the largest values auto may choose,
+    before any Spark job. The statement names the step and the chosen values; with ``report``,
+    the report adds the single machine's hindsight figures.
+
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
     data (a Spark DataFrame with the ``by`` columns in the data's types, a list of keys, or a
     pandas, Polars or Arrow table). Exactly these keys are released, nothing is selected (no
@@ -291,10 +301,7 @@ def aggregate(
     from dpselect.aggregation.grid import DEFAULT_PRECISION_BITS, Grid
     from dpselect.aggregation.plan import plan_aggregate
     from dpselect.aggregation.planned import planned_release
-    from dpselect.ingest.auto_bounds import refuse_auto
 
-    refuse_auto("dpselect.spark.aggregate", max_partitions_contributed=max_partitions_contributed,
-                max_contributions_per_partition=max_contributions_per_partition)
     sql = spark()
     types = sql.types
     if not isinstance(report, bool):
@@ -307,7 +314,7 @@ def aggregate(
                           precision_bits=DEFAULT_PRECISION_BITS if precision_bits is None else precision_bits,
                           null_privacy_units=null_privacy_units, noise=noise)
     names, checked, value_columns, given = plan.by, plan.metrics, plan.value_columns, plan.given_bounds
-    auto_columns, shares, strat = plan.auto_columns, plan.shares, plan.strategy
+    auto_columns = plan.auto_columns
     eps_total, delta_total, precision_bits = plan.epsilon, plan.delta, plan.precision_bits
     confidence_level = plan.confidence_level
     if auto_columns and bounds_scope == "partition":
@@ -330,7 +337,7 @@ def aggregate(
     fields = {f.name: f.dataType for f in df.schema.fields}
     integer = {c: isinstance(fields[c], types.IntegralType) for c in value_columns}
     for c in auto_columns:  # APPROX_BOUNDS' own checks, from the parameters and the column's type
-        check_bounds_parameters(shares[f"bounds:{c}"][0], integer=integer[c], max_partitions_contributed=plan.kappa,
+        check_bounds_parameters(plan.shares[f"bounds:{c}"][0], integer=integer[c], max_partitions_contributed=plan.kappa,
                                 max_contributions_per_partition=plan.linf)
     grids = {c: Grid.for_bounds(lo, hi, precision_bits=precision_bits, integer=integer[c])
              for c, (lo, hi) in given.items()}
@@ -349,18 +356,27 @@ def aggregate(
                                 what=f"spark.aggregate(by={names}, metrics={sorted(checked)})")
     spec = rng_spec(generator)
     key = ReleaseKey(generator)  # the test generator warns here, once for the whole call
-    kappa, linf = plan.kappa, plan.linf
     # The columns of the quantile metrics: their rows are counted per leaf of their tree (``_quantiles``).
     tree_columns = list(dict.fromkeys(m.column for m in checked.values() if m.kind == "quantile" and m.column))
     # The variances' columns (their Σq) and the count_distinct metrics (their distinct values) (``_more_stats``).
     squares = square_columns(checked, value_columns)
-    distinct = distinct_specs(checked, plan.distinct_columns, linf)
 
     renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)],
                         *[column(c).alias(v) for c, v in values.items()],
                         *[distinct_value(column(c), fields[c]).alias(f"{DVALUE}{j}")
                           for j, c in enumerate(plan.distinct_columns)])
     data, dropped = drop_null_units(renamed, UNIT, null_privacy_units, privacy_unit)
+    chose: list[Component] = []  # the step that chose κ / L∞, first in the statement (as on one machine)
+    auto_pairs = None
+    if plan.auto_kappa or plan.auto_linf:  # κ / L∞ chosen privately (docs/privacy/auto-bounds.md, "On Spark")
+        auto_pairs = ranked_pairs(data, UNIT, keys, key, null_privacy_units == "error", privacy_unit)
+        # The number of public keys is public: the ε-aware rule weighs the noise per key with it.
+        n_public = None if public is None else int(public.distinct().count())
+        plan, step = choose_for_plan(plan, auto_pairs, generator, n_public)  # the noise, shares and selection at them
+        chose.append(step)
+    kappa, linf = plan.kappa, plan.linf
+    shares, strat = plan.shares, plan.strategy
+    distinct = distinct_specs(checked, plan.distinct_columns, linf)
     pairs = _bounded_pairs(data, UNIT, keys, list(values.values()), {values[c]: g for c, g in grids.items()},
                            {values[c]: integer[c] for c in value_columns}, kappa, linf, key,
                            null_privacy_units == "error", report,
@@ -411,13 +427,16 @@ def aggregate(
         released = decided.filter(decided[KEEP]).select(*columns(schema.names))
     else:
         released = materialise(per_key.mapInArrow(release, schema))
-    guarantee = release_guarantee(release, strat, components, generator, eps_total, delta_total, plan.noise_reason)
+    guarantee = release_guarantee(release, strat, components, generator, eps_total, delta_total, plan.noise_reason,
+                                  first=chose)
     frame = annotate(sorted_by_key(released, keys), dict(zip(keys, names)), str(guarantee), guarantee.is_dp)
     holder = None
     if report:
+        figures = None if auto_pairs is None else hindsight_figures(auto_pairs, keys, kappa)  # exact, NOT DP
         holder = aggregate_report(decided, dropped, grids, value_columns, strat, eps_total, kappa, linf,
                                   public is not None,
-                                  {s.name: s.cut for s in distinct if checked[s.name].max_values_per_unit is not None})
+                                  {s.name: s.cut for s in distinct if checked[s.name].max_values_per_unit is not None},
+                                  hindsight=figures)
     return SparkAggregateResult(frame=frame, guarantee=guarantee,
                                 bounds={c: (math.nan, math.nan) if c in unbounded else (g.lower, g.upper)
                                         for c, g in grids.items()}, _report=holder)

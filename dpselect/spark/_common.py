@@ -30,6 +30,7 @@ RANK = "__dpselect_rank"  # a row's or a pair's rank in its bounding window (kep
 PAIRS = "__dpselect_pairs"  # a key's (user, key) pairs before bounding: its users before bounding
 FIRSTS = "__dpselect_firsts"  # users whose first-ranked pair is in this key (summed over keys: the users)
 ROWS_ALL = "__dpselect_rows_all"  # rows before bounding
+USER_PAIRS = "__dpselect_user_pairs"  # a user's (user, key) pairs before bounding: its c_u (κ and L∞ chosen privately)
 ERROR_MARK = "dpselect refused the data: "
 # The caller's columns are read once under these names, so that no step depends on what their own
 # names hold (a dot, a backtick, a case that another column shares); the result gets them back.
@@ -243,12 +244,31 @@ def materialise(df: Any) -> Any:
     try:
         return df.localCheckpoint(eager=True)
     except Exception as exc:  # PythonException from an executor
-        text = str(exc)
-        at = text.find(ERROR_MARK)
-        if at < 0:
+        refusal = _refusal(exc)
+        if refusal is exc:
             raise
-        message = text[at + len(ERROR_MARK):].split("\n")[0]
-        raise ValueError(message) from None
+        raise refusal from None
+
+
+def collected(df: Any) -> list[Any]:
+    """``df.collect()`` (a small aggregate), errors of dpselect's checks on the executors as
+    ValueError, as :func:`materialise` gives them."""
+    try:
+        return list(df.collect())
+    except Exception as exc:  # PythonException from an executor
+        refusal = _refusal(exc)
+        if refusal is exc:
+            raise
+        raise refusal from None
+
+
+def _refusal(exc: Exception) -> Exception:
+    """dpselect's own refusal carried by an executor's exception, as a ValueError; else ``exc``."""
+    text = str(exc)
+    at = text.find(ERROR_MARK)
+    if at < 0:
+        return exc
+    return ValueError(text[at + len(ERROR_MARK):].split("\n")[0])
 
 
 def sorted_by_key(df: Any, names: list[str]) -> Any:

@@ -194,13 +194,14 @@ class Release:
 
 
 def release_guarantee(release: Release, strat: Any, components: list[Component], generator: Any, epsilon: Fraction,
-                      delta: Fraction, noise_choice: str = "") -> AggregateGuarantee:
+                      delta: Fraction, noise_choice: str = "", first: Sequence[Component] = ()) -> AggregateGuarantee:
     """The statement, computed on the driver from the same parameters and grids (a metric's
     component depends on them only; the throwaway draw on one zero is discarded). Components in
-    the single machine's order: the selection, the bounds found, the metrics."""
+    the single machine's order: ``first`` (the contribution bounds chosen privately), the
+    selection, the bounds found, the metrics."""
     from dpselect.aggregation.wide import Wide
 
-    steps = []
+    steps = list(first)
     selection_dp = True
     if strat is not None:
         selection = strat.guarantee.enforced()

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.spark._common import FIRSTS, KEEP, PAIRS, ROWS, ROWS_ALL, USERS, spark
+from dpselect.spark._common import FIRSTS, KEEP, PAIRS, ROWS, ROWS_ALL, USER_PAIRS, USERS, columns, spark
 
 __all__ = ["ABOVE", "BELOW", "CHANGE", "RAW", "aggregate_report", "clamping_columns", "clamping_sums",
-           "selection_report"]
+           "hindsight_figures", "selection_report"]
 
 RAW = "__dpselect_raw_"  # a value column with bounds, as float64, beside its grid units
 BELOW = "__dpselect_below_"  # kept values below the lower bound
@@ -80,12 +80,14 @@ def selection_report(decided: Any, dropped: int, strat: Any, kappa: int) -> Any:
 
 
 def aggregate_report(decided: Any, dropped: int, grids: Mapping[str, Any], value_columns: list[str], strat: Any,
-                     epsilon: Any, kappa: int, linf: int, public: bool, capped: Mapping[str, str] | None = None) -> Any:
+                     epsilon: Any, kappa: int, linf: int, public: bool, capped: Mapping[str, str] | None = None,
+                     hindsight: Any = None) -> Any:
     """:class:`~dpselect.aggregation.report.AggregateReport` from the decided per-key rows of
     ``aggregate`` (every key, with ``KEEP`` and the statistics). A key of the data is one with
     a pair before bounding; released, as on one machine, if ``KEEP`` and a user is left.
     ``capped``: per count_distinct metric with max_values_per_unit, its column of the kept
-    (user, key, value) triples the cap left out, summed over every key as on one machine."""
+    (user, key, value) triples the cap left out, summed over every key as on one machine.
+    ``hindsight``: with bounds chosen privately, :func:`hindsight_figures`."""
     from dpselect.aggregation.report import AggregateReport, ColumnClamping
 
     F = spark().functions
@@ -105,4 +107,33 @@ def aggregate_report(decided: Any, dropped: int, grids: Mapping[str, Any], value
         totals=totals, null_unit_rows=dropped, users_before=arrays[PAIRS].astype(np.int64), users_kept=users_kept,
         candidates=np.flatnonzero(users_kept > 0), released_codes=np.flatnonzero(arrays[KEEP].astype(bool)),
         strategy=strat, clamping=clamping, epsilon=epsilon, kappa=kappa, linf=linf, public=public,
-        distinct_capped={name: int(total[c]) for name, c in (capped or {}).items()})
+        distinct_capped={name: int(total[c]) for name, c in (capped or {}).items()}, hindsight=hindsight)
+
+
+def hindsight_figures(pairs: Any, keys: list[str], kappa: int) -> Any:
+    """The single machine's :class:`~dpselect.ingest.auto_bounds.Hindsight` (exact, NOT DP)
+    from the (user, key) pairs of ``pairs`` (``dpselect.spark._auto_bounds.ranked_pairs``: each
+    with its rows and its user's c_u), at the release's κ: Spark sums min(1, k/c_u) per key and
+    over all pairs, and min(r, L∞)·min(1, κ/c_u) over all pairs. The report reads each key's
+    expected bounded user count E_p only rounded, so only the multiplicities of the rounded E_p
+    reach the driver: ``expected_users`` holds round(E_p) per key of the data (the single
+    machine keeps E_p itself)."""
+    from dpselect.ingest.auto_bounds import HINDSIGHT_GRID, Hindsight
+
+    F = spark().functions
+
+    def keep(k: int) -> Any:  # the chance that κ = k keeps a pair of its user: min(1, k/c_u)
+        return F.least(F.lit(1.0), F.lit(float(k)) / F.col(USER_PAIRS))
+
+    expected = [f"__dpselect_expected_{k}" for k in HINDSIGHT_GRID]
+    totals = pairs.agg(F.count(F.lit(1)).alias("n"), F.sum(ROWS_ALL).alias("rows"),
+                       *[F.sum(keep(k)).alias(f"k{k}") for k in HINDSIGHT_GRID],
+                       *[F.sum(F.least(F.col(ROWS_ALL), F.lit(lf)) * keep(kappa)).alias(f"l{lf}")
+                         for lf in HINDSIGHT_GRID]).collect()[0]
+    per_key = pairs.groupBy(*columns(keys)).agg(*[F.rint(F.sum(keep(k))).alias(e)
+                                                  for k, e in zip(HINDSIGHT_GRID, expected)])
+    arrays, _ = _multiplicities(per_key, expected)
+    n, rows = int(totals["n"]), float(totals["rows"] or 0)
+    return Hindsight(HINDSIGHT_GRID, tuple(arrays[e].astype(np.float64) for e in expected),
+                     tuple(float(totals[f"k{k}"]) / n if n else 1.0 for k in HINDSIGHT_GRID), HINDSIGHT_GRID,
+                     tuple(float(totals[f"l{lf}"]) / rows if rows else 1.0 for lf in HINDSIGHT_GRID))

@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from dpselect.ingest.auto_bounds import refuse_auto
-from dpselect.ingest.plan import plan_selection
+from dpselect.ingest.auto_bounds import AutoBounds, choose_kappa_from_histogram, with_chosen_kappa
+from dpselect.ingest.plan import AutoKappa, plan_selection
 from dpselect.mechanisms.protocols import CountMechanism
 from dpselect.rng import resolve_rng
+from dpselect.spark._auto_bounds import exact_histograms, ranked_pairs
 from dpselect.spark._bounding import ReleaseKey, keep_first, with_ranks
 from dpselect.spark._common import (
     FIRSTS,
@@ -76,7 +77,7 @@ def select_partitions(
     by: str | Sequence[str],
     epsilon: float | None = None,
     delta: float | None = None,
-    max_partitions_contributed: int | None = None,
+    max_partitions_contributed: int | str | None = None,
     strategy: str | CountMechanism | None = None,
     counts: bool = False,
     count_column: str = "noisy_count",
@@ -105,8 +106,11 @@ def select_partitions(
     :func:`dpselect.make_strategy` (``pre_threshold``, ``neighbours``, ``public_threshold``...);
     or one of those mechanisms built by :func:`dpselect.make_strategy`, which carries its own
     ``epsilon``, ``delta`` and κ (then leave them out; the executors build it again from its
-    parameters). Every parameter is checked first by
-    :func:`dpselect.ingest.plan.plan_selection`, as on one machine. The row mechanisms, "auto"
+    parameters). ``max_partitions_contributed="auto"`` (with a strategy by name): κ chosen
+    privately with a tenth of ε, as on one machine (docs/privacy/auto-bounds.md, "On Spark"):
+    Spark counts each user's distinct keys, the driver adds the single machine's noise to their
+    small histogram, and the strategy is built at the κ read from it. Every parameter is checked
+    first by :func:`dpselect.ingest.plan.plan_selection`, as on one machine. The row mechanisms, "auto"
     and strategies dpselect did not build run on one machine only (NotImplementedError).
 
     ``public_partitions`` (docs/privacy/public-partitions.md): keys known without looking at the
@@ -133,7 +137,6 @@ def select_partitions(
     ``rng``: None (the secure CSPRNG, the only private choice) or a
     :class:`dpselect.testing.InsecureDeterministicRNG` for tests.
     """
-    refuse_auto("dpselect.spark.select_partitions", max_partitions_contributed=max_partitions_contributed)
     sql = spark()
     types = sql.types
     if strategy is not None:
@@ -145,7 +148,6 @@ def select_partitions(
                           confidence_level=confidence_level, report=report, **options)
     names, strat, half_width = plan.by, plan.strategy, plan.ci_half_width
     assert isinstance(strat, CountMechanism)  # check_strategy lets no row mechanism through
-    kappa = strat.max_partitions_contributed
     generator = resolve_rng(rng)
     check_frame(df, privacy_unit, names)
     check_names(df, [privacy_unit, *names], plan.output_columns)
@@ -163,6 +165,11 @@ def select_partitions(
 
     renamed = df.select(column(privacy_unit).alias(UNIT), *[column(n).alias(k) for n, k in zip(names, keys)])
     data, dropped = drop_null_units(renamed, UNIT, null_privacy_units, privacy_unit)
+    chosen = None
+    if plan.auto_kappa is not None:  # κ chosen privately (docs/privacy/auto-bounds.md, "On Spark")
+        strat, half_width, chosen = _choose_kappa(data, keys, plan.auto_kappa, key, null_privacy_units == "error",
+                                                  privacy_unit, generator)
+    kappa = strat.max_partitions_contributed
     per_key = _select_per_key(data, UNIT, keys, kappa, key, null_privacy_units == "error", report, privacy_unit)
     stats = [USERS, PAIRS, FIRSTS, ROWS] if report else [USERS]
     if public is not None:  # with a report, every key of the data too (its totals count them)
@@ -186,6 +193,8 @@ def select_partitions(
         decide = _Decide(strat, spec, schema.names, len(names), counts, half_width, public is not None, report)
         released = materialise(per_key.mapInArrow(decide, schema))
     guarantee = strat.guarantee.enforced()
+    if chosen is not None:  # the statement composes the choice of κ with the selection, as on one machine
+        guarantee = with_chosen_kappa(guarantee, chosen)
     if not generator.privacy_guaranteed:
         guarantee = guarantee.under_test_rng()
     private = generator.privacy_guaranteed and guarantee.is_dp
@@ -193,6 +202,22 @@ def select_partitions(
     if not report:
         return out
     return out, selection_report(decided, dropped, strat, kappa)
+
+
+def _choose_kappa(data: Any, keys: list[str], auto: AutoKappa, key: ReleaseKey, null_unit_check: bool,
+                  unit_label: str, generator: Any) -> tuple[CountMechanism, int | None, AutoBounds]:
+    """κ chosen privately for the selection, as on one machine (``select_with_auto_kappa``): the
+    exact histogram of the c_u, counted by Spark, gets its noise on the driver, and the strategy
+    is built again at the κ read from it: (strategy, its counts' half-width, what was chosen)."""
+    pairs = ranked_pairs(data, UNIT, keys, key, null_unit_check, unit_label)
+    exact, _ = exact_histograms(pairs, auto.cap, None)
+    assert exact is not None
+    found = choose_kappa_from_histogram(exact, epsilon=auto.epsilon, cap=auto.cap, rng=generator,
+                                        quantile=auto.quantile)
+    assert found.kappa is not None
+    strat, half_width = auto.build(found.kappa)
+    assert isinstance(strat, CountMechanism)  # AutoKappa builds count-based strategies only
+    return strat, half_width, found
 
 
 class _Decide:
