@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigalloc.h"
 #include "csprng.h" /* status codes */
 #include "hashing.h"
 #include "keymap.h" /* DPS_KEYMAP_MAX_CODES, DPS_ERR_KEYMAP_FULL */
 
-#define SHARD_BITS 6 /* DPS_KEYSHARDS = 2^SHARD_BITS */
+#define SHARD_BITS 8 /* DPS_KEYSHARDS = 2^SHARD_BITS */
 #define BLOCK 16     /* rows whose slots are prefetched together in a shard's map */
-#define MIN_CAPACITY ((size_t)1 << 10)
+#define MIN_CAPACITY ((size_t)1 << 8) /* grows with the shard's distinct values */
 
 enum { STAGE_COUNT = 0, STAGE_SCATTER = 1, STAGE_RANK = 2 };
 
@@ -51,8 +52,8 @@ void dps_keyshards_free(dps_keyshards *ks) {
     free(ks->start);
     free(ks->first_null);
     free(ks->marks);
-    free(ks->rows);
-    free(ks->vals);
+    dps_big_free(ks->rows);
+    dps_big_free(ks->vals);
     for (size_t s = 0; s < DPS_KEYSHARDS; s++) free(ks->local_to_code[s]);
     memset(ks, 0, sizeof *ks);
     ks->null_row = SIZE_MAX;
@@ -65,16 +66,22 @@ void dps_keyshards_chunk(const dps_keyshards *ks, size_t c, size_t *lo, size_t *
     *hi = (size_t)((uint64_t)ks->n * (c + 1) / ks->n_chunks);
 }
 
-/* Phase 1 for one width: the shard of each non-null row, counted. */
-static inline void count_rows(const dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *hist) {
-    const uint8_t *v = ks->values;
-    if (ks->validity == NULL) {
-        for (size_t i = lo; i < hi; i++) hist[shard_of(dps_load_word(v + i * width, width), ks->seed)]++;
-        return;
+/* Phase 1 for one width: the shard of each non-null row, counted. Every field is read into a
+ * local first, and the counts kept on the stack: Python's CFLAGS carry -fno-strict-aliasing, under
+ * which a store through any pointer would make the compiler reload every field each row. */
+static inline void count_rows(const dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *out) {
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    size_t hist[DPS_KEYSHARDS] = {0};
+    if (validity == NULL) {
+        for (size_t i = lo; i < hi; i++) hist[shard_of(dps_load_word(v + i * width, width), seed)]++;
+    } else {
+        for (size_t i = lo; i < hi; i++)
+            if (is_valid(validity, voff + i)) hist[shard_of(dps_load_word(v + i * width, width), seed)]++;
     }
-    for (size_t i = lo; i < hi; i++)
-        if (is_valid(ks->validity, ks->validity_offset + i))
-            hist[shard_of(dps_load_word(v + i * width, width), ks->seed)]++;
+    memcpy(out, hist, sizeof hist);
 }
 
 int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes) {
@@ -82,7 +89,6 @@ int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes) {
     size_t lo, hi;
     dps_keyshards_chunk(ks, c, &lo, &hi);
     size_t *hist = ks->start + c * DPS_KEYSHARDS;
-    memset(hist, 0, DPS_KEYSHARDS * sizeof(size_t));
     if (hi > lo) memset(codes + lo, 0, (hi - lo) * sizeof(uint32_t));
     ks->first_null[c] = SIZE_MAX;
     if (ks->validity != NULL)
@@ -116,21 +122,28 @@ int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes) {
     for (size_t c = 0; c < ks->n_chunks && ks->null_row == SIZE_MAX; c++) ks->null_row = ks->first_null[c];
     if (ks->null_row != SIZE_MAX) codes[ks->null_row] = 1; /* the null's first row, marked */
     size_t places = at ? at : 1;
-    ks->rows = (uint32_t *)malloc(places * sizeof(uint32_t));
-    ks->vals = (uint8_t *)malloc(places * ks->width);
+    /* Huge pages where the system gives them (bigalloc.h): the scatter writes two streams per shard
+     * at once, which with 4 KiB pages would miss the TLB on most rows. */
+    ks->rows = (uint32_t *)dps_big_alloc(places * sizeof(uint32_t), DPS_BIG_NO_FILL);
+    ks->vals = (uint8_t *)dps_big_alloc(places * ks->width, DPS_BIG_NO_FILL);
     if (ks->rows == NULL || ks->vals == NULL) return DPS_ERR_NOMEM;
     ks->stage = STAGE_SCATTER;
     return DPS_OK;
 }
 
 static inline void scatter_rows(dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *next) {
-    const uint8_t *v = ks->values;
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    uint32_t *restrict rows = ks->rows;
+    uint8_t *restrict vals = ks->vals;
     for (size_t i = lo; i < hi; i++) {
-        if (ks->validity != NULL && !is_valid(ks->validity, ks->validity_offset + i)) continue;
+        if (validity != NULL && !is_valid(validity, voff + i)) continue;
         uint64_t value = dps_load_word(v + i * width, width);
-        size_t place = next[shard_of(value, ks->seed)]++;
-        ks->rows[place] = (uint32_t)i;
-        memcpy(ks->vals + place * width, v + i * width, width);
+        size_t place = next[shard_of(value, seed)]++;
+        rows[place] = (uint32_t)i;
+        memcpy(vals + place * width, v + i * width, width);
     }
 }
 
@@ -181,24 +194,12 @@ static int grow(local_map *m, size_t capacity) {
     return DPS_OK;
 }
 
-/* Probe for one value; a new one gets the next local code and its row marked in codes. */
-static inline uint32_t local_code(local_map *m, uint64_t value, uint32_t row, uint32_t *codes) {
-    size_t mask = m->capacity - 1;
-    for (size_t i = home(m, value);; i = (i + 1) & mask) {
-        local_slot *s = &m->slots[i];
-        if (s->code == 0) {
-            s->key = value;
-            s->code = (uint32_t)++m->size; /* < 2^32 - 1: a shard has fewer rows than that */
-            codes[row] = s->code;          /* mark: the value's first row, local code + 1 */
-            return s->code - 1;
-        }
-        if (s->key == value) return s->code - 1;
-    }
-}
-
 static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size_t hi, size_t width,
-                                uint32_t *codes) {
+                                uint32_t *restrict codes) {
     uint64_t block[BLOCK];
+    const uint8_t *restrict vals = ks->vals;
+    uint32_t *restrict rows = ks->rows;
+    uint64_t seed = m->seed;
     for (size_t first = lo; first < hi; first += BLOCK) {
         size_t b = hi - first < BLOCK ? hi - first : BLOCK;
         if (m->size + b > m->capacity / 3 * 2) {
@@ -207,14 +208,32 @@ static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size
             int rc = grow(m, capacity);
             if (rc != DPS_OK) return rc;
         }
+        /* locals for the block (see count_rows) */
+        local_slot *restrict slots = m->slots;
+        size_t mask = m->capacity - 1, size = m->size;
         for (size_t j = 0; j < b; j++) {
-            block[j] = dps_load_word(ks->vals + (first + j) * width, width);
-            DPS_PREFETCH_W(m->slots + home(m, block[j]));
+            block[j] = dps_load_word(vals + (first + j) * width, width);
+            DPS_PREFETCH_W(slots + ((size_t)dps_fmix64(block[j] ^ seed) & mask));
         }
         for (size_t j = 0; j < b; j++) {
-            uint32_t *place = &ks->rows[first + j];
-            *place = local_code(m, block[j], *place, codes); /* the row, replaced by its local code */
+            uint64_t value = block[j];
+            uint32_t local;
+            for (size_t i = (size_t)dps_fmix64(value ^ seed) & mask;; i = (i + 1) & mask) {
+                if (slots[i].code == 0) { /* new: the next local code, its first row marked */
+                    slots[i].key = value;
+                    slots[i].code = (uint32_t)++size; /* < 2^32 - 1: fewer rows than that */
+                    codes[rows[first + j]] = (uint32_t)size; /* local code + 1 */
+                    local = (uint32_t)size - 1;
+                    break;
+                }
+                if (slots[i].key == value) {
+                    local = slots[i].code - 1;
+                    break;
+                }
+            }
+            rows[first + j] = local; /* the row, replaced by its local code */
         }
+        m->size = size;
     }
     return DPS_OK;
 }
@@ -260,7 +279,7 @@ int dps_keyshards_rank_layout(dps_keyshards *ks) {
         before += marked;
     }
     ks->n_codes = before; /* <= n < DPS_KEYMAP_MAX_CODES */
-    free(ks->vals); /* the values are read from the column again from here on */
+    dps_big_free(ks->vals); /* the values are read from the column again from here on */
     ks->vals = NULL;
     ks->stage = STAGE_RANK;
     return DPS_OK;
@@ -288,16 +307,32 @@ int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint3
     return DPS_OK;
 }
 
+int dps_keyshards_translate(dps_keyshards *ks, size_t s) {
+    if (ks->stage != STAGE_RANK || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
+    uint32_t *restrict places = ks->rows;
+    const uint32_t *restrict to_code = ks->local_to_code[s];
+    size_t n_local = ks->n_local[s];
+    for (size_t k = ks->shard_start[s]; k < ks->shard_start[s + 1]; k++) {
+        if (places[k] >= n_local) return DPS_ERR_KEYSHARDS_STAGE; /* translated twice */
+        places[k] = to_code[places[k]];
+    }
+    return DPS_OK;
+}
+
 static inline void finish_rows(const dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *next,
-                               uint32_t *codes) {
-    const uint8_t *v = ks->values;
+                               uint32_t *restrict codes) {
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    uint32_t null_code = ks->null_code;
+    const uint32_t *restrict by_place = ks->rows; /* codes, since translate */
     for (size_t i = lo; i < hi; i++) {
-        if (ks->validity != NULL && !is_valid(ks->validity, ks->validity_offset + i)) {
-            codes[i] = ks->null_code;
+        if (validity != NULL && !is_valid(validity, voff + i)) {
+            codes[i] = null_code;
             continue;
         }
-        size_t s = shard_of(dps_load_word(v + i * width, width), ks->seed);
-        codes[i] = ks->local_to_code[s][ks->rows[next[s]++]];
+        codes[i] = by_place[next[shard_of(dps_load_word(v + i * width, width), seed)]++];
     }
 }
 

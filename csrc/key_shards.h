@@ -19,8 +19,10 @@
  *      summed them in row order) numbered: the k-th marked row of the column gets code k, which
  *      is first-appearance order. Each shard's local code is so translated to its code, and
  *      new_rows[code] receives the row.
- *   5. finish (per chunk): codes[i] = the code of row i's (shard, local code), read back from the
- *      shard regions in the order the scatter wrote them.
+ *   5. translate (per shard): each place's local code becomes its code, through the shard's own
+ *      small table (in cache, where one table of every shard would not be).
+ *   6. finish (per chunk): codes[i] = the code at row i's place, read back from the shard regions
+ *      in the order the scatter wrote them.
  *
  * Memory: 4 bytes (row, then local code) plus the value's width per non-null row, freed by
  * dps_keyshards_free, beside the caller's codes; the maps grow with the distinct values of the
@@ -32,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DPS_KEYSHARDS 64 /* shards of the values, whatever the threads */
+#define DPS_KEYSHARDS 256 /* shards of the values, whatever the threads */
 
 typedef struct dps_keyshards {
     size_t n, width, n_chunks;
@@ -43,7 +45,7 @@ typedef struct dps_keyshards {
     size_t *first_null; /* per chunk: its first null row, or SIZE_MAX */
     size_t *marks;      /* per chunk: marked rows, then the codes before the chunk */
     size_t shard_start[DPS_KEYSHARDS + 1];
-    uint32_t *rows;     /* by place: the row, then (after encode) its local code */
+    uint32_t *rows;     /* by place: the row, then its local code (encode), then its code (translate) */
     uint8_t *vals;      /* by place: the value (width bytes) */
     uint32_t *local_to_code[DPS_KEYSHARDS];
     size_t n_local[DPS_KEYSHARDS];
@@ -73,6 +75,7 @@ int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes)
 int dps_keyshards_rank_layout(dps_keyshards *ks); /* then ks->n_codes is the number of codes */
 /* new_rows: n_codes entries, new_rows[k] the first row of code k. */
 int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint32_t *new_rows);
+int dps_keyshards_translate(dps_keyshards *ks, size_t s);
 int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes);
 
 #define DPS_ERR_KEYSHARDS_STAGE (-34) /* a phase called out of order, or a bad chunk or shard */

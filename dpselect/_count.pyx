@@ -460,6 +460,7 @@ cdef extern from "key_shards.h" nogil:
     int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes)
     int dps_keyshards_rank_layout(dps_keyshards *ks)
     int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint32_t *new_rows)
+    int dps_keyshards_translate(dps_keyshards *ks, size_t s)
     int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes)
 
 
@@ -467,7 +468,7 @@ KEY_SHARDS = DPS_KEYSHARDS
 
 # The phases of ShardedKeyCodes, in order: (name, per chunk (1), per shard (2) or once (0)).
 _PHASES = (("count", 1), ("layout", 0), ("scatter", 1), ("encode", 2), ("rank_count", 1), ("rank_layout", 0),
-           ("rank", 1), ("finish", 1))
+           ("rank", 1), ("translate", 2), ("finish", 1))
 
 
 cdef class ShardedKeyCodes:
@@ -631,8 +632,16 @@ cdef class ShardedKeyCodes:
             rc = dps_keyshards_rank(&self.ks, c, codes, at)
         self._done(rc)
 
+    def translate(self, object shard) -> None:
+        self._claim(7, shard)
+        cdef size_t s = shard
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_translate(&self.ks, s)
+        self._done(rc)
+
     def finish(self, object chunk) -> None:
-        self._claim(7, chunk)
+        self._claim(8, chunk)
         cdef size_t c = chunk
         cdef uint32_t *codes = self._codes()
         cdef int rc

@@ -141,7 +141,7 @@ def _dictionary_codes() -> Callable[[], object]:
 
 
 def _shard_of(value: int, seed: int) -> int:
-    """csrc/key_shards.c's shard of a value: the top 6 bits of murmur3's finaliser of value ^ seed."""
+    """csrc/key_shards.c's shard of a value: the top bits of murmur3's finaliser of value ^ seed."""
     mask = 2**64 - 1
     k = (value ^ seed) & mask
     k ^= k >> 33
@@ -149,7 +149,7 @@ def _shard_of(value: int, seed: int) -> int:
     k ^= k >> 33
     k = (k * 0xC4CEB9FE1A85EC53) & mask
     k ^= k >> 33
-    return k >> 58
+    return k >> (64 - (_count.KEY_SHARDS.bit_length() - 1))
 
 
 def _sharded(n: int, phase: str) -> Callable[[], object]:

@@ -103,6 +103,7 @@ def small_inputs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(parallel_codes, "MIN_ROWS", 1_000)
+    monkeypatch.setattr(parallel_codes, "MIN_THREADS", 2)
     monkeypatch.setattr(parallel_codes, "_CHUNK_ROWS", 1_000)
     monkeypatch.setattr(parallel_codes, "encode_fixed", spy)
     return calls
@@ -294,9 +295,13 @@ def test_the_codes_come_first_only_where_they_fit_the_memory_rule() -> None:
     n = 100_000
     wide = pa.table({"user": np.arange(n, dtype=np.int64), "key": np.arange(n, dtype=np.int64)})
     narrow = pa.table({"user": np.arange(n, dtype=np.int32), "key": np.arange(n, dtype=np.int32)})
-    assert radix.codes_first(wide, "user", ["key"], 2)
+    many = max(2, parallel_codes.MIN_THREADS)
+    assert radix.codes_first(wide, "user", ["key"], many)
     assert not radix.codes_first(wide, "user", ["key"], 1)  # one thread: the serial path, as before
-    assert not radix.codes_first(narrow, "user", ["key"], 2)  # 16 bytes a row > 1.5 x 8
-    assert not radix.codes_first(wide.slice(0, 1000), "user", ["key"], 2)  # below MIN_ROWS
+    assert not radix.codes_first(wide, "user", ["key"], many - 1)  # the keys beside the rest pay more
+    assert not radix.codes_first(narrow, "user", ["key"], many)  # 16 bytes a row > 1.5 x 8
+    assert not radix.codes_first(wide.slice(0, 1000), "user", ["key"], many)  # below MIN_ROWS
     strings = pa.table({"user": np.arange(n), "key": pa.array([str(i % 10) for i in range(n)])})
-    assert not radix.codes_first(strings, "user", ["key"], 2)
+    assert not radix.codes_first(strings, "user", ["key"], many)
+    two = pa.table({"user": np.arange(n), "a": np.arange(n), "b": np.arange(n)})
+    assert not radix.codes_first(two, "user", ["a", "b"], many)  # composite keys: piece by piece

@@ -20,10 +20,18 @@ import numpy.typing as npt
 from dpselect import _count
 from dpselect._workers import run_pieces
 
-__all__ = ["MIN_ROWS", "chunk_count", "encode_fixed"]
+__all__ = ["MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed"]
 
 # Below this many rows one thread's KeyMap is faster than the phases' fixed costs.
 MIN_ROWS = 1 << 16
+
+# The rows path codes a whole input's keys first, on every thread, from this many threads on
+# (dpselect.ingest.radix.codes_first). The phases do about 1.5 to 2 times the one-thread map's work
+# (they read and write the rows several times where the map probes each once), while on one
+# thread the keys are coded beside the rest of the grouping on the other threads: bench_key_codes.py
+# measured ~40-50 CPU ns a row against the map's ~25-30 (1e7 rows, ~1e6 Zipf keys), and the rest
+# of the whole-input path is ~50, so coding first pays from (45 + 50) / T < 25, T >= 4.
+MIN_THREADS = 4
 
 # Rows per chunk at least: each chunk costs a row of 64 shard counters and a Python call per phase.
 _CHUNK_ROWS = 1 << 15

@@ -74,17 +74,18 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
 def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> bool:
     """Whether the keys of an :func:`eligible` batch are coded all at once on ``threads`` threads
     before the grouping (:mod:`dpselect.ingest.parallel_codes`) rather than piece by piece on one
-    thread beside it: more than one thread, one key column of fixed-width values, and room for
+    thread beside it: ``parallel_codes.MIN_THREADS`` threads or more (below, the one thread
+    coding beside the others is faster), one key column of fixed-width values, and room for
     its codes (4 bytes a row, held beside the grouping's 12) within the same one and a half times
     the columns' size that :func:`eligible` allows the grouping. The coding itself holds, for a
     while before the grouping starts, at most the value and the row of each row besides the codes
     (16 bytes a row at most)."""
     from dpselect.ingest._encode import encoded_in_parallel
-    from dpselect.ingest.parallel_codes import MIN_ROWS
+    from dpselect.ingest import parallel_codes
 
-    # KeyFactorizer.encode's own conditions for several threads: else the codes would be computed
-    # on one thread, without the grouping beside them.
-    if (threads < 2 or len(by) != 1 or batch.num_rows < MIN_ROWS or len(_chunks(batch.column(by[0]))) != 1
+    # Also KeyFactorizer.encode's own conditions for several threads: else the codes would be
+    # computed on one thread, without the grouping beside them.
+    if (threads < max(2, parallel_codes.MIN_THREADS) or len(by) != 1 or batch.num_rows < parallel_codes.MIN_ROWS or len(_chunks(batch.column(by[0]))) != 1
             or not encoded_in_parallel(batch.schema.field(by[0]).type)):
         return False
     columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
