@@ -12,9 +12,12 @@ memory comes here; streamed batches keep the pair sets.
 
 Threads (:func:`dpselect._threads.current`, T of them): the users column is counted per piece of
 rows and scattered per piece, each piece at the places a scatter in row order would give it, on
-T - 1 helper threads while this thread encodes the keys (which cannot be split: partition codes
-are given in order of first appearance, so piece i's codes need piece i - 1's); every piece's
-codes are scattered by whichever thread is free. The buckets are grouped in T ranges at once, and
+T - 1 helper threads while this thread encodes the keys (piece by piece: partition codes are
+given in order of first appearance, so piece i's codes need piece i - 1's); every piece's codes
+are scattered by whichever thread is free. From ``parallel_codes.MIN_THREADS`` threads on, one
+key column of fixed-width values is instead encoded whole, on every thread, before the grouping
+(:func:`codes_first`, :mod:`dpselect.ingest.parallel_codes`: the same codes), and its pieces'
+codes are only handed out. The buckets are grouped in T ranges at once, and
 bounded in :data:`SHARDS` fixed shards of the buckets (a function of the input's size only), each
 with its own CSPRNG stream, taken by the T threads: with the deterministic test generator the
 counts are the same for any T (docs/rows.md, "Threads").
