@@ -76,7 +76,7 @@ def main() -> None:
         f"rows path, {args.threads} threads, keys sharded (after)": lambda: rows_path(True),
     }
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-    for name, call in variants.items():  # warm-up
+    for call in variants.values():  # warm-up
         call()
     for _ in range(args.repeat):
         for name, call in variants.items():

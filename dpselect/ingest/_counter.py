@@ -10,7 +10,7 @@ docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -242,7 +242,8 @@ class RowCounter:
         # queue then alternates "encode piece i + _LOOKAHEAD" and "insert piece i, shard 1", so
         # at most _LOOKAHEAD + 1 pieces' codes are alive.
         keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
-        there, here = (self._encode_keys, self._encode_users)
+        there: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_keys
+        here: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_users
         if not keys_on_worker:
             there, here = here, there
         # The worker's tasks run one at a time, in the order given: codes follow row order.
