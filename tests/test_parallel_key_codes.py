@@ -233,6 +233,9 @@ def test_phases_out_of_order_or_twice_are_refused() -> None:
     ({"n": 200}, ValueError, "values buffer holds"),
     ({"n": 1.5}, TypeError, "integers"),
     ({"seed": -1}, ValueError, "seed"),
+    ({"validity": np.zeros(3, np.uint8)}, ValueError, "validity buffer holds 3"),
+    ({"values": np.zeros(200, np.int64)[::2]}, TypeError, "values buffer"),
+    ({"offset": -1}, ValueError, "bad sizes"),
 ])
 def test_bad_sizes_are_refused_before_any_work(kwargs: dict[str, Any], kind: type[Exception], match: str) -> None:
     args = {"n": 100, "offset": 0, "validity": None, "values": np.zeros(100, np.int64), "width": 8,
