@@ -28,9 +28,10 @@ MIN_ROWS = 1 << 16
 # The rows path codes a whole input's keys first, on every thread, from this many threads on
 # (dpselect.ingest.radix.codes_first). The phases do about 1.5 to 2 times the one-thread map's work
 # (they read and write the rows several times where the map probes each once), while on one
-# thread the keys are coded beside the rest of the grouping on the other threads: bench_key_codes.py
-# measured ~40-50 CPU ns a row against the map's ~25-30 (1e7 rows, ~1e6 Zipf keys), and the rest
-# of the whole-input path is ~50, so coding first pays from (45 + 50) / T < 25, T >= 4.
+# thread the keys are coded beside the rest of the grouping on the other threads, which then
+# bounds the path at the map's time. bench_key_codes.py (1e7 rows, ~1e6 Zipf keys, 2 cores):
+# the phases 43 CPU ns a row against the map's 27; the whole path 93 CPU ns a row with them, so
+# coding first pays where 93 / T < 27, T >= 4 (at T = 2 both took ~51 ns a row of wall time).
 MIN_THREADS = 4
 
 # Rows per chunk at least: each chunk costs a row of 64 shard counters and a Python call per phase.
