@@ -442,6 +442,223 @@ cdef class DictionaryCodes:
         return codes, new_rows[:n_new]
 
 
+# ---------------------------------------- column codes on several threads (csrc/key_shards.h)
+
+cdef extern from "key_shards.h" nogil:
+    enum: DPS_KEYSHARDS
+    enum: DPS_ERR_KEYSHARDS_STAGE
+    ctypedef struct dps_keyshards:
+        size_t n_codes
+        size_t n_chunks
+    int dps_keyshards_init(dps_keyshards *ks, size_t n, size_t width, const uint8_t *values,
+                           const uint8_t *validity, size_t validity_offset, size_t n_chunks, uint64_t seed)
+    void dps_keyshards_free(dps_keyshards *ks)
+    int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes)
+    int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes)
+    int dps_keyshards_scatter(dps_keyshards *ks, size_t c)
+    int dps_keyshards_encode(dps_keyshards *ks, size_t s, uint32_t *codes)
+    int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes)
+    int dps_keyshards_rank_layout(dps_keyshards *ks)
+    int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint32_t *new_rows)
+    int dps_keyshards_translate(dps_keyshards *ks, size_t s)
+    int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes)
+
+
+KEY_SHARDS = DPS_KEYSHARDS
+
+# The phases of ShardedKeyCodes, in order: (name, per chunk (1), per shard (2) or once (0)).
+_PHASES = (("count", 1), ("layout", 0), ("scatter", 1), ("encode", 2), ("rank_count", 1), ("rank_layout", 0),
+           ("rank", 1), ("translate", 2), ("finish", 1))
+
+
+cdef class ShardedKeyCodes:
+    """The codes KeyMap("word") would give one fixed-width column (values of 1, 2, 4 or 8 bytes
+    from element `offset` of the Arrow buffers; validity None: no nulls) when the map is empty:
+    0, 1, 2, ... in order of first appearance, nulls sharing one code, computed in phases whose
+    pieces (``n_chunks`` chunks of rows, ``KEY_SHARDS`` shards of the values) may run on
+    different threads at once (csrc/key_shards.h). Call each phase's method once per piece,
+    phases in the order of ``phases()``; then ``result()`` gives (codes, new_rows) as
+    KeyMap.encode_fixed does. ``seed`` places values in shards and slots, never codes."""
+
+    cdef dps_keyshards ks
+    cdef bint initialised
+    cdef object codes
+    cdef object new_rows
+    cdef object buffers  # the Arrow buffers the kernel reads, kept alive
+    cdef int phase
+    cdef Py_ssize_t left
+    cdef object claimed
+    cdef bint failed
+    cdef readonly object name
+
+    def __cinit__(self, object n, object offset, object validity, object values, object width, object n_chunks,
+                  object seed, object name="column"):
+        self.initialised = False
+        self.name = name
+        n, offset, width, n_chunks = _sizes(name, n, offset, width, n_chunks)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT or width not in (1, 2, 4, 8):
+            raise ValueError(f"column {name!r}: bad sizes n={n}, offset={offset}, width={width} "
+                             "(values of 1, 2, 4 or 8 bytes)")
+        if not 1 <= n_chunks <= n + 1:
+            raise ValueError(f"n_chunks must be in [1, n + 1 = {n + 1}], got {n_chunks}")
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
+                                            "validity", name)
+        cdef const uint8_t *vals = _buffer(values, (offset + n) * width, "values", name)
+        if vals != NULL:
+            vals += <size_t>offset * <size_t>width
+        self.buffers = (validity, values)
+        self.codes = np.empty(n, dtype=np.uint32)
+        self.new_rows = None
+        self.phase = 0
+        self.left = n_chunks
+        self.claimed = np.zeros(n_chunks, dtype=np.bool_)
+        self.failed = False
+        cdef int rc = dps_keyshards_init(&self.ks, <size_t>n, <size_t>width, vals, valid, <size_t>offset,
+                                         <size_t>n_chunks, c_seed)
+        if rc != DPS_OK:
+            dps_keyshards_free(&self.ks)
+            _check_keymap(rc, name, 0)
+        self.initialised = True
+
+    def __dealloc__(self):
+        if self.initialised:
+            dps_keyshards_free(&self.ks)
+            self.initialised = False
+
+    @staticmethod
+    def phases():
+        """(method name, "chunk", "shard" or "once") of each phase, in order."""
+        return tuple((name, ("once", "chunk", "shard")[kind]) for name, kind in _PHASES)
+
+    @property
+    def n_chunks(self) -> int:
+        return self.ks.n_chunks
+
+    cdef Py_ssize_t _items(self, int phase):
+        kind = _PHASES[phase][1]
+        return 1 if kind == 0 else (self.ks.n_chunks if kind == 1 else DPS_KEYSHARDS)
+
+    cdef int _claim(self, int phase, object item) except -1:
+        """Phase `phase` may start on piece `item`: every piece of the phase before has finished,
+        and no call took this piece."""
+        if self.failed:
+            raise RuntimeError(f"column {self.name!r}: an earlier phase failed; start over")
+        if phase != self.phase:
+            if phase != self.phase + 1 or self.left != 0:
+                raise RuntimeError(f"{_PHASES[phase][0]}() out of order: {_PHASES[self.phase][0]}() has "
+                                   f"{self.left} pieces to go")
+            self.phase = phase
+            self.left = self._items(phase)
+            self.claimed = np.zeros(self.left, dtype=np.bool_)
+        cdef Py_ssize_t i = check_int("piece", item, 0, self._items(phase) - 1)
+        if self.claimed[i]:
+            raise RuntimeError(f"{_PHASES[phase][0]}() was already called on piece {i}")
+        self.claimed[i] = True
+        return 0
+
+    cdef int _done(self, int rc) except -1:
+        if rc != DPS_OK:
+            self.failed = True
+            if rc == DPS_ERR_KEYSHARDS_STAGE:
+                raise RuntimeError(f"column {self.name!r}: a phase ran out of order")
+            return _check_keymap(rc, self.name, 0)
+        self.left -= 1
+        return 0
+
+    cdef uint32_t *_codes(self):
+        cdef uint32_t[::1] view = self.codes
+        return &view[0] if view.shape[0] else NULL
+
+    def count(self, object chunk) -> None:
+        self._claim(0, chunk)
+        cdef size_t c = chunk
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_count(&self.ks, c, codes)
+        self._done(rc)
+
+    def layout(self) -> None:
+        self._claim(1, 0)
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_layout(&self.ks, codes)
+        self._done(rc)
+
+    def scatter(self, object chunk) -> None:
+        self._claim(2, chunk)
+        cdef size_t c = chunk
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_scatter(&self.ks, c)
+        self._done(rc)
+
+    def encode(self, object shard) -> None:
+        self._claim(3, shard)
+        cdef size_t s = shard
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_encode(&self.ks, s, codes)
+        self._done(rc)
+
+    def rank_count(self, object chunk) -> None:
+        self._claim(4, chunk)
+        cdef size_t c = chunk
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_rank_count(&self.ks, c, codes)
+        self._done(rc)
+
+    def rank_layout(self) -> None:
+        self._claim(5, 0)
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_rank_layout(&self.ks)
+        self._done(rc)
+        self.new_rows = np.empty(self.ks.n_codes, dtype=np.uint32)
+
+    def rank(self, object chunk) -> None:
+        self._claim(6, chunk)
+        cdef size_t c = chunk
+        cdef uint32_t *codes = self._codes()
+        cdef uint32_t[::1] rows = self.new_rows
+        cdef uint32_t *at = &rows[0] if rows.shape[0] else NULL
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_rank(&self.ks, c, codes, at)
+        self._done(rc)
+
+    def translate(self, object shard) -> None:
+        self._claim(7, shard)
+        cdef size_t s = shard
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_translate(&self.ks, s)
+        self._done(rc)
+
+    def finish(self, object chunk) -> None:
+        self._claim(8, chunk)
+        cdef size_t c = chunk
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_finish(&self.ks, c, codes)
+        self._done(rc)
+
+    def result(self):
+        """(codes, new_rows), as KeyMap.encode_fixed on an empty map, once every phase is done;
+        the working memory is freed."""
+        if self.phase != len(_PHASES) - 1 or self.left != 0 or self.failed:
+            raise RuntimeError("result() needs every phase done first")
+        dps_keyshards_free(&self.ks)
+        self.initialised = False
+        return self.codes, self.new_rows
+
+
 # ------------------------------------------------ one in-memory input, integer users (csrc/radix_pairs.h)
 
 cdef extern from "radix_pairs.h" nogil:

@@ -140,6 +140,43 @@ def _dictionary_codes() -> Callable[[], object]:
     return lambda: _count.DictionaryCodes(1_000).encode(indices.size, 0, None, indices, 4)
 
 
+def _shard_of(value: int, seed: int) -> int:
+    """csrc/key_shards.c's shard of a value: the top bits of murmur3's finaliser of value ^ seed."""
+    mask = 2**64 - 1
+    k = (value ^ seed) & mask
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & mask
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & mask
+    k ^= k >> 33
+    return k >> (64 - (_count.KEY_SHARDS.bit_length() - 1))
+
+
+def _sharded(n: int, phase: str) -> Callable[[], object]:
+    """ShardedKeyCodes over n int32 rows (one chunk) brought up to ``phase``, and that phase on
+    its one busy piece: the values are a few values of one shard, so that shard's map does all the
+    rows' work."""
+    seed = 7
+    busy = _shard_of(0, seed)
+    same = [v for v in range(2_000) if _shard_of(v, seed) == busy]
+    values = np.array(same, np.int32)[np.random.default_rng(SEED).integers(0, len(same), n)]
+    job = _count.ShardedKeyCodes(n, 0, None, values, 4, 1, seed)
+    for name, kind in job.phases():
+        method = getattr(job, name)
+        if kind == "once":
+            method()
+            continue
+        piece = busy if kind == "shard" else 0
+        if kind == "shard":  # the empty shards first
+            for s in range(_count.KEY_SHARDS):
+                if s != busy:
+                    method(s)
+        if name == phase:
+            return lambda: (method(piece), values)  # values kept alive while the call runs
+        method(piece)
+    raise AssertionError(f"no phase {phase}")
+
+
 def _pair_feed() -> Callable[[], object]:
     users, partitions = _rows(1_000_000)
     return lambda: _count.PairCounter(users.size).feed(users, partitions)
@@ -227,6 +264,10 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_count.KeyMap.encode_fixed": _keymap_fixed,
     "_count.KeyMap.encode_var": _keymap_var,
     "_count.DictionaryCodes.encode": _dictionary_codes,
+    "_count.ShardedKeyCodes.count": lambda: _sharded(12_000_000, "count"),
+    "_count.ShardedKeyCodes.scatter": lambda: _sharded(8_000_000, "scatter"),
+    "_count.ShardedKeyCodes.encode": lambda: _sharded(8_000_000, "encode"),
+    "_count.ShardedKeyCodes.finish": lambda: _sharded(8_000_000, "finish"),
     # the noise batch
     "_noise.add_discrete_laplace": lambda: (lambda v: lambda: _noise.add_discrete_laplace(v, 3, 1))(
         np.zeros(500_000, np.int64)),

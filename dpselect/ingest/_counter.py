@@ -10,7 +10,7 @@ docs/privacy/contribution-bounding.md.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,8 +188,13 @@ class RowCounter:
         if rows is None:
             return
         if final and first and radix.eligible(rows, self.privacy_unit, self.by):
+            threads = current()
+            # The keys on every thread at once, before the grouping, where their codes fit the
+            # memory rule (radix.codes_first): else piece by piece beside it, on this thread.
+            codes = self._encode_keys(rows, threads) if radix.codes_first(rows, self.privacy_unit, self.by,
+                                                                          threads) else None
             self._radix = radix.group(rows, self.privacy_unit, _PIECE_ROWS, _LOOKAHEAD, _hash_seed(),
-                                            self._encode_keys)
+                                      self._encode_keys, codes)
             self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
             return
         if rows.num_rows <= _PIECE_ROWS:
@@ -237,7 +242,8 @@ class RowCounter:
         # queue then alternates "encode piece i + _LOOKAHEAD" and "insert piece i, shard 1", so
         # at most _LOOKAHEAD + 1 pieces' codes are alive.
         keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
-        there, here = (self._encode_keys, self._encode_users)
+        there: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_keys
+        here: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_users
         if not keys_on_worker:
             there, here = here, there
         # The worker's tasks run one at a time, in the order given: codes follow row order.
@@ -329,10 +335,11 @@ class RowCounter:
     def _encode_users(self, piece: Any) -> npt.NDArray[np.uint32]:
         return self._users.encode(piece.column(self.privacy_unit))
 
-    def _encode_keys(self, piece: Any) -> npt.NDArray[np.uint32]:
-        """Partition codes of one piece of rows (composite over every ``by`` column)."""
-        codes = [factorizer.encode(piece.column(name)) for factorizer, name in zip(self._key.columns, self.by)]
-        return np.ascontiguousarray(self._key.encode_codes(codes))
+    def _encode_keys(self, piece: Any, threads: int = 1) -> npt.NDArray[np.uint32]:
+        """Partition codes of one piece of rows (composite over every ``by`` column), a first
+        piece of fixed-width keys on ``threads`` threads (:meth:`KeyFactorizer.encode`)."""
+        codes = [factorizer.encode(piece.column(name), threads) for factorizer, name in zip(self._key.columns, self.by)]
+        return np.ascontiguousarray(self._key.encode_codes(codes, threads))
 
     def check_null_units(self) -> None:
         """Raise :class:`NullPrivacyUnitError` if rows with a null privacy unit were fed and the

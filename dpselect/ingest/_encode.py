@@ -16,12 +16,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dpselect import _count
+from dpselect.ingest import parallel_codes
 from dpselect.ingest._types import import_pyarrow, key_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-__all__ = ["CompositeKey", "KeyFactorizer", "arrow_from_numpy", "encoded_as_bytes", "hash_seed"]
+__all__ = ["CompositeKey", "KeyFactorizer", "arrow_from_numpy", "encoded_as_bytes", "encoded_in_parallel", "hash_seed"]
 
 
 def _normalize(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -81,6 +82,17 @@ def encoded_as_bytes(typ: Any) -> bool:
     dictionary column is encoded by its integer indices."""
     pa = import_pyarrow()
     return not pa.types.is_dictionary(typ) and _layout(key_type(typ))[0] == "bytes"
+
+
+def encoded_in_parallel(typ: Any) -> bool:
+    """Whether :meth:`KeyFactorizer.encode` can code a column of this Arrow type on several threads
+    (``threads=``): values of 1, 2, 4 or 8 bytes (integers, dates, times, timestamps, durations,
+    floats, booleans), not a dictionary; strings and wider values take one thread."""
+    pa = import_pyarrow()
+    if pa.types.is_dictionary(typ):
+        return False
+    kind, layout, _ = _layout(key_type(typ))
+    return kind == "word" and layout in ("fixed", "bool")
 
 
 def hash_seed() -> int:
@@ -197,8 +209,13 @@ class KeyFactorizer:
             return code_map.encode_var(n, array.offset, buffers[0], buffers[1], width == 8, buffers[2])
         return code_map.encode_fixed(n, array.offset, buffers[0], buffers[1], width)
 
-    def encode(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
-        """Codes of the column's values (uint32), extending the dictionary with new values."""
+    def encode(self, column: pa.Array | pa.ChunkedArray, threads: int = 1) -> npt.NDArray[np.uint32]:
+        """Codes of the column's values (uint32), extending the dictionary with new values.
+
+        ``threads`` > 1: a first batch of one array of fixed-width values
+        (:func:`encoded_in_parallel`) and at least ``parallel_codes.MIN_ROWS`` rows is coded on
+        that many threads (:mod:`dpselect.ingest.parallel_codes`), with the same codes. Its map
+        is then built from the distinct values only if a later batch comes."""
         pa = import_pyarrow()
         if pa.types.is_dictionary(column.type):
             return self._encode_dictionary(column)
@@ -207,8 +224,11 @@ class KeyFactorizer:
             self._type = column.type
         elif column.type != self._type:
             column = self._same_kind(column)
-        code_map = self._code_map()
         arrays = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        if (threads > 1 and self._size == 0 and len(arrays) == 1 and len(arrays[0]) >= parallel_codes.MIN_ROWS
+                and encoded_in_parallel(arrays[0].type)):
+            return self._encode_parallel(arrays[0], threads)
+        code_map = self._code_map()
         parts = []
         for array in arrays:
             codes, new_rows = self._encode_array(code_map, array)
@@ -220,6 +240,22 @@ class KeyFactorizer:
             return np.zeros(0, dtype=np.uint32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+
+    def _encode_parallel(self, array: pa.Array, threads: int) -> npt.NDArray[np.uint32]:
+        """The codes of a first batch on several threads. The map is dropped, not filled: a later
+        batch's :meth:`_code_map` builds it from the distinct values in code order, which gives
+        each its code (a whole input, the common case here, has no later batch)."""
+        pa = import_pyarrow()
+        _, layout, width = _layout(array.type)
+        # bit-packed booleans are read as one byte a value, with the same validity
+        read = array.cast(pa.uint8()) if layout == "bool" else array
+        buffers = read.buffers()
+        codes, new_rows = parallel_codes.encode_fixed(len(read), read.offset, buffers[0], buffers[1], width,
+                                                      threads, hash_seed(), self.name)
+        self._map = None
+        self._chunks = [array.take(arrow_from_numpy(new_rows))] if len(new_rows) else []
+        self._size = len(new_rows)
+        return codes
 
     def _encode_dictionary(self, column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint32]:
         """A dictionary column (a pandas categorical, a Polars Categorical) without decoding every
@@ -268,11 +304,11 @@ class CompositeKey:
     def __len__(self) -> int:
         return len(self.combiners[-1]) if self.combiners else len(self.columns[0])
 
-    def encode_codes(self, per_column: list[npt.NDArray[np.uint32]]) -> npt.NDArray[np.uint32]:
+    def encode_codes(self, per_column: list[npt.NDArray[np.uint32]], threads: int = 1) -> npt.NDArray[np.uint32]:
         codes = per_column[0]
         for combiner, right in zip(self.combiners, per_column[1:]):
             word = (codes.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
-            codes = combiner.encode(arrow_from_numpy(word.view(np.int64)))
+            codes = combiner.encode(arrow_from_numpy(word.view(np.int64)), threads)
         return codes
 
     def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:

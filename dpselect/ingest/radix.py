@@ -12,9 +12,12 @@ memory comes here; streamed batches keep the pair sets.
 
 Threads (:func:`dpselect._threads.current`, T of them): the users column is counted per piece of
 rows and scattered per piece, each piece at the places a scatter in row order would give it, on
-T - 1 helper threads while this thread encodes the keys (which cannot be split: partition codes
-are given in order of first appearance, so piece i's codes need piece i - 1's); every piece's
-codes are scattered by whichever thread is free. The buckets are grouped in T ranges at once, and
+T - 1 helper threads while this thread encodes the keys (piece by piece: partition codes are
+given in order of first appearance, so piece i's codes need piece i - 1's); every piece's codes
+are scattered by whichever thread is free. From ``parallel_codes.MIN_THREADS`` threads on, one
+key column of fixed-width values is instead encoded whole, on every thread, before the grouping
+(:func:`codes_first`, :mod:`dpselect.ingest.parallel_codes`: the same codes), and its pieces'
+codes are only handed out. The buckets are grouped in T ranges at once, and
 bounded in :data:`SHARDS` fixed shards of the buckets (a function of the input's size only), each
 with its own CSPRNG stream, taken by the T threads: with the deterministic test generator the
 counts are the same for any T (docs/rows.md, "Threads").
@@ -71,6 +74,28 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
     return 2 * ROW_BYTES * batch.num_rows <= 3 * columns
 
 
+def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> bool:
+    """Whether the keys of an :func:`eligible` batch are coded all at once on ``threads`` threads
+    before the grouping (:mod:`dpselect.ingest.parallel_codes`) rather than piece by piece on one
+    thread beside it: ``parallel_codes.MIN_THREADS`` threads or more (below, the one thread
+    coding beside the others is faster), one key column of fixed-width values, and room for
+    its codes (4 bytes a row, held beside the grouping's 12) within the same one and a half times
+    the columns' size that :func:`eligible` allows the grouping. The coding itself holds, for a
+    while before the grouping starts, at most the value and the row of each row besides the codes
+    (16 bytes a row at most)."""
+    from dpselect.ingest._encode import encoded_in_parallel
+    from dpselect.ingest import parallel_codes
+
+    # Also KeyFactorizer.encode's own conditions for several threads: else the codes would be
+    # computed on one thread, without the grouping beside them.
+    if (threads < max(2, parallel_codes.MIN_THREADS) or len(by) != 1 or batch.num_rows < parallel_codes.MIN_ROWS or len(_chunks(batch.column(by[0]))) != 1
+            or not encoded_in_parallel(batch.schema.field(by[0]).type)):
+        return False
+    columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
+                  for chunk in _chunks(batch.column(name)))
+    return 2 * (ROW_BYTES + 4) * batch.num_rows <= 3 * columns
+
+
 def _chunks(column: Any) -> list[Any]:
     return list(column.chunks) if hasattr(column, "chunks") else [column]
 
@@ -86,9 +111,11 @@ def _user_pieces(column: Any) -> list[tuple[int, int, Any, int]]:
 
 
 def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: int,
-          encode_keys: Callable[[Any], npt.NDArray[np.uint32]]) -> _count.RadixPairs:
+          encode_keys: Callable[[Any], npt.NDArray[np.uint32]],
+          codes: npt.NDArray[np.uint32] | None = None) -> _count.RadixPairs:
     """The distinct pairs of ``batch`` grouped by user. ``encode_keys`` gives the partition
-    codes of a slice of rows (the caller's code maps, called in row order on this thread).
+    codes of a slice of rows (the caller's code maps, called in row order on this thread);
+    ``codes``: every row's partition code, already computed (:func:`codes_first`), instead.
 
     T threads (:func:`dpselect._threads.current`): T - 1 helpers, each a :class:`Lane` (its tasks
     one at a time), count the pieces' users per bucket, then place each piece's users in their
@@ -96,6 +123,10 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     hands each piece's codes to the helper with the least work queued, or scatters them itself
     when every helper has ``lookahead`` pieces or more waiting. Then the T threads group T ranges
     of the buckets. With T = 1 this thread does it all, in the same order."""
+    if codes is not None:
+        if len(codes) != batch.num_rows:
+            raise ValueError(f"codes must hold one code per row ({batch.num_rows}), got {len(codes)}")
+        encode_keys = _given(codes)
     radix = _count.RadixPairs(batch.num_rows, seed, privacy_unit)
     pieces = slices(batch, privacy_unit, piece_rows)
     threads = current()
@@ -134,6 +165,19 @@ def group(batch: Any, privacy_unit: str, piece_rows: int, lookahead: int, seed: 
     run_pieces(lambda r: radix.group(r[0], r[-1] + 1) if r else None, [(r,) for r in ranges], threads > 1)
     radix.compact()
     return radix
+
+
+def _given(codes: npt.NDArray[np.uint32]) -> Callable[[Any], npt.NDArray[np.uint32]]:
+    """``encode_keys`` for codes already computed: each call, in row order, takes the next
+    piece's rows."""
+    at = 0
+
+    def take(piece: Any) -> npt.NDArray[np.uint32]:
+        nonlocal at
+        start, at = at, at + piece.num_rows
+        return codes[start:at]
+
+    return take
 
 
 def _split(n: int, parts: int) -> list[list[int]]:

@@ -1,0 +1,351 @@
+/* First-appearance codes of one fixed-width column on several threads; see key_shards.h. */
+#include "key_shards.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigalloc.h"
+#include "csprng.h" /* status codes */
+#include "hashing.h"
+#include "keymap.h" /* DPS_KEYMAP_MAX_CODES, DPS_ERR_KEYMAP_FULL */
+
+#define SHARD_BITS 8 /* DPS_KEYSHARDS = 2^SHARD_BITS */
+#define BLOCK 16     /* rows whose slots are prefetched together in a shard's map */
+#define MIN_CAPACITY ((size_t)1 << 8) /* grows with the shard's distinct values */
+
+enum { STAGE_COUNT = 0, STAGE_SCATTER = 1, STAGE_RANK = 2 };
+
+static inline int is_valid(const uint8_t *validity, size_t bit) {
+    return validity == NULL || ((validity[bit >> 3] >> (bit & 7)) & 1);
+}
+
+static inline size_t shard_of(uint64_t value, uint64_t seed) {
+    return (size_t)(dps_fmix64(value ^ seed) >> (64 - SHARD_BITS));
+}
+
+int dps_keyshards_init(dps_keyshards *ks, size_t n, size_t width, const uint8_t *values, const uint8_t *validity,
+                       size_t validity_offset, size_t n_chunks, uint64_t seed) {
+    memset(ks, 0, sizeof *ks);
+    ks->null_row = SIZE_MAX;
+    ks->null_code = DPS_KEYSHARDS_NO_CODE;
+    if (n >= DPS_KEYMAP_MAX_CODES || (width != 1 && width != 2 && width != 4 && width != 8) || n_chunks == 0 ||
+        n_chunks > n + 1 || (n && values == NULL))
+        return DPS_ERR_KEYMAP_KIND;
+    ks->n = n;
+    ks->width = width;
+    ks->n_chunks = n_chunks;
+    ks->values = values;
+    ks->validity = validity;
+    ks->validity_offset = validity_offset;
+    ks->seed = seed;
+    ks->start = (size_t *)calloc(n_chunks * DPS_KEYSHARDS, sizeof(size_t));
+    ks->first_null = (size_t *)malloc(n_chunks * sizeof(size_t));
+    ks->marks = (size_t *)calloc(n_chunks, sizeof(size_t));
+    if (ks->start == NULL || ks->first_null == NULL || ks->marks == NULL) {
+        dps_keyshards_free(ks);
+        return DPS_ERR_NOMEM;
+    }
+    return DPS_OK;
+}
+
+void dps_keyshards_free(dps_keyshards *ks) {
+    free(ks->start);
+    free(ks->first_null);
+    free(ks->marks);
+    dps_big_free(ks->rows);
+    dps_big_free(ks->vals);
+    for (size_t s = 0; s < DPS_KEYSHARDS; s++) free(ks->local_to_code[s]);
+    memset(ks, 0, sizeof *ks);
+    ks->null_row = SIZE_MAX;
+    ks->null_code = DPS_KEYSHARDS_NO_CODE;
+}
+
+void dps_keyshards_chunk(const dps_keyshards *ks, size_t c, size_t *lo, size_t *hi) {
+    /* n < 2^32 and n_chunks <= n + 1, so the products fit 64 bits */
+    *lo = (size_t)((uint64_t)ks->n * c / ks->n_chunks);
+    *hi = (size_t)((uint64_t)ks->n * (c + 1) / ks->n_chunks);
+}
+
+/* Phase 1 for one width: the shard of each non-null row, counted. Every field is read into a
+ * local first, and the counts kept on the stack: Python's CFLAGS carry -fno-strict-aliasing, under
+ * which a store through any pointer would make the compiler reload every field each row. */
+static inline void count_rows(const dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *out) {
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    size_t hist[DPS_KEYSHARDS] = {0};
+    if (validity == NULL) {
+        for (size_t i = lo; i < hi; i++) hist[shard_of(dps_load_word(v + i * width, width), seed)]++;
+    } else {
+        for (size_t i = lo; i < hi; i++)
+            if (is_valid(validity, voff + i)) hist[shard_of(dps_load_word(v + i * width, width), seed)]++;
+    }
+    memcpy(out, hist, sizeof hist);
+}
+
+int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes) {
+    if (ks->stage != STAGE_COUNT || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo, hi;
+    dps_keyshards_chunk(ks, c, &lo, &hi);
+    size_t *hist = ks->start + c * DPS_KEYSHARDS;
+    if (hi > lo) memset(codes + lo, 0, (hi - lo) * sizeof(uint32_t));
+    ks->first_null[c] = SIZE_MAX;
+    if (ks->validity != NULL)
+        for (size_t i = lo; i < hi; i++)
+            if (!is_valid(ks->validity, ks->validity_offset + i)) {
+                ks->first_null[c] = i;
+                break;
+            }
+    switch (ks->width) { /* one loop per width, so that each load is one instruction */
+    case 8: count_rows(ks, lo, hi, 8, hist); break;
+    case 4: count_rows(ks, lo, hi, 4, hist); break;
+    case 2: count_rows(ks, lo, hi, 2, hist); break;
+    default: count_rows(ks, lo, hi, 1, hist); break;
+    }
+    return DPS_OK;
+}
+
+int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes) {
+    if (ks->stage != STAGE_COUNT) return DPS_ERR_KEYSHARDS_STAGE;
+    /* Shard-major places: shard s's rows from chunk 0, then chunk 1, ... */
+    size_t at = 0;
+    for (size_t s = 0; s < DPS_KEYSHARDS; s++) {
+        ks->shard_start[s] = at;
+        for (size_t c = 0; c < ks->n_chunks; c++) {
+            size_t count = ks->start[c * DPS_KEYSHARDS + s];
+            ks->start[c * DPS_KEYSHARDS + s] = at;
+            at += count;
+        }
+    }
+    ks->shard_start[DPS_KEYSHARDS] = at;
+    for (size_t c = 0; c < ks->n_chunks && ks->null_row == SIZE_MAX; c++) ks->null_row = ks->first_null[c];
+    if (ks->null_row != SIZE_MAX) codes[ks->null_row] = 1; /* the null's first row, marked */
+    size_t places = at ? at : 1;
+    /* Huge pages where the system gives them (bigalloc.h): the scatter writes two streams per shard
+     * at once, which with 4 KiB pages would miss the TLB on most rows. */
+    ks->rows = (uint32_t *)dps_big_alloc(places * sizeof(uint32_t), DPS_BIG_NO_FILL);
+    ks->vals = (uint8_t *)dps_big_alloc(places * ks->width, DPS_BIG_NO_FILL);
+    if (ks->rows == NULL || ks->vals == NULL) return DPS_ERR_NOMEM;
+    ks->stage = STAGE_SCATTER;
+    return DPS_OK;
+}
+
+static inline void scatter_rows(dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *next) {
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    uint32_t *restrict rows = ks->rows;
+    uint8_t *restrict vals = ks->vals;
+    for (size_t i = lo; i < hi; i++) {
+        if (validity != NULL && !is_valid(validity, voff + i)) continue;
+        uint64_t value = dps_load_word(v + i * width, width);
+        size_t place = next[shard_of(value, seed)]++;
+        rows[place] = (uint32_t)i;
+        memcpy(vals + place * width, v + i * width, width);
+    }
+}
+
+int dps_keyshards_scatter(dps_keyshards *ks, size_t c) {
+    if (ks->stage != STAGE_SCATTER || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo, hi, next[DPS_KEYSHARDS];
+    dps_keyshards_chunk(ks, c, &lo, &hi);
+    memcpy(next, ks->start + c * DPS_KEYSHARDS, sizeof next);
+    switch (ks->width) {
+    case 8: scatter_rows(ks, lo, hi, 8, next); break;
+    case 4: scatter_rows(ks, lo, hi, 4, next); break;
+    case 2: scatter_rows(ks, lo, hi, 2, next); break;
+    default: scatter_rows(ks, lo, hi, 1, next); break;
+    }
+    return DPS_OK;
+}
+
+/* A shard's map: value -> local code + 1 (0: empty), linear probing at <= 2/3 load. */
+typedef struct local_slot {
+    uint64_t key;
+    uint32_t code;
+} local_slot;
+
+typedef struct local_map {
+    local_slot *slots;
+    size_t capacity, size;
+    uint64_t seed;
+} local_map;
+
+static inline size_t home(const local_map *m, uint64_t value) {
+    return (size_t)dps_fmix64(value ^ m->seed) & (m->capacity - 1);
+}
+
+static int grow(local_map *m, size_t capacity) {
+    local_slot *slots = (local_slot *)calloc(capacity, sizeof(local_slot));
+    if (slots == NULL) return DPS_ERR_NOMEM;
+    local_slot *old = m->slots;
+    size_t old_capacity = m->capacity;
+    m->slots = slots;
+    m->capacity = capacity;
+    for (size_t i = 0; i < old_capacity; i++) {
+        if (old[i].code == 0) continue;
+        size_t j = home(m, old[i].key);
+        while (slots[j].code != 0) j = (j + 1) & (capacity - 1);
+        slots[j] = old[i];
+    }
+    free(old);
+    return DPS_OK;
+}
+
+static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size_t hi, size_t width,
+                                uint32_t *restrict codes) {
+    uint64_t block[BLOCK];
+    const uint8_t *restrict vals = ks->vals;
+    uint32_t *restrict rows = ks->rows;
+    uint64_t seed = m->seed;
+    for (size_t first = lo; first < hi; first += BLOCK) {
+        size_t b = hi - first < BLOCK ? hi - first : BLOCK;
+        if (m->size + b > m->capacity / 3 * 2) {
+            size_t capacity = m->capacity;
+            while (m->size + b > capacity / 3 * 2) capacity *= 2;
+            int rc = grow(m, capacity);
+            if (rc != DPS_OK) return rc;
+        }
+        /* locals for the block (see count_rows) */
+        local_slot *restrict slots = m->slots;
+        size_t mask = m->capacity - 1, size = m->size;
+        for (size_t j = 0; j < b; j++) {
+            block[j] = dps_load_word(vals + (first + j) * width, width);
+            DPS_PREFETCH_W(slots + ((size_t)dps_fmix64(block[j] ^ seed) & mask));
+        }
+        for (size_t j = 0; j < b; j++) {
+            uint64_t value = block[j];
+            uint32_t local;
+            for (size_t i = (size_t)dps_fmix64(value ^ seed) & mask;; i = (i + 1) & mask) {
+                if (slots[i].code == 0) { /* new: the next local code, its first row marked */
+                    slots[i].key = value;
+                    slots[i].code = (uint32_t)++size; /* < 2^32 - 1: fewer rows than that */
+                    codes[rows[first + j]] = (uint32_t)size; /* local code + 1 */
+                    local = (uint32_t)size - 1;
+                    break;
+                }
+                if (slots[i].key == value) {
+                    local = slots[i].code - 1;
+                    break;
+                }
+            }
+            rows[first + j] = local; /* the row, replaced by its local code */
+        }
+        m->size = size;
+    }
+    return DPS_OK;
+}
+
+int dps_keyshards_encode(dps_keyshards *ks, size_t s, uint32_t *codes) {
+    if (ks->stage != STAGE_SCATTER || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo = ks->shard_start[s], hi = ks->shard_start[s + 1];
+    local_map m = {NULL, 0, 0, dps_fmix64(ks->seed + 0x9E3779B97F4A7C15ull * (s + 1))};
+    int rc = grow(&m, MIN_CAPACITY);
+    if (rc == DPS_OK) {
+        switch (ks->width) {
+        case 8: rc = encode_places(ks, &m, lo, hi, 8, codes); break;
+        case 4: rc = encode_places(ks, &m, lo, hi, 4, codes); break;
+        case 2: rc = encode_places(ks, &m, lo, hi, 2, codes); break;
+        default: rc = encode_places(ks, &m, lo, hi, 1, codes); break;
+        }
+    }
+    free(m.slots);
+    if (rc != DPS_OK) return rc;
+    ks->n_local[s] = m.size;
+    ks->local_to_code[s] = (uint32_t *)malloc((m.size ? m.size : 1) * sizeof(uint32_t));
+    return ks->local_to_code[s] == NULL ? DPS_ERR_NOMEM : DPS_OK;
+}
+
+int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes) {
+    if (ks->stage != STAGE_SCATTER || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo, hi, marked = 0;
+    dps_keyshards_chunk(ks, c, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) marked += codes[i] != 0;
+    ks->marks[c] = marked;
+    return DPS_OK;
+}
+
+int dps_keyshards_rank_layout(dps_keyshards *ks) {
+    if (ks->stage != STAGE_SCATTER) return DPS_ERR_KEYSHARDS_STAGE;
+    for (size_t s = 0; s < DPS_KEYSHARDS; s++)
+        if (ks->local_to_code[s] == NULL && ks->shard_start[s + 1] > ks->shard_start[s])
+            return DPS_ERR_KEYSHARDS_STAGE; /* a shard with rows was not encoded */
+    size_t before = 0;
+    for (size_t c = 0; c < ks->n_chunks; c++) {
+        size_t marked = ks->marks[c];
+        ks->marks[c] = before;
+        before += marked;
+    }
+    ks->n_codes = before; /* <= n < DPS_KEYMAP_MAX_CODES */
+    dps_big_free(ks->vals); /* the values are read from the column again from here on */
+    ks->vals = NULL;
+    ks->stage = STAGE_RANK;
+    return DPS_OK;
+}
+
+int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint32_t *new_rows) {
+    if (ks->stage != STAGE_RANK || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo, hi;
+    dps_keyshards_chunk(ks, c, &lo, &hi);
+    uint32_t code = (uint32_t)ks->marks[c];
+    const uint8_t *v = ks->values;
+    size_t width = ks->width;
+    for (size_t i = lo; i < hi; i++) {
+        if (codes[i] == 0) continue;
+        if (i == ks->null_row) {
+            ks->null_code = code;
+        } else {
+            size_t s = shard_of(dps_load_word(v + i * width, width), ks->seed);
+            size_t local = codes[i] - 1;
+            if (local >= ks->n_local[s]) return DPS_ERR_KEYSHARDS_STAGE; /* cannot happen: encode marked it */
+            ks->local_to_code[s][local] = code;
+        }
+        new_rows[code++] = (uint32_t)i;
+    }
+    return DPS_OK;
+}
+
+int dps_keyshards_translate(dps_keyshards *ks, size_t s) {
+    if (ks->stage != STAGE_RANK || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
+    uint32_t *restrict places = ks->rows;
+    const uint32_t *restrict to_code = ks->local_to_code[s];
+    size_t n_local = ks->n_local[s];
+    for (size_t k = ks->shard_start[s]; k < ks->shard_start[s + 1]; k++) {
+        if (places[k] >= n_local) return DPS_ERR_KEYSHARDS_STAGE; /* translated twice */
+        places[k] = to_code[places[k]];
+    }
+    return DPS_OK;
+}
+
+static inline void finish_rows(const dps_keyshards *ks, size_t lo, size_t hi, size_t width, size_t *next,
+                               uint32_t *restrict codes) {
+    const uint8_t *restrict v = ks->values;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    uint32_t null_code = ks->null_code;
+    const uint32_t *restrict by_place = ks->rows; /* codes, since translate */
+    for (size_t i = lo; i < hi; i++) {
+        if (validity != NULL && !is_valid(validity, voff + i)) {
+            codes[i] = null_code;
+            continue;
+        }
+        codes[i] = by_place[next[shard_of(dps_load_word(v + i * width, width), seed)]++];
+    }
+}
+
+int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes) {
+    if (ks->stage != STAGE_RANK || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
+    size_t lo, hi, next[DPS_KEYSHARDS];
+    dps_keyshards_chunk(ks, c, &lo, &hi);
+    memcpy(next, ks->start + c * DPS_KEYSHARDS, sizeof next);
+    switch (ks->width) {
+    case 8: finish_rows(ks, lo, hi, 8, next, codes); break;
+    case 4: finish_rows(ks, lo, hi, 4, next, codes); break;
+    case 2: finish_rows(ks, lo, hi, 2, next, codes); break;
+    default: finish_rows(ks, lo, hi, 1, next, codes); break;
+    }
+    return DPS_OK;
+}

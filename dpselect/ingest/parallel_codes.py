@@ -1,0 +1,91 @@
+"""First-appearance codes of one fixed-width column on several threads (csrc/key_shards.h).
+
+:class:`dpselect._count.KeyMap` codes a column one row after another with one hash map: on a whole
+input the only step of the rows path that did not split over threads. Here the rows are split
+into chunks and the values into :data:`dpselect._count.KEY_SHARDS` shards by a seeded hash, and
+each phase of :class:`dpselect._count.ShardedKeyCodes` runs its pieces on the package's worker
+pool (:func:`dpselect._workers.run_pieces`). The codes are exactly the KeyMap's on an empty map
+(0, 1, 2, ... in order of first appearance, nulls one value), whatever the threads and the seed,
+so every output stays the same for any number of threads (docs/rows.md, "Threads").
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpselect import _count
+from dpselect._workers import run_pieces
+
+__all__ = ["MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed"]
+
+# Below this many rows one thread's KeyMap is faster than the phases' fixed costs.
+MIN_ROWS = 1 << 16
+
+# The rows path codes a whole input's keys first, on every thread, from this many threads on
+# (dpselect.ingest.radix.codes_first). The phases do about 1.5 to 2 times the one-thread map's work
+# (they read and write the rows several times where the map probes each once), while on one
+# thread the keys are coded beside the rest of the grouping on the other threads, which then
+# bounds the path at the map's time. bench_key_codes.py (1e7 rows, ~1e6 Zipf keys, 2 cores):
+# the phases 43 CPU ns a row against the map's 27; the whole path 93 CPU ns a row with them, so
+# coding first pays where 93 / T < 27, T >= 4 (at T = 2 both took ~51 ns a row of wall time).
+MIN_THREADS = 4
+
+# Rows per chunk at least: each chunk costs a row of 64 shard counters and a Python call per phase.
+_CHUNK_ROWS = 1 << 15
+
+
+def chunk_count(n: int, threads: int) -> int:
+    """Chunks of rows for ``threads`` threads: four per thread (chunks differ in their nulls and
+    values), none smaller than ``_CHUNK_ROWS`` rows, at least one."""
+    return max(1, min(4 * threads, n // _CHUNK_ROWS))
+
+
+def _each(task: Callable[[int], None], items: int, threads: int) -> None:
+    """``task(i)`` for i in 0 .. items - 1 on up to ``threads`` threads, each taking the next item
+    when it is free (shards differ in size: a frequent value makes its shard long). The first
+    error stops the taking of new items and is raised once every thread has stopped."""
+    if threads <= 1 or items <= 1:
+        for i in range(items):
+            task(i)
+        return
+    lock = threading.Lock()
+    items_left = iter(range(items))
+    errors: list[BaseException] = []
+
+    def loop(_: int) -> None:
+        while True:
+            with lock:
+                i = None if errors else next(items_left, None)
+            if i is None:
+                return
+            try:
+                task(i)
+            except BaseException as exc:  # noqa: BLE001 - raised below, once every loop has stopped
+                with lock:
+                    errors.append(exc)
+
+    run_pieces(loop, [(t,) for t in range(min(threads, items))], True)
+    if errors:
+        raise errors[0]
+
+
+def encode_fixed(n: int, offset: int, validity: Any, values: Any, width: int, threads: int, seed: int,
+                 name: str = "column", chunks: int | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """(codes, new_rows) of n values of ``width`` bytes (1, 2, 4 or 8) from element ``offset`` of
+    an Arrow values buffer and validity bitmap (None: no nulls), as
+    ``KeyMap("word", ...).encode_fixed`` gives them on an empty map, computed on ``threads``
+    threads. ``seed`` (from the package CSPRNG) places values in shards, never codes;
+    ``chunks``: the chunks of rows (default :func:`chunk_count`)."""
+    job = _count.ShardedKeyCodes(n, offset, validity, values, width,
+                                 chunk_count(n, threads) if chunks is None else chunks, seed, name)
+    for phase, kind in job.phases():
+        method = getattr(job, phase)
+        if kind == "once":
+            method()
+        else:
+            _each(method, job.n_chunks if kind == "chunk" else _count.KEY_SHARDS, threads)
+    return job.result()
