@@ -262,10 +262,8 @@ def choose_from_pairs(per_user: npt.NDArray[np.int64], pair_users: npt.NDArray[n
         chosen_rows = one_pair_per_user(pair_users, rows, pair_tags(int(pair_users.size), rng))
         noisy_l, linf, eps = _read(histogram(chosen_rows, linf_cap), eps_l, linf_quantile, linf_cap, rng)
         spent += eps
-    if by_error is not None:
-        kappa, linf = _by_error(by_error, noisy_k, noisy_l, eps_k, eps_l, kappa_cap, linf_cap)
-    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile),
-                      by_error is not None)
+    return _found(kappa, linf, noisy_k, noisy_l, spent, (eps_k, eps_l), (kappa_cap, linf_cap),
+                  (kappa_quantile, linf_quantile), by_error)
 
 
 @dataclass(frozen=True)
@@ -312,9 +310,19 @@ def choose_from_histograms(exact_kappa: npt.NDArray[np.int64] | None, exact_linf
         assert exact_linf is not None
         noisy_l, linf, eps = _read(_checked(exact_linf, linf_cap), eps_l, linf_quantile, linf_cap, rng)
         spent += eps
+    return _found(kappa, linf, noisy_k, noisy_l, spent, (eps_k, eps_l), (kappa_cap, linf_cap),
+                  (kappa_quantile, linf_quantile), by_error)
+
+
+def _found(kappa: int | None, linf: int | None, noisy_k: npt.NDArray[np.int64] | None,
+           noisy_l: npt.NDArray[np.int64] | None, spent: Fraction, epsilons: tuple[Fraction, Fraction],
+           caps: tuple[int | None, int | None], quantiles: tuple[Fraction, Fraction],
+           by_error: ErrorModel | None) -> AutoBounds:
+    """The choice from the noisy histograms: the quantiles' bounds, or with ``by_error`` (public
+    partitions) the ε-aware rule's, read from the same histograms (post-processing)."""
     if by_error is not None:
-        kappa, linf = _by_error(by_error, noisy_k, noisy_l, eps_k, eps_l, kappa_cap, linf_cap)
-    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(kappa_quantile), Fraction(linf_quantile),
+        kappa, linf = _by_error(by_error, noisy_k, noisy_l, *epsilons, *caps)
+    return AutoBounds(kappa, linf, noisy_k, noisy_l, spent, Fraction(quantiles[0]), Fraction(quantiles[1]),
                       by_error is not None)
 
 
