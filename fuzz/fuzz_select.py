@@ -6,7 +6,9 @@ strategy. Properties: a bad argument raises ValueError or TypeError only (nothin
 crash); otherwise select returns a bool array of the counts' shape, release a bool keep mask
 and int64 noisy counts of that shape (0 where not kept, above the pre-threshold where kept), and
 keep_probability values in [0, 1]. For parameters well inside the valid range (pi_opt and
-release, 1e-3 <= ε <= 20, 1e-12 <= δ <= 0.5, κ <= 1000, counts >= 0) no exception is allowed.
+release, 1e-3 <= ε <= 20, 1e-12 <= δ <= 0.5, κ <= 1000 with ε / κ >= 1e-4, counts >= 0) no
+exception is allowed. Smaller per-partition budgets are refused from the parameters alone, by
+design: a key would need millions of users, and the certified table as many entries.
 
 Gaussian thresholding and "auto" build an exactly certified table whose cost grows with the
 noise scale σ (seconds at ε/√κ ≈ 0.01), and the weighted mechanisms certify a threshold for
@@ -77,6 +79,7 @@ def well_inside(strategy: str, eps: object, delta: object, kappa: object, counts
     """Parameters for which nothing may go wrong."""
     return (strategy in ("pi_opt", "release") and type(eps) is float and 1e-3 <= eps <= 20
             and type(delta) is float and 1e-12 <= delta <= 0.5 and type(kappa) is int and 1 <= kappa <= 1000
+            and eps / kappa >= 1e-4
             and counts.dtype.kind in "iu" and counts.dtype.isnative and bool(np.all(counts >= 0)))
 
 

@@ -16,9 +16,10 @@ from dpselect.core.tables import (
     release_delta,
     release_delta_bruteforce,
     tsgd_table,
+    tsgd_weights,
     verify_keep_table,
 )
-from dpselect.core.theory import pi_opt_closed_form, pi_opt_crossovers
+from dpselect.core.theory import exact_crossovers, pi_opt_closed_form, pi_opt_crossovers
 from dpselect.core.verify import exp_lower_by_squaring
 
 mpmath.mp.dps = 60
@@ -191,6 +192,49 @@ def test_release_delta_detects_broken_weights():
     weights[4] = weights[3] // 4
     with pytest.raises(CertificationError):
         release_delta(weights, sum(weights) * 2 - weights[0], table.k, params.partition_epsilon)
+
+
+def _tsgd_weights_by_full_bisection(eps: Fraction, k: int) -> tuple[list[int], int]:
+    """The reference: bisect all 64 bits of W(0) (what the builder did before it bracketed the
+    answer from a float estimate)."""
+    from dpselect.core.tables import _TSGD_BITS, _builder_exp_lower
+    from dpselect.core.exact import ceil_div
+
+    b_num = ceil_div(1 << (2 * _TSGD_BITS), _builder_exp_lower(eps, _TSGD_BITS))
+
+    def weights_for(w0: int) -> tuple[list[int], int]:
+        w = [w0]
+        for _ in range(k):
+            w.append(ceil_div(b_num * w[-1], 1 << _TSGD_BITS))
+        return w, w[0] + 2 * sum(w[1:])
+
+    lo, hi = 1, 2**64
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if weights_for(mid)[1] <= 2**64 - 1 else (lo, mid)
+    return weights_for(lo)
+
+
+@pytest.mark.parametrize("eps, k", [(Fraction(1, 1000), 3000), (Fraction(1, 10), 1), (Fraction(1, 10), 250),
+                                    (Fraction(1, 2), 40), (Fraction(3), 5), (Fraction(20), 2), (Fraction(7, 3), 0)])
+def test_tsgd_weights_are_the_largest_that_fit_64_bits(eps, k):
+    """The bracketing search finds the same W(0), hence the same table, as bisecting every bit."""
+    assert tsgd_weights(eps, k) == _tsgd_weights_by_full_bisection(eps, k)
+
+
+@pytest.mark.parametrize("eps, delta, kappa", [(0.005, 1e-12, 10), (0.03, 1e-9, 10), (1.0, 1e-5, 1), (0.1, 1e-10, 3)])
+def test_the_release_table_is_the_shortest_that_certifies(eps, delta, kappa):
+    """The builder gallops and bisects over k (from n1 of Theorem 1 up): the k it picks certifies,
+    and k − 1 either does not or is below n1, so the threshold is as low as a certified table allows."""
+    params = validate_params(eps, delta, max_partitions_contributed=kappa)
+    table = tsgd_table(params)
+    e, d = params.partition_epsilon, params.partition_delta
+    assert table.certified_delta <= d
+    n1 = exact_crossovers(e, d)[0]
+    assert table.k >= n1
+    if table.k > n1:
+        shorter, total = tsgd_weights(e, table.k - 1)
+        assert release_delta(shorter, total, table.k - 1, e) > d
 
 
 def test_release_delta_grows_when_tail_is_inflated():

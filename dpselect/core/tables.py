@@ -289,15 +289,35 @@ def tsgd_weights(eps: Fraction, k: int) -> tuple[list[int], int]:
     b_num = ceil_div(1 << (2 * _TSGD_BITS), a_num)  # B = b_num / 2^128
 
     def weights_for(w0: int) -> tuple[list[int], int]:
+        # W(m) = ceil(b_num W(m−1) / 2^128), written out (-(-x >> s) is the ceiling of x / 2^s):
+        # this loop is the whole cost of building a long table.
         w = [w0]
+        last, minus_b, shift = w0, -b_num, _TSGD_BITS
         for _ in range(k):
-            w.append(ceil_div(b_num * w[-1], 1 << _TSGD_BITS))
-        return w, w[0] + 2 * sum(w[1:])
+            last = -((minus_b * last) >> shift)
+            w.append(last)
+        return w, w0 + 2 * (sum(w) - w0)
 
     limit = 2**64 - 1
-    lo, hi = 1, 2**64  # weights_for(lo) fits; find the largest w0 that does
     if weights_for(1)[1] > limit:
         raise ValueError(f"TSGD with k={k} does not fit 64-bit weights")
+    # S(w0) is nondecreasing in w0, so the largest w0 with S(w0) <= limit is found by bisection.
+    # A float estimate of limit / (1 + 2 Σ B^m) lands within about k of it: bracket it by
+    # galloping out from there (a few evaluations) instead of bisecting all 64 bits, each
+    # evaluation being k big-integer steps.
+    b = b_num / float(1 << _TSGD_BITS)
+    ratio = 1 + 2 * b * (1 - b**k) / (1 - b) if b < 1 else 1 + 2 * k
+    guess = min(max(1, int(limit / ratio)), 2**64 - 1)
+    step = max(1, k)
+    if weights_for(guess)[1] <= limit:
+        lo, hi = guess, min(guess + step, 2**64)
+        while hi < 2**64 and weights_for(hi)[1] <= limit:
+            lo, hi, step = hi, min(hi + 2 * step, 2**64), 2 * step
+    else:
+        lo, hi = max(1, guess - step), guess
+        while lo > 1 and weights_for(lo)[1] > limit:
+            lo, hi, step = max(1, lo - 2 * step), lo, 2 * step
+    # weights_for(lo) fits (lo = 1 was checked above), hi = 2^64 or weights_for(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if weights_for(mid)[1] <= limit:
@@ -328,19 +348,34 @@ def _tsgd_cached(eps: Fraction, delta: Fraction) -> TSGDTable:
             f"the release's noise table would need {2 * k + 1} entries or more. Raise epsilon, or lower "
             "max_partitions_contributed"
         )
-    # k from floating point may be one short of what the quantized table needs: grow it until
-    # the exact δ is within budget (a larger k only lowers the δ of the release).
-    for _ in range(64):
-        weights, total = tsgd_weights(eps, k)
-        certified = release_delta(weights, total, k, eps)
+    # k from floating point may be short of what the quantized table needs (by dozens at tiny ε'):
+    # find the smallest k in [k, k + 63] whose exact δ is within budget. A larger k only lowers the
+    # δ of the release, so gallop up (k, k + 1, k + 3, k + 7, ...) and bisect the last gap instead
+    # of building every table in between; whatever k is chosen, its table is certified here.
+    def certify(size: int) -> tuple[list[int], int, Fraction]:
+        weights, total = tsgd_weights(eps, size)
+        return weights, total, release_delta(weights, total, size, eps)
+
+    last, failed, size, step = k + 63, k - 1, k, 1  # failed: the largest size known to fail
+    while True:
+        weights, total, certified = certify(size)
         if certified <= delta:
+            found = (size, weights, total, certified)
             break
-        k += 1
-    else:
-        raise ValueError(
-            f"no 64-bit TSGD table certifies delta per partition {float(delta):.3g} at epsilon per partition "
-            f"{float(eps):.3g}: raise delta, or use strategy='pi_opt' (keys only)"
-        )
+        if size >= last:
+            raise ValueError(
+                f"no 64-bit TSGD table certifies delta per partition {float(delta):.3g} at epsilon per "
+                f"partition {float(eps):.3g}: raise delta, or use strategy='pi_opt' (keys only)"
+            )
+        failed, size, step = size, min(size + step, last), 2 * step
+    while found[0] - failed > 1:
+        mid = (failed + found[0]) // 2
+        weights, total, certified = certify(mid)
+        if certified <= delta:
+            found = (mid, weights, total, certified)
+        else:
+            failed = mid
+    k, weights, total, certified = found
     cumulative = np.cumsum(np.array([weights[abs(x)] for x in range(-k, k + 1)], dtype=np.uint64))
     if int(cumulative[-1]) != total:
         raise CertificationError("cumulative weights overflowed")

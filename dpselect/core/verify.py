@@ -15,6 +15,7 @@ so a mistake in one exponential bound cannot hide itself. Everything is integer 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -146,27 +147,21 @@ def release_delta(weights: list[int] | tuple[int, ...], total: int, k: int, epsi
     if len(weights) != k + 1 or total != weights[0] + 2 * sum(weights[1:]):
         raise CertificationError("TSGD weights do not match k and their total")
     e = exp_lower_by_squaring(Fraction(epsilon))
+    # Integer arithmetic over the common denominator q · S (e = p / q): the same comparisons and
+    # the same supremum as with Fractions, but hundreds of thousands of them take milliseconds.
+    p, q = e.numerator, e.denominator
     for m in range(1, k + 1):
-        if weights[m - 1] > e * weights[m] or weights[m] > weights[m - 1] or weights[m] < 1:
+        if weights[m - 1] * q > p * weights[m] or weights[m] > weights[m - 1] or weights[m] < 1:
             raise CertificationError(f"TSGD weights break the e^eps ratio at |x|={m}")
-    cdf = []  # cdf[t + k] = S · P(X <= t) for t in [-k, k]
-    running = 0
-    for x in range(-k, k + 1):
-        running += weights[abs(x)]
-        cdf.append(running)
-
-    def below(t: int) -> int:  # S · P(X <= t)
-        if t < -k:
-            return 0
-        return cdf[min(t, k) + k]
-
-    edge = Fraction(weights[k], total)  # the value only one side can produce
-    worst = edge  # n+1 -> n always has it; n -> n+1 has it once n > 2k
-    for n in range(0, 2 * k + 2):
-        suppressed = Fraction(below(k - n), total) - e * Fraction(below(k - n - 1), total)
-        forward = max(Fraction(0), suppressed) + (edge if n > 2 * k else 0)
-        worst = max(worst, forward)
-    return worst
+    cdf = list(itertools.accumulate(weights[abs(x)] for x in range(-k, k + 1)))  # cdf[t + k] = S · P(X <= t)
+    # n -> n + 1 suppresses with probability P(X <= k − n) against P(X <= k − n − 1), for n = 0 .. 2k
+    # (index j = 2k − n of cdf; below −k the probability is 0); once n > 2k only the edge differs.
+    # n + 1 -> n always has the edge: the value only one side can produce.
+    edge = weights[k] * q  # q · S · P(X = k)
+    worst = max(edge, cdf[0] * q)
+    if k > 0:
+        worst = max(worst, max(hi * q - p * lo for lo, hi in zip(cdf, cdf[1:])))
+    return Fraction(worst, q * total)
 
 
 def release_delta_bruteforce(weights: list[int] | tuple[int, ...], total: int, k: int, e: Fraction, n_max: int) -> Fraction:
