@@ -1,7 +1,9 @@
 """Key codes on several threads (csrc/key_shards.h) against the one-thread code map (csrc/keymap.h),
 and the whole-input rows path with and without them.
 
-Data: bench_rows.py's integer keys (Zipf over ~1e6 keys, 1e7 rows by default) and int64 users.
+Data: bench_rows.py's integer keys (Zipf over ~1e6 keys, 1e7 rows by default) and int64 users;
+with ``--strings``, the keys are the decimal text of those integers (an Arrow string column), coded
+by ``KeyMap.encode_var`` and ``parallel_codes.encode_var``.
 
 * key codes: ``KeyMap.encode_fixed`` (serial) against ``parallel_codes.encode_fixed`` on 1 and T
   threads; wall time and the process's CPU time (every thread's), ns per row;
@@ -14,6 +16,7 @@ Repeats are interleaved, so that other jobs on a shared machine slow every varia
 ratios are taken per repeat (medians reported). Run:
 
     python bench/bench_key_codes.py --rows 10000000 --repeat 5 --threads 2
+    python bench/bench_key_codes.py --rows 2000000 --repeat 5 --threads 2 --strings
 """
 from __future__ import annotations
 
@@ -44,11 +47,28 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--strings", action="store_true", help="string keys: the decimal text of the integers")
     args = parser.parse_args()
     table = make_table(args.rows, 1_000_000, 1_000_000, 1, "int")
+    if args.strings:
+        import pyarrow as pa
+
+        table = table.set_column(1, "key", table.column("key").cast(pa.string()))
     key = table.column("key").combine_chunks()
     buffers = key.buffers()
-    n, width = len(key), key.type.bit_width // 8
+    n = len(key)
+    kind = "string" if args.strings else "int"
+
+    def serial() -> object:
+        if args.strings:
+            return _count.KeyMap("bytes", 1).encode_var(n, key.offset, buffers[0], buffers[1], False, buffers[2])
+        return _count.KeyMap("word", 1).encode_fixed(n, key.offset, buffers[0], buffers[1], key.type.bit_width // 8)
+
+    def sharded(threads: int) -> object:
+        if args.strings:
+            return parallel_codes.encode_var(n, key.offset, buffers[0], buffers[1], False, buffers[2], threads, 1)
+        return parallel_codes.encode_fixed(n, key.offset, buffers[0], buffers[1], key.type.bit_width // 8,
+                                           threads, 1)
     real_codes_first = radix.codes_first
 
     real_min_threads = parallel_codes.MIN_THREADS
@@ -66,12 +86,9 @@ def main() -> None:
             parallel_codes.MIN_THREADS = real_min_threads
 
     variants: dict[str, Callable[[], object]] = {
-        "key codes, KeyMap (1 thread)": lambda: _count.KeyMap("word", 1).encode_fixed(
-            n, key.offset, buffers[0], buffers[1], width),
-        "key codes, sharded, 1 thread": lambda: parallel_codes.encode_fixed(
-            n, key.offset, buffers[0], buffers[1], width, 1, 1),
-        f"key codes, sharded, {args.threads} threads": lambda: parallel_codes.encode_fixed(
-            n, key.offset, buffers[0], buffers[1], width, args.threads, 1),
+        "key codes, KeyMap (1 thread)": serial,
+        "key codes, sharded, 1 thread": lambda: sharded(1),
+        f"key codes, sharded, {args.threads} threads": lambda: sharded(args.threads),
         f"rows path, {args.threads} threads, keys serial (before)": lambda: rows_path(False),
         f"rows path, {args.threads} threads, keys sharded (after)": lambda: rows_path(True),
     }
@@ -81,7 +98,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, call in variants.items():
             results[name].append(timed(call))
-    print(f"rows={args.rows:,} int keys, threads={args.threads}, cores={os.cpu_count()}, repeat={args.repeat}, "
+    print(f"rows={args.rows:,} {kind} keys, threads={args.threads}, cores={os.cpu_count()}, repeat={args.repeat}, "
           f"load average after run={os.getloadavg()[0]:.2f}; medians, ns per row")
     print("| variant | wall | CPU, all threads |\n|---|---|---|")
     for name, runs in results.items():

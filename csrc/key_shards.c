@@ -1,4 +1,4 @@
-/* First-appearance codes of one fixed-width column on several threads; see key_shards.h. */
+/* First-appearance codes of one column on several threads; see key_shards.h. */
 #include "key_shards.h"
 
 #include <stdlib.h>
@@ -48,7 +48,40 @@ int dps_keyshards_init(dps_keyshards *ks, size_t n, size_t width, const uint8_t 
     return DPS_OK;
 }
 
+int dps_keyshards_init_var(dps_keyshards *ks, size_t n, const void *offsets, int offsets64, const uint8_t *data,
+                           size_t data_len, const uint8_t *validity, size_t validity_offset, size_t n_chunks,
+                           uint64_t seed) {
+    /* the offsets stand for the values in the checks of init (NULL only when there are no rows) */
+    int rc = dps_keyshards_init(ks, n, 1, (const uint8_t *)offsets, validity, validity_offset, n_chunks, seed);
+    if (rc != DPS_OK) return rc;
+    if (data == NULL && data_len != 0) {
+        dps_keyshards_free(ks);
+        return DPS_ERR_KEYMAP_KIND;
+    }
+    ks->values = NULL;
+    ks->width = 0;
+    ks->var = 1;
+    ks->offsets = offsets;
+    ks->offsets64 = offsets64 != 0;
+    ks->data = data ? data : (const uint8_t *)""; /* no data: every value is empty */
+    ks->data_len = data_len;
+    ks->row_shard = (uint8_t *)malloc(n ? n : 1);
+    ks->byte_start = (size_t *)calloc(n_chunks * DPS_KEYSHARDS, sizeof(size_t));
+    ks->bad = (size_t *)malloc(n_chunks * sizeof(size_t));
+    ks->bad_rc = (int *)calloc(n_chunks, sizeof(int));
+    if (ks->row_shard == NULL || ks->byte_start == NULL || ks->bad == NULL || ks->bad_rc == NULL) {
+        dps_keyshards_free(ks);
+        return DPS_ERR_NOMEM;
+    }
+    for (size_t c = 0; c < n_chunks; c++) ks->bad[c] = SIZE_MAX;
+    return DPS_OK;
+}
+
 void dps_keyshards_free(dps_keyshards *ks) {
+    free(ks->row_shard);
+    free(ks->byte_start);
+    free(ks->bad);
+    free(ks->bad_rc);
     free(ks->start);
     free(ks->first_null);
     free(ks->marks);
@@ -84,6 +117,59 @@ static inline void count_rows(const dps_keyshards *ks, size_t lo, size_t hi, siz
     memcpy(out, hist, sizeof hist);
 }
 
+static inline size_t shard_of_hash(uint64_t h) { return (size_t)(h >> (64 - SHARD_BITS)); }
+
+#define LENGTH_BYTES 4 /* a copy's length, before its bytes */
+
+/* Phase 1 for variable-length values: each row's offsets checked (within the data, not below the
+ * one before; a null's too, as Arrow requires and keymap.c checks), each non-null row's shard
+ * kept, its row and the bytes of its copy counted. The first bad row goes to *bad (*bad_rc the
+ * reason) and stops the chunk before any read outside the data: the layout then refuses the
+ * column. */
+static void count_var(dps_keyshards *ks, size_t lo, size_t hi, size_t *out, size_t *bytes_out, size_t *bad,
+                      int *bad_rc) {
+    const void *offsets = ks->offsets;
+    int offsets64 = ks->offsets64;
+    const uint8_t *restrict data = ks->data;
+    uint64_t data_len = ks->data_len;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    uint64_t seed = ks->seed;
+    uint8_t *restrict row_shard = ks->row_shard;
+    size_t hist[DPS_KEYSHARDS] = {0}, bytes[DPS_KEYSHARDS] = {0};
+    if (lo < hi) {
+        uint64_t previous = dps_offset_at(offsets, offsets64, lo);
+        if (previous > data_len) {
+            *bad = lo; /* below row 0 only for chunk 0; else row lo - 1's end, reported by its chunk */
+            *bad_rc = DPS_ERR_KEYMAP_OFFSETS;
+            hi = lo;
+        }
+        for (size_t i = lo; i < hi; i++) {
+            uint64_t end = dps_offset_at(offsets, offsets64, i + 1);
+            if (end < previous || end > data_len) {
+                *bad = i;
+                *bad_rc = DPS_ERR_KEYMAP_OFFSETS;
+                break;
+            }
+            if (is_valid(validity, voff + i)) {
+                uint64_t len = end - previous;
+                if (len >= 0xFFFFFFFFu) { /* its copy's length would not fit 4 bytes */
+                    *bad = i;
+                    *bad_rc = DPS_ERR_KEYMAP_LONG;
+                    break;
+                }
+                size_t s = shard_of_hash(dps_hash_bytes(data + previous, (size_t)len, seed));
+                row_shard[i] = (uint8_t)s;
+                hist[s]++;
+                bytes[s] += LENGTH_BYTES + (size_t)len; /* < data_len + 4 n in all: see layout */
+            }
+            previous = end;
+        }
+    }
+    memcpy(out, hist, sizeof hist);
+    memcpy(bytes_out, bytes, sizeof bytes);
+}
+
 int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes) {
     if (ks->stage != STAGE_COUNT || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
     size_t lo, hi;
@@ -97,6 +183,10 @@ int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes) {
                 ks->first_null[c] = i;
                 break;
             }
+    if (ks->var) {
+        count_var(ks, lo, hi, hist, ks->byte_start + c * DPS_KEYSHARDS, &ks->bad[c], &ks->bad_rc[c]);
+        return DPS_OK;
+    }
     switch (ks->width) { /* one loop per width, so that each load is one instruction */
     case 8: count_rows(ks, lo, hi, 8, hist); break;
     case 4: count_rows(ks, lo, hi, 4, hist); break;
@@ -119,13 +209,37 @@ int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes) {
         }
     }
     ks->shard_start[DPS_KEYSHARDS] = at;
+    size_t arena_bytes = 0;
+    if (ks->var) {
+        /* the first bad row, whichever chunk found one first */
+        size_t bad = SIZE_MAX;
+        int bad_rc = DPS_OK;
+        for (size_t c = 0; c < ks->n_chunks; c++)
+            if (ks->bad[c] < bad) {
+                bad = ks->bad[c];
+                bad_rc = ks->bad_rc[c];
+            }
+        if (bad != SIZE_MAX) {
+            ks->bad_row = bad;
+            return bad_rc;
+        }
+        /* the copies' places, shard-major like the rows' */
+        for (size_t s = 0; s < DPS_KEYSHARDS; s++)
+            for (size_t c = 0; c < ks->n_chunks; c++) {
+                size_t count = ks->byte_start[c * DPS_KEYSHARDS + s];
+                ks->byte_start[c * DPS_KEYSHARDS + s] = arena_bytes;
+                if (count > SIZE_MAX - arena_bytes) return DPS_ERR_NOMEM; /* only where size_t is 32 bits */
+                arena_bytes += count;
+            }
+    }
     for (size_t c = 0; c < ks->n_chunks && ks->null_row == SIZE_MAX; c++) ks->null_row = ks->first_null[c];
     if (ks->null_row != SIZE_MAX) codes[ks->null_row] = 1; /* the null's first row, marked */
     size_t places = at ? at : 1;
     /* Huge pages where the system gives them (bigalloc.h): the scatter writes two streams per shard
      * at once, which with 4 KiB pages would miss the TLB on most rows. */
     ks->rows = (uint32_t *)dps_big_alloc(places * sizeof(uint32_t), DPS_BIG_NO_FILL);
-    ks->vals = (uint8_t *)dps_big_alloc(places * ks->width, DPS_BIG_NO_FILL);
+    ks->vals = (uint8_t *)dps_big_alloc(ks->var ? (arena_bytes ? arena_bytes : 1) : places * ks->width,
+                                        DPS_BIG_NO_FILL);
     if (ks->rows == NULL || ks->vals == NULL) return DPS_ERR_NOMEM;
     ks->stage = STAGE_SCATTER;
     return DPS_OK;
@@ -147,11 +261,42 @@ static inline void scatter_rows(dps_keyshards *ks, size_t lo, size_t hi, size_t 
     }
 }
 
+static void scatter_var(dps_keyshards *ks, size_t lo, size_t hi, size_t *next, size_t *next_byte) {
+    const void *offsets = ks->offsets;
+    int offsets64 = ks->offsets64;
+    const uint8_t *restrict data = ks->data;
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    const uint8_t *restrict row_shard = ks->row_shard;
+    uint32_t *restrict rows = ks->rows;
+    uint8_t *restrict arena = ks->vals;
+    uint64_t previous = lo < hi ? dps_offset_at(offsets, offsets64, lo) : 0;
+    for (size_t i = lo; i < hi; i++) {
+        uint64_t end = dps_offset_at(offsets, offsets64, i + 1); /* checked by the count */
+        if (is_valid(validity, voff + i)) {
+            size_t s = row_shard[i];
+            uint32_t len = (uint32_t)(end - previous); /* < 2^32 - 1: checked by the count */
+            uint8_t *copy = arena + next_byte[s];
+            rows[next[s]++] = (uint32_t)i;
+            memcpy(copy, &len, LENGTH_BYTES);
+            memcpy(copy + LENGTH_BYTES, data + previous, len);
+            next_byte[s] += LENGTH_BYTES + (size_t)len;
+        }
+        previous = end;
+    }
+}
+
 int dps_keyshards_scatter(dps_keyshards *ks, size_t c) {
     if (ks->stage != STAGE_SCATTER || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
     size_t lo, hi, next[DPS_KEYSHARDS];
     dps_keyshards_chunk(ks, c, &lo, &hi);
     memcpy(next, ks->start + c * DPS_KEYSHARDS, sizeof next);
+    if (ks->var) {
+        size_t next_byte[DPS_KEYSHARDS];
+        memcpy(next_byte, ks->byte_start + c * DPS_KEYSHARDS, sizeof next_byte);
+        scatter_var(ks, lo, hi, next, next_byte);
+        return DPS_OK;
+    }
     switch (ks->width) {
     case 8: scatter_rows(ks, lo, hi, 8, next); break;
     case 4: scatter_rows(ks, lo, hi, 4, next); break;
@@ -238,9 +383,111 @@ static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size
     return DPS_OK;
 }
 
+/* A shard's map of variable-length values: the value's hash, its local code + 1 (0: empty) and
+ * where its first copy lies in the shard's region; linear probing at <= 2/3 load from the hash's
+ * low bits (its top bits are the shard, the same for every value here). */
+typedef struct var_slot {
+    uint64_t hash;
+    uint64_t copy; /* from the arena's start */
+    uint32_t code;
+} var_slot;
+
+typedef struct var_map {
+    var_slot *slots;
+    size_t capacity, size;
+} var_map;
+
+static int grow_var(var_map *m, size_t capacity) {
+    if (capacity > SIZE_MAX / sizeof(var_slot)) return DPS_ERR_NOMEM;
+    var_slot *slots = (var_slot *)calloc(capacity, sizeof(var_slot));
+    if (slots == NULL) return DPS_ERR_NOMEM;
+    for (size_t i = 0; i < m->capacity; i++) {
+        if (m->slots[i].code == 0) continue;
+        size_t j = (size_t)m->slots[i].hash & (capacity - 1);
+        while (slots[j].code != 0) j = (j + 1) & (capacity - 1);
+        slots[j] = m->slots[i];
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->capacity = capacity;
+    return DPS_OK;
+}
+
+static inline uint32_t copy_length(const uint8_t *copy) {
+    uint32_t len;
+    memcpy(&len, copy, LENGTH_BYTES);
+    return len;
+}
+
+/* Phase 3 for variable-length values: the shard's copies read in order (its rows' order), each
+ * hashed and found or added. Equal hashes are only a first test: two values are one only when
+ * their lengths and bytes are equal. */
+static int encode_var(dps_keyshards *ks, var_map *m, size_t lo, size_t hi, size_t at, uint32_t *restrict codes) {
+    uint64_t hash[BLOCK];
+    size_t where[BLOCK];
+    const uint8_t *restrict arena = ks->vals;
+    uint32_t *restrict rows = ks->rows;
+    uint64_t seed = ks->seed;
+    for (size_t first = lo; first < hi; first += BLOCK) {
+        size_t b = hi - first < BLOCK ? hi - first : BLOCK;
+        if (m->size + b > m->capacity / 3 * 2) {
+            size_t capacity = m->capacity;
+            while (m->size + b > capacity / 3 * 2) capacity *= 2;
+            int rc = grow_var(m, capacity);
+            if (rc != DPS_OK) return rc;
+        }
+        var_slot *restrict slots = m->slots;
+        size_t mask = m->capacity - 1, size = m->size;
+        for (size_t j = 0; j < b; j++) {
+            uint32_t len = copy_length(arena + at);
+            where[j] = at;
+            hash[j] = dps_hash_bytes(arena + at + LENGTH_BYTES, len, seed);
+            DPS_PREFETCH_W(slots + ((size_t)hash[j] & mask));
+            at += LENGTH_BYTES + (size_t)len;
+        }
+        for (size_t j = 0; j < b; j++) {
+            uint64_t h = hash[j];
+            const uint8_t *copy = arena + where[j];
+            uint32_t local, row = rows[first + j], len = copy_length(copy);
+            for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+                if (slots[i].code == 0) { /* new: the next local code, its first row marked */
+                    slots[i].hash = h;
+                    slots[i].copy = where[j];
+                    slots[i].code = (uint32_t)++size;
+                    codes[row] = (uint32_t)size; /* local code + 1 */
+                    local = (uint32_t)size - 1;
+                    break;
+                }
+                if (slots[i].hash == h) {
+                    const uint8_t *seen = arena + slots[i].copy;
+                    if (copy_length(seen) == len &&
+                        (len == 0 || memcmp(seen + LENGTH_BYTES, copy + LENGTH_BYTES, len) == 0)) {
+                        local = slots[i].code - 1;
+                        break;
+                    }
+                }
+            }
+            rows[first + j] = local; /* the row, replaced by its local code */
+        }
+        m->size = size;
+    }
+    return DPS_OK;
+}
+
 int dps_keyshards_encode(dps_keyshards *ks, size_t s, uint32_t *codes) {
     if (ks->stage != STAGE_SCATTER || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
     size_t lo = ks->shard_start[s], hi = ks->shard_start[s + 1];
+    if (ks->var) {
+        var_map vm = {NULL, 0, 0};
+        int rc = grow_var(&vm, MIN_CAPACITY);
+        /* the shard's copies start where chunk 0's do */
+        if (rc == DPS_OK) rc = encode_var(ks, &vm, lo, hi, ks->byte_start[s], codes);
+        free(vm.slots);
+        if (rc != DPS_OK) return rc;
+        ks->n_local[s] = vm.size;
+        ks->local_to_code[s] = (uint32_t *)malloc((vm.size ? vm.size : 1) * sizeof(uint32_t));
+        return ks->local_to_code[s] == NULL ? DPS_ERR_NOMEM : DPS_OK;
+    }
     local_map m = {NULL, 0, 0, dps_fmix64(ks->seed + 0x9E3779B97F4A7C15ull * (s + 1))};
     int rc = grow(&m, MIN_CAPACITY);
     if (rc == DPS_OK) {
@@ -297,7 +544,7 @@ int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint3
         if (i == ks->null_row) {
             ks->null_code = code;
         } else {
-            size_t s = shard_of(dps_load_word(v + i * width, width), ks->seed);
+            size_t s = ks->var ? ks->row_shard[i] : shard_of(dps_load_word(v + i * width, width), ks->seed);
             size_t local = codes[i] - 1;
             if (local >= ks->n_local[s]) return DPS_ERR_KEYSHARDS_STAGE; /* cannot happen: encode marked it */
             ks->local_to_code[s][local] = code;
@@ -336,11 +583,25 @@ static inline void finish_rows(const dps_keyshards *ks, size_t lo, size_t hi, si
     }
 }
 
+static void finish_var(const dps_keyshards *ks, size_t lo, size_t hi, size_t *next, uint32_t *restrict codes) {
+    const uint8_t *validity = ks->validity;
+    size_t voff = ks->validity_offset;
+    const uint8_t *restrict row_shard = ks->row_shard;
+    uint32_t null_code = ks->null_code;
+    const uint32_t *restrict by_place = ks->rows;
+    for (size_t i = lo; i < hi; i++)
+        codes[i] = is_valid(validity, voff + i) ? by_place[next[row_shard[i]]++] : null_code;
+}
+
 int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes) {
     if (ks->stage != STAGE_RANK || c >= ks->n_chunks) return DPS_ERR_KEYSHARDS_STAGE;
     size_t lo, hi, next[DPS_KEYSHARDS];
     dps_keyshards_chunk(ks, c, &lo, &hi);
     memcpy(next, ks->start + c * DPS_KEYSHARDS, sizeof next);
+    if (ks->var) {
+        finish_var(ks, lo, hi, next, codes);
+        return DPS_OK;
+    }
     switch (ks->width) {
     case 8: finish_rows(ks, lo, hi, 8, next, codes); break;
     case 4: finish_rows(ks, lo, hi, 4, next, codes); break;

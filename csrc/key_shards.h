@@ -1,4 +1,5 @@
-/* First-appearance codes of one fixed-width column on several threads (docs/rows.md, "Threads").
+/* First-appearance codes of one column on several threads (docs/rows.md, "Threads"): values of
+ * 1, 2, 4 or 8 bytes, or variable-length values (Arrow string/binary, 32- or 64-bit offsets).
  *
  * keymap.h gives codes 0, 1, 2, ... in order of first appearance with one hash map, one row
  * after another: on a whole input that single pass was the one serial step of the rows path.
@@ -24,7 +25,17 @@
  *   6. finish (per chunk): codes[i] = the code at row i's place, read back from the shard regions
  *      in the order the scatter wrote them.
  *
- * Memory: 4 bytes (row, then local code) plus the value's width per non-null row, freed by
+ * Variable-length values (dps_keyshards_init_var) take the same phases. Their hash is keymap.c's
+ * seeded hash of the bytes (hashing.h); the count also checks each row's offsets (monotone, within
+ * the data) and keeps its shard (one byte a row), which the scatter, rank and finish read instead
+ * of hashing the value again. The scatter copies each value (a 4-byte length, then the bytes)
+ * into its shard's region, in row order like the rows, so that a shard's encode reads one small
+ * region in order instead of the whole column at random; its map keeps the hash of each of its
+ * values and where the first copy lies, and two values are one only when their bytes are equal.
+ * A value of 4 GiB or more is refused (DPS_ERR_KEYMAP_LONG), as keymap.h refuses it.
+ *
+ * Memory: 4 bytes (row, then local code) plus the value's width per non-null row (strings: 1
+ * byte per row, the shard, and 4 bytes plus the value's bytes per non-null row), freed by
  * dps_keyshards_free, beside the caller's codes; the maps grow with the distinct values of the
  * shard being encoded, one per thread at a time. The seed moves values between shards and slots,
  * never the codes. Plain C11. */
@@ -53,6 +64,16 @@ typedef struct dps_keyshards {
     uint32_t null_code; /* DPS_KEYSHARDS_NO_CODE when the column has no null */
     size_t n_codes;
     int stage;
+    /* variable-length values: value i is data[offsets[i] .. offsets[i + 1]) */
+    int var, offsets64;
+    const void *offsets;
+    const uint8_t *data;
+    size_t data_len;
+    uint8_t *row_shard; /* per row: its value's shard (count), for the later phases */
+    size_t *byte_start; /* n_chunks x DPS_KEYSHARDS: copy bytes per (chunk, shard), then where they start */
+    size_t *bad;        /* per chunk: its first row with bad offsets or too long a value, or SIZE_MAX */
+    int *bad_rc;        /* per chunk: DPS_ERR_KEYMAP_OFFSETS or DPS_ERR_KEYMAP_LONG for that row */
+    size_t bad_row;     /* after an error from layout: the row it names */
 } dps_keyshards;
 
 #define DPS_KEYSHARDS_NO_CODE 0xFFFFFFFFu
@@ -62,6 +83,15 @@ typedef struct dps_keyshards {
  * [n c / n_chunks, n (c + 1) / n_chunks)). n < DPS_KEYMAP_MAX_CODES. The buffers must outlive ks. */
 int dps_keyshards_init(dps_keyshards *ks, size_t n, size_t width, const uint8_t *values, const uint8_t *validity,
                        size_t validity_offset, size_t n_chunks, uint64_t seed);
+/* n variable-length values: value i is data[offsets[i] .. offsets[i + 1]) (data_len bytes of data;
+ * data may be NULL when data_len is 0), offsets being n + 1 int32 (offsets64 == 0) or int64
+ * entries from the caller's first one; validity as above. The offsets are checked by the count:
+ * each within [0, data_len] and not below the one before, else layout returns
+ * DPS_ERR_KEYMAP_OFFSETS with ks->bad_row the first bad row (as keymap.h's *bad_row); a value of
+ * 4 GiB or more makes it return DPS_ERR_KEYMAP_LONG. */
+int dps_keyshards_init_var(dps_keyshards *ks, size_t n, const void *offsets, int offsets64, const uint8_t *data,
+                           size_t data_len, const uint8_t *validity, size_t validity_offset, size_t n_chunks,
+                           uint64_t seed);
 void dps_keyshards_free(dps_keyshards *ks);
 void dps_keyshards_chunk(const dps_keyshards *ks, size_t c, size_t *lo, size_t *hi);
 

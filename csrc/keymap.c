@@ -11,25 +11,6 @@
 #define MIN_CAPACITY ((size_t)1 << 10)
 #define BLOCK 32 /* rows whose slots (and copies) are prefetched together */
 
-/* A seeded hash of a byte string, 8 bytes at a time; only slot positions depend on it. */
-static inline uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
-    uint64_t h = seed ^ ((uint64_t)len * 0x9E3779B97F4A7C15ull);
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ dps_fmix64(w)) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-        p += 8;
-        len -= 8;
-    }
-    if (len) {
-        uint64_t w = 0;
-        memcpy(&w, p, len);
-        h = (h ^ dps_fmix64(w ^ ((uint64_t)len << 56))) * 0x9E3779B97F4A7C15ull;
-    }
-    return dps_fmix64(h);
-}
-
 static inline int is_valid(const uint8_t *validity, size_t bit) {
     return validity == NULL || ((validity[bit >> 3] >> (bit & 7)) & 1);
 }
@@ -78,7 +59,7 @@ static int rehash(dps_keymap *m, size_t capacity) {
                 j = slot_of_hash((uint64_t)old[i].tag << 32, bits);
             } else {
                 const uint8_t *entry = m->arena + old[i].key;
-                j = slot_of_hash(hash_bytes(entry + 4, arena_length(entry), m->seed), bits);
+                j = slot_of_hash(dps_hash_bytes(entry + 4, arena_length(entry), m->seed), bits);
             }
             DPS_PREFETCH_W(slots + j);
             from[b] = i;
@@ -262,7 +243,7 @@ static void hash_block(const dps_keymap *m, row_block *k, size_t width) {
     for (size_t j = 0; j < k->b; j++) {
         if (k->ptr[j] == NULL) continue;
         k->key[j] = m->kind == DPS_KEYMAP_WORD ? dps_load_word(k->ptr[j], width)
-                                              : hash_bytes(k->ptr[j], k->len[j], m->seed);
+                                              : dps_hash_bytes(k->ptr[j], k->len[j], m->seed);
         if (m->capacity != 0) DPS_PREFETCH_W(m->slots + home_slot(m, k->key[j]));
     }
 }
@@ -415,21 +396,6 @@ int dps_keymap_encode_fixed(dps_keymap *m, size_t n, const uint8_t *validity, si
     return encode_rows(m, n, width, fill_fixed, &source, codes, new_rows, n_new, &unused);
 }
 
-/* Offsets are loaded with memcpy, like every other value here: the caller's buffer may sit at
- * any address (a slice of a byte buffer), and reading it through an int32_t or int64_t pointer
- * that is not aligned for the type is undefined behaviour (UBSan: "load of misaligned address"). */
-static inline uint64_t offset_at(const void *offsets, int offsets64, size_t i) {
-    const uint8_t *p = (const uint8_t *)offsets;
-    if (offsets64) {
-        int64_t v;
-        memcpy(&v, p + i * sizeof v, sizeof v);
-        return (uint64_t)v; /* a negative offset becomes huge, so it fails the range checks */
-    }
-    int32_t v;
-    memcpy(&v, p + i * sizeof v, sizeof v);
-    return v < 0 ? UINT64_MAX : (uint64_t)v;
-}
-
 typedef struct var_source {
     const uint8_t *validity;
     size_t validity_offset;
@@ -445,7 +411,7 @@ static int fill_var(void *source, row_block *k, size_t *bad_row) {
     for (size_t j = 0; j < k->b; j++) {
         size_t row = k->first_row + j;
         /* A null's offsets are checked too: Arrow requires them ordered like any other. */
-        uint64_t end = offset_at(v->offsets, v->offsets64, row + 1);
+        uint64_t end = dps_offset_at(v->offsets, v->offsets64, row + 1);
         if (end < v->previous || end > v->data_len) {
             k->b = j;
             *bad_row = row;
@@ -465,7 +431,7 @@ int dps_keymap_encode_var(dps_keymap *m, size_t n, const uint8_t *validity, size
                           uint32_t *codes, uint32_t *new_rows, size_t *n_new, size_t *bad_row) {
     *n_new = 0;
     if (m->kind != DPS_KEYMAP_BYTES || n > DPS_KEYMAP_MAX_CODES) return DPS_ERR_KEYMAP_KIND;
-    uint64_t first = n ? offset_at(offsets, offsets64, 0) : 0;
+    uint64_t first = n ? dps_offset_at(offsets, offsets64, 0) : 0;
     if (n && first > data_len) {
         *bad_row = 0;
         return DPS_ERR_KEYMAP_OFFSETS;

@@ -38,10 +38,8 @@ class KeyMap:
 
 KEY_SHARDS: int
 
-class ShardedKeyCodes:
+class _ShardedCodes:
     name: object
-    def __init__(self, n: int, offset: int, validity: object, values: object, width: int, n_chunks: int,
-                 seed: int, name: object = "column") -> None: ...
     @staticmethod
     def phases() -> tuple[tuple[str, str], ...]: ...
     @property
@@ -56,6 +54,14 @@ class ShardedKeyCodes:
     def translate(self, shard: int) -> None: ...
     def finish(self, chunk: int) -> None: ...
     def result(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]: ...
+
+class ShardedKeyCodes(_ShardedCodes):
+    def __init__(self, n: int, offset: int, validity: object, values: object, width: int, n_chunks: int,
+                 seed: int, name: object = "column") -> None: ...
+
+class ShardedStringCodes(_ShardedCodes):
+    def __init__(self, n: int, offset: int, validity: object, offsets: object, offsets64: bool, data: object,
+                 n_chunks: int, seed: int, name: object = "column") -> None: ...
 
 class DictionaryCodes:
     dict_len: int

@@ -450,8 +450,12 @@ cdef extern from "key_shards.h" nogil:
     ctypedef struct dps_keyshards:
         size_t n_codes
         size_t n_chunks
+        size_t bad_row
     int dps_keyshards_init(dps_keyshards *ks, size_t n, size_t width, const uint8_t *values,
                            const uint8_t *validity, size_t validity_offset, size_t n_chunks, uint64_t seed)
+    int dps_keyshards_init_var(dps_keyshards *ks, size_t n, const void *offsets, int offsets64, const uint8_t *data,
+                               size_t data_len, const uint8_t *validity, size_t validity_offset, size_t n_chunks,
+                               uint64_t seed)
     void dps_keyshards_free(dps_keyshards *ks)
     int dps_keyshards_count(dps_keyshards *ks, size_t c, uint32_t *codes)
     int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes)
@@ -471,14 +475,12 @@ _PHASES = (("count", 1), ("layout", 0), ("scatter", 1), ("encode", 2), ("rank_co
            ("rank", 1), ("translate", 2), ("finish", 1))
 
 
-cdef class ShardedKeyCodes:
-    """The codes KeyMap("word") would give one fixed-width column (values of 1, 2, 4 or 8 bytes
-    from element `offset` of the Arrow buffers; validity None: no nulls) when the map is empty:
-    0, 1, 2, ... in order of first appearance, nulls sharing one code, computed in phases whose
-    pieces (``n_chunks`` chunks of rows, ``KEY_SHARDS`` shards of the values) may run on
-    different threads at once (csrc/key_shards.h). Call each phase's method once per piece,
-    phases in the order of ``phases()``; then ``result()`` gives (codes, new_rows) as
-    KeyMap.encode_fixed does. ``seed`` places values in shards and slots, never codes."""
+cdef class _ShardedCodes:
+    """The phases shared by ShardedKeyCodes and ShardedStringCodes (csrc/key_shards.h): call each
+    phase's method once per piece (``n_chunks`` chunks of rows, ``KEY_SHARDS`` shards of the
+    values; pieces of one phase may run on different threads at once), phases in the order of
+    ``phases()``; then ``result()`` gives (codes, new_rows) as the KeyMap on an empty map does.
+    The subclass's ``__init__`` reads the column."""
 
     cdef dps_keyshards ks
     cdef bint initialised
@@ -489,37 +491,36 @@ cdef class ShardedKeyCodes:
     cdef Py_ssize_t left
     cdef object claimed
     cdef bint failed
+    cdef size_t row_offset  # the column's Arrow offset, for the rows named in errors
     cdef readonly object name
 
-    def __cinit__(self, object n, object offset, object validity, object values, object width, object n_chunks,
-                  object seed, object name="column"):
+    def __cinit__(self, *args, **kwargs):
         self.initialised = False
-        self.name = name
-        n, offset, width, n_chunks = _sizes(name, n, offset, width, n_chunks)
-        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT or width not in (1, 2, 4, 8):
-            raise ValueError(f"column {name!r}: bad sizes n={n}, offset={offset}, width={width} "
-                             "(values of 1, 2, 4 or 8 bytes)")
+        self.name = "column"
+
+    cdef int _check(self, object n, object offset, object n_chunks, object name) except -1:
+        """The sizes every column shares (``n`` and ``offset`` already Python ints)."""
+        if self.initialised:
+            raise RuntimeError("a sharded coder reads one column, once")
         if not 1 <= n_chunks <= n + 1:
             raise ValueError(f"n_chunks must be in [1, n + 1 = {n + 1}], got {n_chunks}")
-        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
-        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
-                                            "validity", name)
-        cdef const uint8_t *vals = _buffer(values, (offset + n) * width, "values", name)
-        if vals != NULL:
-            vals += <size_t>offset * <size_t>width
-        self.buffers = (validity, values)
+        return 0
+
+    cdef int _ready(self, int rc, object n, object offset, object n_chunks, object buffers) except -1:
+        """After the kernel's init (status rc): the codes and the phase bookkeeping."""
+        if rc != DPS_OK:
+            dps_keyshards_free(&self.ks)
+            _check_keymap(rc, self.name, 0)
+        self.initialised = True
+        self.buffers = buffers
+        self.row_offset = <size_t>offset
         self.codes = np.empty(n, dtype=np.uint32)
         self.new_rows = None
         self.phase = 0
         self.left = n_chunks
         self.claimed = np.zeros(n_chunks, dtype=np.bool_)
         self.failed = False
-        cdef int rc = dps_keyshards_init(&self.ks, <size_t>n, <size_t>width, vals, valid, <size_t>offset,
-                                         <size_t>n_chunks, c_seed)
-        if rc != DPS_OK:
-            dps_keyshards_free(&self.ks)
-            _check_keymap(rc, name, 0)
-        self.initialised = True
+        return 0
 
     def __dealloc__(self):
         if self.initialised:
@@ -542,6 +543,8 @@ cdef class ShardedKeyCodes:
     cdef int _claim(self, int phase, object item) except -1:
         """Phase `phase` may start on piece `item`: every piece of the phase before has finished,
         and no call took this piece."""
+        if not self.initialised:
+            raise RuntimeError(f"column {self.name!r}: no column read (or its result already taken)")
         if self.failed:
             raise RuntimeError(f"column {self.name!r}: an earlier phase failed; start over")
         if phase != self.phase:
@@ -562,7 +565,7 @@ cdef class ShardedKeyCodes:
             self.failed = True
             if rc == DPS_ERR_KEYSHARDS_STAGE:
                 raise RuntimeError(f"column {self.name!r}: a phase ran out of order")
-            return _check_keymap(rc, self.name, 0)
+            return _check_keymap(rc, self.name, self.row_offset + self.ks.bad_row)
         self.left -= 1
         return 0
 
@@ -657,6 +660,68 @@ cdef class ShardedKeyCodes:
         dps_keyshards_free(&self.ks)
         self.initialised = False
         return self.codes, self.new_rows
+
+
+cdef class ShardedKeyCodes(_ShardedCodes):
+    """The codes KeyMap("word") would give one fixed-width column (values of 1, 2, 4 or 8 bytes
+    from element `offset` of the Arrow buffers; validity None: no nulls) when the map is empty:
+    0, 1, 2, ... in order of first appearance, nulls sharing one code, computed in phases whose
+    pieces may run on different threads at once (see _ShardedCodes). ``seed`` places values in
+    shards and slots, never codes."""
+
+    def __init__(self, object n, object offset, object validity, object values, object width, object n_chunks,
+                 object seed, object name="column"):
+        self.name = name
+        n, offset, width, n_chunks = _sizes(name, n, offset, width, n_chunks)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT or width not in (1, 2, 4, 8):
+            raise ValueError(f"column {name!r}: bad sizes n={n}, offset={offset}, width={width} "
+                             "(values of 1, 2, 4 or 8 bytes)")
+        self._check(n, offset, n_chunks, name)
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
+                                            "validity", name)
+        cdef const uint8_t *vals = _buffer(values, (offset + n) * width, "values", name)
+        if vals != NULL:
+            vals += <size_t>offset * <size_t>width
+        cdef int rc = dps_keyshards_init(&self.ks, <size_t>n, <size_t>width, vals, valid, <size_t>offset,
+                                         <size_t>n_chunks, c_seed)
+        self._ready(rc, n, offset, n_chunks, (validity, values))
+
+
+cdef class ShardedStringCodes(_ShardedCodes):
+    """The codes KeyMap("bytes").encode_var would give one column of variable-length values (the
+    Arrow string/binary layout: n + 1 offsets of 4 bytes, or 8 when ``offsets64``, from element
+    `offset`, into ``data``; validity None: no nulls) when the map is empty, computed in phases
+    whose pieces may run on different threads at once (see _ShardedCodes). Offsets decreasing or
+    past the data are refused by ``layout()`` with a ValueError naming the first bad row, as
+    KeyMap does. ``seed`` places values in shards and slots, never codes."""
+
+    def __init__(self, object n, object offset, object validity, object offsets, bint offsets64, object data,
+                 object n_chunks, object seed, object name="column"):
+        self.name = name
+        n, offset, n_chunks = _sizes(name, n, offset, n_chunks)
+        if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT:
+            raise ValueError(f"column {name!r}: bad sizes n={n}, offset={offset} (at most "
+                             f"{DPS_CODE_LIMIT - 1} rows)")
+        self._check(n, offset, n_chunks, name)
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
+        cdef size_t osize = 8 if offsets64 else 4
+        cdef const uint8_t *valid = _buffer(validity, 0 if validity is None else (offset + n + 7) // 8,
+                                            "validity", name)
+        cdef const uint8_t *offs = _buffer(offsets, (offset + n + 1) * osize if n else 0, "offsets", name)
+        cdef const uint8_t[::1] data_view
+        cdef const uint8_t *dat = NULL
+        cdef size_t data_len = 0
+        if data is not None:
+            data_view = _bytes_view(data, "data", name)
+            data_len = <size_t>data_view.shape[0]
+            if data_len:
+                dat = &data_view[0]
+        if offs != NULL:
+            offs += <size_t>offset * osize
+        cdef int rc = dps_keyshards_init_var(&self.ks, <size_t>n, <const void *>offs, offsets64, dat, data_len, valid,
+                                             <size_t>offset, <size_t>n_chunks, c_seed)
+        self._ready(rc, n, offset, n_chunks, (validity, offsets, data))
 
 
 # ------------------------------------------------ one in-memory input, integer users (csrc/radix_pairs.h)

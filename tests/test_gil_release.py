@@ -26,6 +26,7 @@ import ctypes
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -152,6 +153,58 @@ def _shard_of(value: int, seed: int) -> int:
     return k >> (64 - (_count.KEY_SHARDS.bit_length() - 1))
 
 
+def _fmix64(k: int) -> int:
+    mask = 2**64 - 1
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & mask
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & mask
+    return k ^ (k >> 33)
+
+
+def _string_shard(value: bytes, seed: int) -> int:
+    """csrc/key_shards.c's shard of a string: the top bits of hashing.h's dps_hash_bytes."""
+    mask, golden = 2**64 - 1, 0x9E3779B97F4A7C15
+    h = seed ^ ((len(value) * golden) & mask)
+    whole = len(value) - len(value) % 8
+    for at in range(0, whole, 8):
+        h = ((h ^ _fmix64(int.from_bytes(value[at:at + 8], "little"))) * golden) & mask
+        h ^= h >> 29
+    if whole < len(value):
+        rest = int.from_bytes(value[whole:], "little") ^ ((len(value) - whole) << 56)
+        h = ((h ^ _fmix64(rest)) * golden) & mask
+    return _fmix64(h) >> (64 - (_count.KEY_SHARDS.bit_length() - 1))
+
+
+def _run_up_to(job: Any, phase: str, busy: int, keep: object) -> Callable[[], object]:
+    """A sharded coder's phases run on its one chunk and every shard up to ``phase``, and that
+    phase on its busy piece returned (the shard ``busy``, or the chunk)."""
+    for name, kind in job.phases():
+        method = getattr(job, name)
+        if kind == "once":
+            method()
+            continue
+        piece = busy if kind == "shard" else 0
+        if kind == "shard":  # the empty shards first
+            for s in range(_count.KEY_SHARDS):
+                if s != busy:
+                    method(s)
+        if name == phase:
+            return lambda: (method(piece), keep)  # the buffers kept alive while the call runs
+        method(piece)
+    raise AssertionError(f"no phase {phase}")
+
+
+def _sharded_strings(n: int, phase: str) -> Callable[[], object]:
+    """ShardedStringCodes over n rows of one 12-byte string (one chunk, one busy shard) brought up
+    to ``phase``, and that phase on its busy piece."""
+    seed, value = 7, b"one-string-k"
+    offsets = np.arange(n + 1, dtype=np.int64) * len(value)
+    data = np.frombuffer(value * n, np.uint8)
+    job = _count.ShardedStringCodes(n, 0, None, offsets, True, data, 1, seed)
+    return _run_up_to(job, phase, _string_shard(value, seed), (offsets, data))
+
+
 def _sharded(n: int, phase: str) -> Callable[[], object]:
     """ShardedKeyCodes over n int32 rows (one chunk) brought up to ``phase``, and that phase on
     its one busy piece: the values are a few values of one shard, so that shard's map does all the
@@ -268,6 +321,10 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_count.ShardedKeyCodes.scatter": lambda: _sharded(8_000_000, "scatter"),
     "_count.ShardedKeyCodes.encode": lambda: _sharded(8_000_000, "encode"),
     "_count.ShardedKeyCodes.finish": lambda: _sharded(8_000_000, "finish"),
+    "_count.ShardedStringCodes.count": lambda: _sharded_strings(4_000_000, "count"),
+    "_count.ShardedStringCodes.scatter": lambda: _sharded_strings(8_000_000, "scatter"),
+    "_count.ShardedStringCodes.encode": lambda: _sharded_strings(4_000_000, "encode"),
+    "_count.ShardedStringCodes.finish": lambda: _sharded_strings(8_000_000, "finish"),
     # the noise batch
     "_noise.add_discrete_laplace": lambda: (lambda v: lambda: _noise.add_discrete_laplace(v, 3, 1))(
         np.zeros(500_000, np.int64)),

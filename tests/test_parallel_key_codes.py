@@ -141,8 +141,9 @@ def test_key_factorizer_gives_the_same_codes_and_keys_on_several_threads(small_i
     assert str(many.values.to_pylist()) == str(one.values.to_pylist())
 
 
-def test_a_column_of_strings_or_several_chunks_stays_on_one_thread(small_inputs: list[int]) -> None:
-    KeyFactorizer("s").encode(pa.array([f"k{i % 50}" for i in range(5000)]), 4)
+def test_a_column_of_wide_values_or_several_chunks_stays_on_one_thread(small_inputs: list[int]) -> None:
+    # strings take the threaded path of their own (tests/test_parallel_string_codes.py)
+    KeyFactorizer("w").encode(pa.array([(i % 50).to_bytes(16, "little") for i in range(5000)], pa.binary(16)), 4)
     KeyFactorizer("c").encode(pa.chunked_array([np.arange(3000) % 7, np.arange(3000) % 5]), 4)
     factorizer = KeyFactorizer("later")
     factorizer.encode(pa.array([1, 2]), 4)  # a first batch below MIN_ROWS: the map is filled
@@ -305,6 +306,9 @@ def test_the_codes_come_first_only_where_they_fit_the_memory_rule() -> None:
     assert not radix.codes_first(narrow, "user", ["key"], many)  # 16 bytes a row > 1.5 x 8
     assert not radix.codes_first(wide.slice(0, 1000), "user", ["key"], many)  # below MIN_ROWS
     strings = pa.table({"user": np.arange(n), "key": pa.array([str(i % 10) for i in range(n)])})
-    assert not radix.codes_first(strings, "user", ["key"], many)
+    assert radix.codes_first(strings, "user", ["key"], many)  # parallel_codes.encode_var
+    wide16 = pa.table({"user": np.arange(n), "key": pa.array([(i % 10).to_bytes(16, "little") for i in range(n)],
+                                                              pa.binary(16))})
+    assert not radix.codes_first(wide16, "user", ["key"], many)  # 16-byte values: one thread
     two = pa.table({"user": np.arange(n), "a": np.arange(n), "b": np.arange(n)})
     assert not radix.codes_first(two, "user", ["a", "b"], many)  # composite keys: piece by piece

@@ -337,7 +337,7 @@ class RowCounter:
 
     def _encode_keys(self, piece: Any, threads: int = 1) -> npt.NDArray[np.uint32]:
         """Partition codes of one piece of rows (composite over every ``by`` column), a first
-        piece of fixed-width keys on ``threads`` threads (:meth:`KeyFactorizer.encode`)."""
+        piece of fixed-width or string keys on ``threads`` threads (:meth:`KeyFactorizer.encode`)."""
         codes = [factorizer.encode(piece.column(name), threads) for factorizer, name in zip(self._key.columns, self.by)]
         return np.ascontiguousarray(self._key.encode_codes(codes, threads))
 

@@ -87,12 +87,13 @@ def encoded_as_bytes(typ: Any) -> bool:
 def encoded_in_parallel(typ: Any) -> bool:
     """Whether :meth:`KeyFactorizer.encode` can code a column of this Arrow type on several threads
     (``threads=``): values of 1, 2, 4 or 8 bytes (integers, dates, times, timestamps, durations,
-    floats, booleans), not a dictionary; strings and wider values take one thread."""
+    floats, booleans) and strings and binaries (32- or 64-bit offsets), not a dictionary; other
+    widths (decimals, fixed-size binaries) take one thread."""
     pa = import_pyarrow()
     if pa.types.is_dictionary(typ):
         return False
     kind, layout, _ = _layout(key_type(typ))
-    return kind == "word" and layout in ("fixed", "bool")
+    return (kind == "word" and layout in ("fixed", "bool")) or layout == "var"
 
 
 def hash_seed() -> int:
@@ -212,7 +213,7 @@ class KeyFactorizer:
     def encode(self, column: pa.Array | pa.ChunkedArray, threads: int = 1) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values.
 
-        ``threads`` > 1: a first batch of one array of fixed-width values
+        ``threads`` > 1: a first batch of one array of fixed-width values or strings
         (:func:`encoded_in_parallel`) and at least ``parallel_codes.MIN_ROWS`` rows is coded on
         that many threads (:mod:`dpselect.ingest.parallel_codes`), with the same codes. Its map
         is then built from the distinct values only if a later batch comes."""
@@ -250,8 +251,12 @@ class KeyFactorizer:
         # bit-packed booleans are read as one byte a value, with the same validity
         read = array.cast(pa.uint8()) if layout == "bool" else array
         buffers = read.buffers()
-        codes, new_rows = parallel_codes.encode_fixed(len(read), read.offset, buffers[0], buffers[1], width,
-                                                      threads, hash_seed(), self.name)
+        if layout == "var":  # width: the offsets' size
+            codes, new_rows = parallel_codes.encode_var(len(read), read.offset, buffers[0], buffers[1], width == 8,
+                                                        buffers[2], threads, hash_seed(), self.name)
+        else:
+            codes, new_rows = parallel_codes.encode_fixed(len(read), read.offset, buffers[0], buffers[1], width,
+                                                          threads, hash_seed(), self.name)
         self._map = None
         self._chunks = [array.take(arrow_from_numpy(new_rows))] if len(new_rows) else []
         self._size = len(new_rows)

@@ -1,9 +1,10 @@
-"""First-appearance codes of one fixed-width column on several threads (csrc/key_shards.h).
+"""First-appearance codes of one column on several threads (csrc/key_shards.h): values of 1, 2, 4
+or 8 bytes (:func:`encode_fixed`) or strings and binaries (:func:`encode_var`).
 
 :class:`dpselect._count.KeyMap` codes a column one row after another with one hash map: on a whole
 input the only step of the rows path that did not split over threads. Here the rows are split
 into chunks and the values into :data:`dpselect._count.KEY_SHARDS` shards by a seeded hash, and
-each phase of :class:`dpselect._count.ShardedKeyCodes` runs its pieces on the package's worker
+each phase of :class:`dpselect._count.ShardedKeyCodes` (``ShardedStringCodes``) runs its pieces on the package's worker
 pool (:func:`dpselect._workers.run_pieces`). The codes are exactly the KeyMap's on an empty map
 (0, 1, 2, ... in order of first appearance, nulls one value), whatever the threads and the seed,
 so every output stays the same for any number of threads (docs/rows.md, "Threads").
@@ -20,7 +21,7 @@ import numpy.typing as npt
 from dpselect import _count
 from dpselect._workers import run_pieces
 
-__all__ = ["MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed"]
+__all__ = ["MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed", "encode_var"]
 
 # Below this many rows one thread's KeyMap is faster than the phases' fixed costs.
 MIN_ROWS = 1 << 16
@@ -32,6 +33,8 @@ MIN_ROWS = 1 << 16
 # bounds the path at the map's time. bench_key_codes.py (1e7 rows, ~1e6 Zipf keys, 2 cores):
 # the phases 43 CPU ns a row against the map's 27; the whole path 93 CPU ns a row with them, so
 # coding first pays where 93 / T < 27, T >= 4 (at T = 2 both took ~51 ns a row of wall time).
+# String keys (--strings, 2e6 rows, the decimal text of those keys): the phases 131 CPU ns a row
+# against the map's 101, so the same threshold is on the safe side for them.
 MIN_THREADS = 4
 
 # Rows per chunk at least: each chunk costs a row of 64 shard counters and a Python call per phase.
@@ -82,6 +85,24 @@ def encode_fixed(n: int, offset: int, validity: Any, values: Any, width: int, th
     ``chunks``: the chunks of rows (default :func:`chunk_count`)."""
     job = _count.ShardedKeyCodes(n, offset, validity, values, width,
                                  chunk_count(n, threads) if chunks is None else chunks, seed, name)
+    return _run(job, threads)
+
+
+def encode_var(n: int, offset: int, validity: Any, offsets: Any, offsets64: bool, data: Any, threads: int,
+               seed: int, name: str = "column",
+               chunks: int | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """(codes, new_rows) of n variable-length values (Arrow string/binary: n + 1 offsets of 4 bytes,
+    8 when ``offsets64``, from element ``offset``, into ``data``; validity None: no nulls), as
+    ``KeyMap("bytes", ...).encode_var`` gives them on an empty map, computed on ``threads``
+    threads; offsets out of order or past the data raise the same ValueError. ``seed`` and
+    ``chunks`` as in :func:`encode_fixed`."""
+    job = _count.ShardedStringCodes(n, offset, validity, offsets, offsets64, data,
+                                    chunk_count(n, threads) if chunks is None else chunks, seed, name)
+    return _run(job, threads)
+
+
+def _run(job: Any, threads: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """Every phase of a sharded coder, each phase's pieces on ``threads`` threads."""
     for phase, kind in job.phases():
         method = getattr(job, phase)
         if kind == "once":

@@ -15,8 +15,8 @@ rows and scattered per piece, each piece at the places a scatter in row order wo
 T - 1 helper threads while this thread encodes the keys (piece by piece: partition codes are
 given in order of first appearance, so piece i's codes need piece i - 1's); every piece's codes
 are scattered by whichever thread is free. From ``parallel_codes.MIN_THREADS`` threads on, one
-key column of fixed-width values is instead encoded whole, on every thread, before the grouping
-(:func:`codes_first`, :mod:`dpselect.ingest.parallel_codes`: the same codes), and its pieces'
+key column of fixed-width values or strings is instead encoded whole, on every thread, before
+the grouping (:func:`codes_first`, :mod:`dpselect.ingest.parallel_codes`: the same codes), and its pieces'
 codes are only handed out. The buckets are grouped in T ranges at once, and
 bounded in :data:`SHARDS` fixed shards of the buckets (a function of the input's size only), each
 with its own CSPRNG stream, taken by the T threads: with the deterministic test generator the
@@ -78,11 +78,12 @@ def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> b
     """Whether the keys of an :func:`eligible` batch are coded all at once on ``threads`` threads
     before the grouping (:mod:`dpselect.ingest.parallel_codes`) rather than piece by piece on one
     thread beside it: ``parallel_codes.MIN_THREADS`` threads or more (below, the one thread
-    coding beside the others is faster), one key column of fixed-width values, and room for
-    its codes (4 bytes a row, held beside the grouping's 12) within the same one and a half times
+    coding beside the others is faster), one key column of fixed-width values or strings, and room
+    for its codes (4 bytes a row, held beside the grouping's 12) within the same one and a half times
     the columns' size that :func:`eligible` allows the grouping. The coding itself holds, for a
     while before the grouping starts, at most the value and the row of each row besides the codes
-    (16 bytes a row at most)."""
+    (16 bytes a row at most; strings: a copy of each value, 4 bytes of length, its row and its
+    shard, 9 bytes a row beside the column's own data)."""
     from dpselect.ingest._encode import encoded_in_parallel
     from dpselect.ingest import parallel_codes
 
