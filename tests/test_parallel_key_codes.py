@@ -311,4 +311,51 @@ def test_the_codes_come_first_only_where_they_fit_the_memory_rule() -> None:
                                                               pa.binary(16))})
     assert not radix.codes_first(wide16, "user", ["key"], many)  # 16-byte values: one thread
     two = pa.table({"user": np.arange(n), "a": np.arange(n), "b": np.arange(n)})
-    assert not radix.codes_first(two, "user", ["a", "b"], many)  # composite keys: piece by piece
+    assert radix.codes_first(two, "user", ["a", "b"], many)  # composite: each column, then the pairs
+    assert not radix.codes_first(two, "user", ["a", "b"], many - 1)
+    two_narrow = pa.table({"user": np.arange(n), "a": np.arange(n, dtype=np.int8), "b": np.arange(n, dtype=np.int8)})
+    assert not radix.codes_first(two_narrow, "user", ["a", "b"], many)  # 16 bytes a row > 1.5 x 10
+    assert not radix.codes_first(pa.table({"user": np.arange(n), "a": np.arange(n), "w": wide16.column("key")}),
+                                 "user", ["a", "w"], many)  # one column the threads cannot code
+    mixed = pa.table({"user": np.arange(n), "a": np.arange(n), "key": strings.column("key")})
+    assert radix.codes_first(mixed, "user", ["a", "key"], many)  # integers and strings
+    assert not radix.codes_first(mixed, "user", ["a", "key"], many - 1)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_composite_keys_coded_first_give_the_same_release_for_any_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Composite keys (an integer and a string column) on every thread: each column coded by the
+    threaded coder, then the pairs of codes; the release is the one thread's, for 1, 2, 3 and 8
+    threads, and the threaded coders did run."""
+    g = np.random.default_rng(7)  # test data only
+    n = 120_000
+    table = pa.table({"user": g.integers(0, 20_000, n), "a": g.integers(0, 30, n) * 1_000_003,
+                      "s": pa.array([f"k{v}" for v in g.zipf(1.5, n) % 200])})
+    monkeypatch.setattr(parallel_codes, "MIN_THREADS", 2)  # coding first at every count of threads below
+    assert radix.codes_first(table, "user", ["a", "s"], 2)
+    calls: list[str] = []
+    real_fixed, real_var = parallel_codes.encode_fixed, parallel_codes.encode_var
+
+    def spy_fixed(*args: Any, **kwargs: Any) -> Any:
+        calls.append("fixed")
+        return real_fixed(*args, **kwargs)
+
+    def spy_var(*args: Any, **kwargs: Any) -> Any:
+        calls.append("var")
+        return real_var(*args, **kwargs)
+
+    def run(threads: int) -> Any:
+        return dpselect.select_partitions(table, privacy_unit="user", by=["a", "s"], epsilon=2.0, delta=1e-6,
+                                          max_partitions_contributed=3, counts=True,
+                                          rng=InsecureDeterministicRNG(seed=21), threads=threads)
+
+    first = run(1)
+    assert first.num_rows > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel_codes, "encode_fixed", spy_fixed)
+        patch.setattr(parallel_codes, "encode_var", spy_var)
+        for threads in (2, 3, 8):
+            calls.clear()
+            assert run(threads).equals(first), threads
+            # once coding first, every column on the threads: the strings, the integers, the pairs
+            assert sorted(calls) == ["fixed", "fixed", "var"], (threads, calls)

@@ -14,8 +14,8 @@ Threads (:func:`dpselect._threads.current`, T of them): the users column is coun
 rows and scattered per piece, each piece at the places a scatter in row order would give it, on
 T - 1 helper threads while this thread encodes the keys (piece by piece: partition codes are
 given in order of first appearance, so piece i's codes need piece i - 1's); every piece's codes
-are scattered by whichever thread is free. From ``parallel_codes.MIN_THREADS`` threads on, one
-key column of fixed-width values or strings is instead encoded whole, on every thread, before
+are scattered by whichever thread is free. From ``parallel_codes.MIN_THREADS`` threads on, key
+columns of fixed-width values or strings are instead encoded whole, on every thread, before
 the grouping (:func:`codes_first`, :mod:`dpselect.ingest.parallel_codes`: the same codes), and its pieces'
 codes are only handed out. The buckets are grouped in T ranges at once, and
 bounded in :data:`SHARDS` fixed shards of the buckets (a function of the input's size only), each
@@ -77,24 +77,30 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
 def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> bool:
     """Whether the keys of an :func:`eligible` batch are coded all at once on ``threads`` threads
     before the grouping (:mod:`dpselect.ingest.parallel_codes`) rather than piece by piece on one
-    thread beside it: ``parallel_codes.MIN_THREADS`` threads or more (below, the one thread
-    coding beside the others is faster), one key column of fixed-width values or strings, and room
-    for its codes (4 bytes a row, held beside the grouping's 12) within the same one and a half times
-    the columns' size that :func:`eligible` allows the grouping. The coding itself holds, for a
-    while before the grouping starts, at most the value and the row of each row besides the codes
-    (16 bytes a row at most; strings: a copy of each value, 4 bytes of length, its row and its
-    shard, 9 bytes a row beside the column's own data)."""
+    thread beside it. Every ``by`` column must be one chunk of fixed-width values or strings
+    (composite keys: each column coded on every thread, then their pairs of codes, packed in 8
+    bytes, coded the same way), with ``parallel_codes.MIN_THREADS`` threads or more (below, the one
+    thread coding beside the others is faster: on 2 cores also for strings and composite keys,
+    by 10 to 30 %). And there must be room for the codes within the same one
+    and a half times the columns' size that :func:`eligible` allows the grouping: 4 bytes a row
+    held beside the grouping's 12; while coding, 4 bytes a row per column and the packed pairs'
+    8. The coding itself holds, for a while before the grouping starts, at most the value and the
+    row of each row besides the codes (16 bytes a row at most; strings: a copy of each value, 4
+    bytes of length, its row and its shard, 9 bytes a row beside the column's own data)."""
     from dpselect.ingest._encode import encoded_in_parallel
     from dpselect.ingest import parallel_codes
 
     # Also KeyFactorizer.encode's own conditions for several threads: else the codes would be
     # computed on one thread, without the grouping beside them.
-    if (threads < max(2, parallel_codes.MIN_THREADS) or len(by) != 1 or batch.num_rows < parallel_codes.MIN_ROWS or len(_chunks(batch.column(by[0]))) != 1
-            or not encoded_in_parallel(batch.schema.field(by[0]).type)):
+    types = [batch.schema.field(name).type for name in by]
+    if (threads < max(2, parallel_codes.MIN_THREADS) or batch.num_rows < parallel_codes.MIN_ROWS
+            or any(len(_chunks(batch.column(name))) != 1 for name in by)
+            or not all(encoded_in_parallel(t) for t in types)):
         return False
     columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
                   for chunk in _chunks(batch.column(name)))
-    return 2 * (ROW_BYTES + 4) * batch.num_rows <= 3 * columns
+    held = max(ROW_BYTES + 4, 4 * len(by) + (8 if len(by) > 1 else 0))
+    return 2 * held * batch.num_rows <= 3 * columns
 
 
 def _chunks(column: Any) -> list[Any]:
