@@ -322,6 +322,13 @@ static inline size_t home(const local_map *m, uint64_t value) {
     return (size_t)dps_fmix64(value ^ m->seed) & (m->capacity - 1);
 }
 
+/* A shard map's capacity for `entries` at <= 2/3 load: `capacity` doubled as often as needed
+ * (both maps grow a block of rows ahead by this rule). */
+static inline size_t capacity_for(size_t capacity, size_t entries) {
+    while (entries > capacity / 3 * 2) capacity *= 2;
+    return capacity;
+}
+
 static int grow(local_map *m, size_t capacity) {
     local_slot *slots = (local_slot *)calloc(capacity, sizeof(local_slot));
     if (slots == NULL) return DPS_ERR_NOMEM;
@@ -348,9 +355,7 @@ static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size
     for (size_t first = lo; first < hi; first += BLOCK) {
         size_t b = hi - first < BLOCK ? hi - first : BLOCK;
         if (m->size + b > m->capacity / 3 * 2) {
-            size_t capacity = m->capacity;
-            while (m->size + b > capacity / 3 * 2) capacity *= 2;
-            int rc = grow(m, capacity);
+            int rc = grow(m, capacity_for(m->capacity, m->size + b));
             if (rc != DPS_OK) return rc;
         }
         /* locals for the block (see count_rows) */
@@ -431,9 +436,7 @@ static int encode_var(dps_keyshards *ks, var_map *m, size_t lo, size_t hi, size_
     for (size_t first = lo; first < hi; first += BLOCK) {
         size_t b = hi - first < BLOCK ? hi - first : BLOCK;
         if (m->size + b > m->capacity / 3 * 2) {
-            size_t capacity = m->capacity;
-            while (m->size + b > capacity / 3 * 2) capacity *= 2;
-            int rc = grow_var(m, capacity);
+            int rc = grow_var(m, capacity_for(m->capacity, m->size + b));
             if (rc != DPS_OK) return rc;
         }
         var_slot *restrict slots = m->slots;

@@ -34,6 +34,7 @@ from dpselect.aggregation.wide import Wide
 from dpselect.core.params import validate_params
 from dpselect.core.tables import keep_table, tsgd_table
 from dpselect.testing import InsecureDeterministicRNG
+from key_codes_reference import first_appearance
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
 
@@ -758,16 +759,6 @@ def test_radix_pairs_refusals_name_the_parameter(call, name, error):
         call()
 
 
-def _first_appearance(values) -> tuple[list[int], list[int]]:
-    codes, seen, new = [], {}, []
-    for row, v in enumerate(values):
-        if v not in seen:
-            seen[v] = len(seen)
-            new.append(row)
-        codes.append(seen[v])
-    return codes, new
-
-
 @pytest.mark.slow
 @SOME
 @given(values=st.lists(st.integers(-3, 3), max_size=200), width=st.sampled_from([1, 2, 4, 8]),
@@ -787,7 +778,7 @@ def test_keymap_encode_fixed_gives_first_appearance_codes(values, width, kind, n
     second = keymap.encode_fixed(n - split, offset + split, bits if nulls else None, buffer, width)
     codes = np.concatenate([first[0], second[0]])
     new_rows = np.concatenate([first[1], second[1] + split])
-    expected_codes, expected_new = _first_appearance([v if ok else None for v, ok in zip(values, valid)])
+    expected_codes, expected_new = first_appearance([v if ok else None for v, ok in zip(values, valid)])
     assert codes.tolist() == expected_codes and new_rows.tolist() == expected_new
     assert len(keymap) == len(expected_new) and keymap.nbytes >= 0
 
@@ -806,7 +797,7 @@ def test_keymap_encode_var_gives_first_appearance_codes(values, offsets64, offse
     bits = np.packbits(np.array(valid, bool), bitorder="little")
     keymap = _count.KeyMap("bytes", 5)
     codes, new_rows = keymap.encode_var(len(values), offset, bits, offsets, offsets64, b"".join(encoded))
-    expected_codes, expected_new = _first_appearance(values)
+    expected_codes, expected_new = first_appearance(values)
     assert codes.tolist() == expected_codes and new_rows.tolist() == expected_new
 
 
@@ -820,7 +811,7 @@ def test_dictionary_codes_give_first_appearance_codes(indices, width, offset):
     bits = np.packbits(np.array([True] * offset + [i is not None for i in indices], bool), bitorder="little")
     dictionary = _count.DictionaryCodes(6)
     codes, new_rows = dictionary.encode(len(indices), offset, bits, raw, width)
-    expected_codes, expected_new = _first_appearance(indices)
+    expected_codes, expected_new = first_appearance(indices)
     assert codes.tolist() == expected_codes and new_rows.tolist() == expected_new and len(dictionary) == len(expected_new)
 
 

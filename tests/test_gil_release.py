@@ -214,20 +214,7 @@ def _sharded(n: int, phase: str) -> Callable[[], object]:
     same = [v for v in range(2_000) if _shard_of(v, seed) == busy]
     values = np.array(same, np.int32)[np.random.default_rng(SEED).integers(0, len(same), n)]
     job = _count.ShardedKeyCodes(n, 0, None, values, 4, 1, seed)
-    for name, kind in job.phases():
-        method = getattr(job, name)
-        if kind == "once":
-            method()
-            continue
-        piece = busy if kind == "shard" else 0
-        if kind == "shard":  # the empty shards first
-            for s in range(_count.KEY_SHARDS):
-                if s != busy:
-                    method(s)
-        if name == phase:
-            return lambda: (method(piece), values)  # values kept alive while the call runs
-        method(piece)
-    raise AssertionError(f"no phase {phase}")
+    return _run_up_to(job, phase, busy, values)
 
 
 def _pair_feed() -> Callable[[], object]:

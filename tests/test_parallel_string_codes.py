@@ -19,6 +19,7 @@ from dpselect import _count
 from dpselect.ingest import _counter, parallel_codes, radix
 from dpselect.ingest._encode import KeyFactorizer, encoded_in_parallel
 from dpselect.testing import InsecureDeterministicRNG
+from key_codes_reference import first_appearance
 
 THREADS = (1, 2, 3, 8)
 SEED = 20261128  # the data only (numpy's generator never makes noise here)
@@ -36,18 +37,6 @@ def serial(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def sharded(array: pa.Array, threads: int, chunks: int | None = None, seed: int = 99) -> tuple[np.ndarray, np.ndarray]:
     return parallel_codes.encode_var(*_buffers(array), threads, seed, "key", chunks)
-
-
-def first_appearance(values: list[Any]) -> tuple[list[int], list[int]]:
-    """The reference, from the definition: a dict in row order (None, the null, one value)."""
-    seen: dict[Any, int] = {}
-    codes, new_rows = [], []
-    for row, value in enumerate(values):
-        if value not in seen:
-            seen[value] = len(seen)
-            new_rows.append(row)
-        codes.append(seen[value])
-    return codes, new_rows
 
 
 def _columns() -> dict[str, pa.Array]:
