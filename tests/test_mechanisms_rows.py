@@ -13,7 +13,7 @@ import pytest
 import dpselect
 from dpselect import _weighted
 from dpselect.mechanisms import tail_draws
-from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace, _weights
+from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace, set_weights
 from dpselect.core.params import validate_params
 from dpselect.testing import InsecureDeterministicRNG
 
@@ -36,7 +36,7 @@ def test_weighted_thresholds_reproduce_the_published_values(kappa, gauss, lap):
 @pytest.mark.parametrize("kappa", [1, 2, 7, 64])
 def test_weights_never_give_a_user_more_than_norm_one(kappa):
     one = 1 << 32
-    l2, l1 = _weights(kappa, "l2"), _weights(kappa, "l1")
+    l2, l1 = set_weights(kappa, "l2"), set_weights(kappa, "l1")
     for m in range(1, kappa + 1):
         assert m * int(l2[m]) ** 2 <= one * one and (m * (int(l2[m]) + 1) ** 2 > one * one)
         assert m * int(l1[m]) <= one and m * (int(l1[m]) + 1) > one
@@ -44,7 +44,7 @@ def test_weights_never_give_a_user_more_than_norm_one(kappa):
 
 def test_weighted_histogram_bounds_each_user_to_kappa_uniformly():
     sets = UserSets.from_codes([0] * 10 + [1, 1], list(range(10)) + [3, 4], n_partitions=10)
-    w = _weights(3, "l2")
+    w = set_weights(3, "l2")
     counts = np.zeros(10)
     rng = InsecureDeterministicRNG(5)
     for _ in range(3000):
@@ -65,8 +65,8 @@ def test_excluded_partitions_are_skipped_and_the_rest_resampled():
     sets = UserSets.from_codes([0, 0, 0], [0, 1, 2], n_partitions=3)
     histogram = np.zeros(3, np.int64)
     excluded = np.array([1, 1, 0], dtype=bool)
-    _weighted.weighted_round(sets.ends, sets.partitions, excluded, 2, _weights(2, "l2"), histogram, None)
-    assert histogram.tolist() == [0, 0, int(_weights(2, "l2")[1])]  # one partition left: full weight w_1
+    _weighted.weighted_round(sets.ends, sets.partitions, excluded, 2, set_weights(2, "l2"), histogram, None)
+    assert histogram.tolist() == [0, 0, int(set_weights(2, "l2")[1])]  # one partition left: full weight w_1
 
 
 # ------------------------------------------------------------------ exact tail draws
@@ -264,7 +264,7 @@ def calibrations(monkeypatch):
 
     registry._built.cache_clear()  # a strategy built by an earlier test would come from the cache
     calls: list[str] = []
-    for name in ("certified_sigma", "exp_lower", "_weights", "_per_partition"):
+    for name in ("certified_sigma", "exp_lower", "set_weights", "per_partition_delta"):
         original = getattr(weighted, name)
 
         def counted(*args, _name=name, _original=original, **kwargs):
@@ -317,4 +317,4 @@ def test_bad_options_are_refused_before_any_calibration(strategy, option, value,
 def test_the_calibration_counter_sees_a_valid_build(calibrations):
     """The fixture does count: a valid build calibrates (so the tests above can fail)."""
     dpselect.make_strategy("policy_gaussian", epsilon=1.0, delta=1e-5, max_partitions_contributed=2, alpha=2.5)
-    assert "certified_sigma" in calibrations and "_weights" in calibrations
+    assert "certified_sigma" in calibrations and "set_weights" in calibrations

@@ -86,7 +86,7 @@ class UserSets:
 
 
 @functools.lru_cache(maxsize=64)
-def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
+def set_weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
     """w[m] in units of 2^-32 for m = 0..κ: ⌊2^32/√m⌋ (L2) or ⌊2^32/m⌋ (L1); never above.
     Every mechanism calls it before certifying its threshold, one exact bound per m = 1..κ (about
     10 ms each): κ above MAX_KAPPA is refused here, at once, rather than after hours."""
@@ -99,7 +99,7 @@ def _weights(kappa: int, norm: str) -> npt.NDArray[np.int64]:
     return out
 
 
-def _histogram(sets: UserSets, kappa: int, weights: npt.NDArray[np.int64], excluded: npt.NDArray[np.bool_] | None,
+def weighted_histogram(sets: UserSets, kappa: int, weights: npt.NDArray[np.int64], excluded: npt.NDArray[np.bool_] | None,
                rng: object | None) -> npt.NDArray[np.int64]:
     generator = resolve_rng(rng)
     generator.announce()
@@ -150,7 +150,7 @@ def _check_kappa(params: PrivacyParams) -> None:
                          "bound contributions more tightly, or use a count-based strategy (dpselect.select)")
 
 
-def _check_noise_share(noise_share: object) -> float:
+def check_noise_share(noise_share: object) -> float:
     if isinstance(noise_share, bool) or not isinstance(noise_share, Real):
         raise TypeError(f"noise_share must be a real number in (0, 1), got {type(noise_share).__name__}")
     if not 0 < cast(float, noise_share) < 1:  # a Real compares as a float does (numbers.Real is untyped)
@@ -175,7 +175,7 @@ def check_row_params(params: PrivacyParams) -> None:
 MIN_GAUSSIAN_DELTA = Fraction(1, 2**160)
 
 
-def _check_gaussian_deltas(params: PrivacyParams, name: str, delta_noise: Fraction, delta_threshold: Fraction) -> None:
+def check_gaussian_deltas(params: PrivacyParams, name: str, delta_noise: Fraction, delta_threshold: Fraction) -> None:
     """δ of the noise, and δ of the thresholds per set size (at least δ_threshold/κ), both
     provable (MIN_GAUSSIAN_DELTA), checked before σ is calibrated."""
     smallest = min(delta_noise, delta_threshold / params.max_partitions_contributed)
@@ -202,13 +202,13 @@ def _refuse_threshold(params: PrivacyParams, name: str, rho: float, fits: Callab
         fits=fits, top=top, advice="or use strategy='pi_opt'")
 
 
-def _check_gaussian_thresholds(params: PrivacyParams, name: str, delta_noise: Fraction,
+def check_gaussian_thresholds(params: PrivacyParams, name: str, delta_noise: Fraction,
                                rounds: list[tuple[Fraction, Fraction]]) -> None:
     """Refuse, in floating point and before σ is certified, thresholds that cannot fit the grid:
     ``rounds`` = (share f_j of the Gaussian budget, δ of that round's thresholds); ρ_j is at
     most 1 + σ_j z, σ_j = σ/√f_j, z the normal quantile of the smallest per-set-size δ."""
     kappa = params.max_partitions_contributed
-    quantiles = [(f, -NormalDist().inv_cdf(max(float(_per_partition(d, kappa)), 1e-300))) for f, d in rounds]
+    quantiles = [(f, -NormalDist().inv_cdf(max(float(per_partition_delta(d, kappa)), 1e-300))) for f, d in rounds]
 
     def rho(epsilon: float) -> float:
         sigma = google_sigma(epsilon, float(delta_noise), 1.0, 1e-3)
@@ -219,19 +219,19 @@ def _check_gaussian_thresholds(params: PrivacyParams, name: str, delta_noise: Fr
                                 Fraction(MAX_EPSILON))
 
 
-def _check_rho_units(params: PrivacyParams, name: str, units: int) -> None:
+def check_rho_units(params: PrivacyParams, name: str, units: int) -> None:
     """The exact threshold, on the grid (a safety net behind the float predictions)."""
     if units > MAX_WEIGHTED_THRESHOLD << WEIGHT_BITS:
         raise _refuse_threshold(params, name, units / _ONE, lambda e: False, Fraction(MAX_EPSILON))
 
 
-def _split(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
+def split_delta(params: PrivacyParams, noise_share: float) -> tuple[Fraction, Fraction]:
     """(δ of the noise, δ of the thresholds); the caller has run check_row_params."""
     delta_noise = params.delta_exact * Fraction(noise_share)
     return delta_noise, params.delta_exact - delta_noise
 
 
-def _per_partition(delta: Fraction, m: int) -> Fraction:
+def per_partition_delta(delta: Fraction, m: int) -> Fraction:
     """A rational δ_p(m) with 1 − (1 − δ_p)^m <= δ, proven."""
     return composition_delta(delta, m)
 
@@ -249,19 +249,19 @@ class WeightedGaussian(RowMechanismBase):
 
     def __init__(self, params: PrivacyParams, noise_share: float = 0.5) -> None:
         check_row_params(params)
-        delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
-        _check_gaussian_deltas(params, "weighted Gaussian selection", delta_noise, delta_threshold)
-        _check_gaussian_thresholds(params, self.name, delta_noise, [(Fraction(1), delta_threshold)])
+        delta_noise, delta_threshold = split_delta(params, check_noise_share(noise_share))
+        check_gaussian_deltas(params, "weighted Gaussian selection", delta_noise, delta_threshold)
+        check_gaussian_thresholds(params, self.name, delta_noise, [(Fraction(1), delta_threshold)])
         self.params = params
         eps = params.epsilon_exact
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         self.sigma = sigma
-        self.weights = _weights(params.max_partitions_contributed, self.norm)
+        self.weights = set_weights(params.max_partitions_contributed, self.norm)
         # ρ = max_m [w_m + σ z_m], P[Z > σ z_m] <= δ_p(m), each proven; on the 2^-32 grid, rounded up.
-        rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma, _per_partition(delta_threshold, m))
+        rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma, per_partition_delta(delta_threshold, m))
                   for m in range(1, params.max_partitions_contributed + 1))
         self.rho_units = math.ceil(rho * _ONE)
-        _check_rho_units(params, self.name, self.rho_units)
+        check_rho_units(params, self.name, self.rho_units)
         self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
 
     @property
@@ -279,7 +279,7 @@ class WeightedGaussian(RowMechanismBase):
                                f"{GOPI}; docs/privacy/weighted.md")
 
     def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
-        histogram = _histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
+        histogram = weighted_histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
         return self._decide(histogram, rng)
 
     def _decide(self, histogram: npt.NDArray[np.int64], rng: object | None) -> npt.NDArray[np.bool_]:
@@ -303,7 +303,7 @@ class WeightedLaplace(RowMechanismBase):
     def __init__(self, params: PrivacyParams) -> None:
         check_row_params(params)
         kappa = params.max_partitions_contributed
-        smallest = _per_partition(params.delta_exact, kappa)
+        smallest = per_partition_delta(params.delta_exact, kappa)
 
         def predicted(epsilon: Fraction) -> float:  # 1 + ln(1/(2 δ_p(κ)))/ε, the largest t, in logs
             if smallest >= Fraction(1, 2):
@@ -316,10 +316,10 @@ class WeightedLaplace(RowMechanismBase):
                                     lambda e: _threshold_fits(predicted(e) * 1.01), Fraction(MAX_EPSILON))
         self.params = params
         eps = params.epsilon_exact
-        self.weights = _weights(params.max_partitions_contributed, self.norm)
+        self.weights = set_weights(params.max_partitions_contributed, self.norm)
         rho = Fraction(0)
         for m in range(1, params.max_partitions_contributed + 1):
-            delta_p = _per_partition(params.delta_exact, m)
+            delta_p = per_partition_delta(params.delta_exact, m)
             # a t on the 2^-32 grid with e^{-ε t}/2 <= δ_p, proven with a lower bound on e^{εt} (found
             # from a float guess stepping up: possibly a hair above the smallest, never below it)
             t = Fraction(math.ceil(math.log(1 / (2 * float(delta_p))) / float(eps) * _ONE) + 1, _ONE)
@@ -327,7 +327,7 @@ class WeightedLaplace(RowMechanismBase):
                 t += Fraction(max(1, int(t * _ONE) >> 30), _ONE)
             rho = max(rho, Fraction(int(self.weights[m]), _ONE) + t)
         self.rho_units = math.ceil(rho * _ONE)
-        _check_rho_units(params, self.name, self.rho_units)
+        check_rho_units(params, self.name, self.rho_units)
         self.certified_delta = params.delta_exact
 
     @property
@@ -345,7 +345,7 @@ class WeightedLaplace(RowMechanismBase):
                                f"{GOPI}; docs/privacy/weighted.md")
 
     def select_sets(self, sets: UserSets, rng: object | None = None) -> npt.NDArray[np.bool_]:
-        histogram = _histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
+        histogram = weighted_histogram(sets, self.params.max_partitions_contributed, self.weights, None, rng)
         keep = np.zeros(histogram.size, dtype=bool)
         present = np.flatnonzero(histogram > 0)
         keep[present] = laplace_tail_draws(self.rho_units - histogram[present], WEIGHT_BITS,
@@ -387,27 +387,27 @@ class DPSIPS(RowMechanismBase):
             raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
                              f"got {ratio!r}")
         check_row_params(params)
-        delta_noise, delta_threshold = _split(params, _check_noise_share(noise_share))
+        delta_noise, delta_threshold = split_delta(params, check_noise_share(noise_share))
         self.params = params
         self.rounds, self.ratio = rounds, float(ratio)
         eps = params.epsilon_exact
         shares = [Fraction(self.ratio).limit_denominator(10**6) ** (rounds - 1 - j) for j in range(rounds)]
         total = sum(shares)
         fractions = [s / total for s in shares]
-        _check_gaussian_deltas(params, "DP-SIPS", delta_noise, delta_threshold * min(fractions))
-        _check_gaussian_thresholds(params, self.name, delta_noise, [(f, delta_threshold * f) for f in fractions])
+        check_gaussian_deltas(params, "DP-SIPS", delta_noise, delta_threshold * min(fractions))
+        check_gaussian_thresholds(params, self.name, delta_noise, [(f, delta_threshold * f) for f in fractions])
         # σ of the one Gaussian mechanism the rounds compose to (sensitivity 1), certified
         sigma = certified_sigma(eps, delta_noise, 1, 1e-6)
         # Round j: μ_j² = f_j μ², i.e. σ_j = σ / sqrt(f_j) (rounded up: more noise, still composing to ≤ μ²).
         self.sigmas = [sqrt_bounds(sigma * sigma / f, 64)[1] for f in fractions]
-        self.weights = _weights(params.max_partitions_contributed, "l2")
+        self.weights = set_weights(params.max_partitions_contributed, "l2")
         self.rhos = []
         for f, sigma_j in zip(fractions, self.sigmas):
             delta_j = delta_threshold * f
-            rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma_j, _per_partition(delta_j, m))
+            rho = max(Fraction(int(self.weights[m]), _ONE) - 1 + gaussian_threshold(sigma_j, per_partition_delta(delta_j, m))
                       for m in range(1, params.max_partitions_contributed + 1))
             self.rhos.append(math.ceil(rho * _ONE))
-            _check_rho_units(params, self.name, self.rhos[-1])
+            check_rho_units(params, self.name, self.rhos[-1])
         self.sigma = sigma  # the rounds' σ_j >= σ/sqrt(f_j) compose to a Gaussian at least this noisy
         self.certified_delta = agm_delta_upper(sigma, eps, 1) + delta_threshold
 
@@ -424,7 +424,7 @@ class DPSIPS(RowMechanismBase):
         released = np.zeros(sets.n_partitions, dtype=bool)
         kappa = self.params.max_partitions_contributed
         for sigma_j, rho_j in zip(self.sigmas, self.rhos):
-            histogram = _histogram(sets, kappa, self.weights, released, rng)
+            histogram = weighted_histogram(sets, kappa, self.weights, released, rng)
             present = np.flatnonzero((histogram > 0) & ~released)
             released[present] |= gaussian_tail_draws(rho_j - histogram[present], WEIGHT_BITS, sigma_j, rng)
         return released
