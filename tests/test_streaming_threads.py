@@ -238,3 +238,18 @@ def test_finish_into_out_adds_and_saturates_the_sum() -> None:
         np.testing.assert_array_equal(out, np.minimum(exact, 15))
     with pytest.raises(ValueError, match="out must hold"):
         _count.PairCounter().finish(3, 1, None, None, out=np.zeros(2, np.int64))
+
+
+def test_user_sets_are_the_same_for_any_thread_count(small_pieces: None) -> None:
+    """The weighted mechanisms' input (every user's set, users set after set) does not depend on T."""
+    df = _frame(n=20_000)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    seen = []
+    for threads in THREADS:
+        counter = _counter.RowCounter("user", ["ikey"])
+        with _threads.using(threads):
+            counter.feed(table)
+            sets, _ = counter.user_sets()
+        seen.append((sets.ends.tolist(), sets.partitions.tolist()))
+    assert len(seen[0][0]) == df["user"].nunique()
+    assert all(s == seen[0] for s in seen[1:])
