@@ -1,4 +1,4 @@
-/* The few atomic operations the multi-threaded kernels need (radix_pairs.c): a saturating
+/* The few atomic operations the multi-threaded kernels need (radix_pairs.c, count.c): a saturating
  * increment of a shared count and an addition to a shared size, on GCC, Clang and MSVC (whose C11
  * <stdatomic.h> support is still experimental). Relaxed ordering: the threads only add to
  * counters, and the caller joins them (a happens-before edge) before any result is read. */

@@ -1,6 +1,7 @@
 /* Contribution bounding and distinct-user counting; see count.h. */
 #include "count.h"
 
+#include "atomics.h"
 #include "subset.h"
 
 #include <stdlib.h>
@@ -18,6 +19,11 @@ int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *part
     return dps_pairset_insert(&c->pairs, users, partitions, n, shard_mask, shard, bad_index);
 }
 
+int dps_counter_feed_keys(dps_counter *c, const uint64_t *keys, size_t n, size_t *bad_index) {
+    if (c->finished) return DPS_ERR_FINISHED;
+    return dps_pairset_insert_keys(&c->pairs, keys, n, bad_index);
+}
+
 size_t dps_counter_pairs(const dps_counter *c) { return c->pairs.size; }
 
 size_t dps_counter_bytes(const dps_counter *c) { return dps_pairset_bytes(&c->pairs); }
@@ -31,13 +37,18 @@ static inline void add_one(int64_t *counts, uint32_t p, uint64_t cap) {
     if (cap == 0 || (uint64_t)counts[p] < cap) counts[p]++;
 }
 
-/* Keep min(d, kappa) of the user's d partitions, a uniform subset, and count them. */
+/* Keep min(d, kappa) of the user's d partitions, a uniform subset, and count them (atomically
+ * when other threads add to the same counts). */
 static int bound_user(dps_rng *s, uint32_t *parts, size_t d, uint64_t kappa, uint64_t cap,
-                      int64_t *counts) {
+                      int64_t *counts, int shared) {
     int rc = dps_uniform_subset(s, parts, d, kappa);
     if (rc != DPS_OK) return rc;
     size_t kept = (uint64_t)d < kappa ? d : (size_t)kappa;
-    for (size_t i = 0; i < kept; i++) add_one(counts, parts[i], cap);
+    if (shared) {
+        for (size_t i = 0; i < kept; i++) dps_atomic_add_one_capped(counts + parts[i], cap);
+    } else {
+        for (size_t i = 0; i < kept; i++) add_one(counts, parts[i], cap);
+    }
     return DPS_OK;
 }
 
@@ -188,9 +199,8 @@ int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32
     return DPS_OK;
 }
 
-int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
-                       size_t n_partitions) {
-    if (n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
+int dps_counter_finish_add(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
+                           size_t n_partitions, int shared) {
     if (c->finished) return DPS_ERR_FINISHED;
     if (kappa == 0) return DPS_ERR_BAD_ARG;
     size_t *end;
@@ -201,11 +211,18 @@ int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
     if (rc != DPS_OK) return rc;
     size_t start = 0;
     for (uint64_t u = 0; u < n_users && rc == DPS_OK; u++) {
-        rc = bound_user(s, grouped + start, end[u] - start, kappa, cap, counts);
+        rc = bound_user(s, grouped + start, end[u] - start, kappa, cap, counts, shared);
         start = end[u];
     }
     free(end);
     free(grouped);
+    return rc;
+}
+
+int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
+                       size_t n_partitions) {
+    if (n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
+    int rc = dps_counter_finish_add(c, s, kappa, cap, counts, n_partitions, 0);
     if (rc != DPS_OK && n_partitions) memset(counts, 0, n_partitions * sizeof(int64_t));
     return rc;
 }

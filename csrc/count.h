@@ -44,6 +44,11 @@ int dps_counter_init(dps_counter *c, size_t expected_pairs);
 int dps_counter_feed(dps_counter *c, const uint32_t *users, const uint32_t *partitions, size_t n,
                      uint32_t shard_mask, uint32_t shard, size_t *bad_index);
 
+/* Add n pairs already packed and sharded by dps_pair_shards_scatter (pair_shards.h): one
+ * shard's run of its keys, for the counter of that shard. A half >= DPS_CODE_LIMIT:
+ * DPS_ERR_BAD_CODE with *bad_index (see dps_pairset_insert_keys). */
+int dps_counter_feed_keys(dps_counter *c, const uint64_t *keys, size_t n, size_t *bad_index);
+
 /* Distinct pairs fed so far, and bytes held. */
 size_t dps_counter_pairs(const dps_counter *c);
 size_t dps_counter_bytes(const dps_counter *c);
@@ -54,6 +59,13 @@ size_t dps_counter_bytes(const dps_counter *c);
  * Consumes the counter's pairs (call once). On error counts is zeroed. */
 int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
                        size_t n_partitions);
+
+/* As dps_counter_finish, but the kept users are added to counts (not zeroed first), each count
+ * saturating at cap: several counters (the shards of one set of users) can then be finished
+ * into one array, one after the other, or at once by several threads when `shared` is non-zero
+ * (atomic additions). On error counts holds part of this counter's additions. */
+int dps_counter_finish_add(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap, int64_t *counts,
+                           size_t n_partitions, int shared);
 
 /* Consume the counter's pairs and group them by user (for mechanisms that need each user's
  * set, e.g. weighted selection): on success *grouped holds every partition code user by user and

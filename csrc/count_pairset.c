@@ -147,6 +147,31 @@ int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *
     }
 }
 
+int dps_pairset_insert_keys(dps_pairset *set, const uint64_t *keys, size_t n, size_t *bad_index) {
+    /* As dps_pairset_insert: blocks of BLOCK pairs, the next block's home slots prefetched
+     * while this block's pairs are put. */
+    if (set->capacity != 0)
+        for (size_t j = 0; j < n && j < BLOCK; j++) DPS_PREFETCH_W(set->slots + ((size_t)dps_fmix64(keys[j]) & (set->capacity - 1)));
+    for (size_t start = 0; start < n; start += BLOCK) {
+        size_t m = n - start < BLOCK ? n - start : BLOCK;
+        int rc = reserve(set, m);
+        if (rc != DPS_OK) return rc;
+        size_t mask = set->capacity - 1;
+        size_t next = start + BLOCK;
+        size_t ahead = next < n ? (n - next < BLOCK ? n - next : BLOCK) : 0;
+        for (size_t j = 0; j < ahead; j++) DPS_PREFETCH_W(set->slots + ((size_t)dps_fmix64(keys[next + j]) & mask));
+        for (size_t j = 0; j < m; j++) {
+            uint64_t key = keys[start + j];
+            if ((uint32_t)key >= DPS_CODE_LIMIT || (uint32_t)(key >> 32) >= DPS_CODE_LIMIT) {
+                *bad_index = start + j;
+                return DPS_ERR_BAD_CODE;
+            }
+            set->size += (size_t)put(set->slots, mask, key, (size_t)dps_fmix64(key) & mask);
+        }
+    }
+    return DPS_OK;
+}
+
 int dps_pairset_compact(dps_pairset *set, uint32_t *max_user, uint32_t *max_partition) {
     /* One pass, without a branch on the slot's state (about half the slots are empty, at
      * random): every slot is copied down and the write position advances only past a pair. */

@@ -42,6 +42,12 @@ void dps_pairset_free(dps_pairset *set);
 int dps_pairset_insert(dps_pairset *set, const uint32_t *users, const uint32_t *partitions,
                        size_t n, uint32_t shard_mask, uint32_t shard, size_t *bad_index);
 
+/* Insert n pairs already packed (user code in the high half, partition code in the low half, as
+ * dps_pair_shards_scatter writes them); duplicates are ignored. Both halves of every key must be
+ * < DPS_CODE_LIMIT: else nothing from the offending key on is inserted, *bad_index is set to it
+ * and DPS_ERR_BAD_CODE is returned (keys before it stay inserted). */
+int dps_pairset_insert_keys(dps_pairset *set, const uint64_t *keys, size_t n, size_t *bad_index);
+
 /* Move the stored pairs to the front of the slot array (any order) and shrink it to exactly
  * `size` words; the set can then only be read through set->slots[0 .. size) and freed. Sets the
  * largest user and partition codes stored (0 when empty). */

@@ -25,14 +25,51 @@ cdef extern from "count.h" nogil:
                          size_t n, uint32_t shard_mask, uint32_t shard, size_t *bad_index)
     size_t dps_counter_pairs(const dps_counter *c)
     size_t dps_counter_bytes(const dps_counter *c)
+    int dps_counter_feed_keys(dps_counter *c, const uint64_t *keys, size_t n, size_t *bad_index)
     int dps_counter_finish(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
                            int64_t *counts, size_t n_partitions)
+    int dps_counter_finish_add(dps_counter *c, dps_rng *s, uint64_t kappa, uint64_t cap,
+                               int64_t *counts, size_t n_partitions, int shared)
     int dps_counter_group(dps_counter *c, size_t n_partitions, size_t **ends, uint32_t **grouped,
                           uint64_t *n_users, size_t *n_pairs)
     void dps_counter_free(dps_counter *c)
 
+cdef extern from "pair_shards.h" nogil:
+    enum: DPS_PAIR_SHARD_BITS_MAX
+    int dps_pair_shards_scatter(const uint32_t *users, const uint32_t *partitions, size_t n, unsigned shard_bits,
+                                uint64_t *keys, size_t *starts, size_t *bad_index)
+
 
 CODE_LIMIT = DPS_CODE_LIMIT
+PAIR_SHARD_BITS_MAX = DPS_PAIR_SHARD_BITS_MAX
+
+
+def scatter_pairs(object users, object partitions, object shard_bits):
+    """Rows (users[i], partitions[i]) scattered into ``2**shard_bits`` shards by user code
+    (csrc/pair_shards.h): returns (keys, starts), shard s's pairs packed for its pair set
+    (:meth:`PairCounter.feed_keys`) at keys[starts[s]:starts[s + 1]], in row order, its users
+    stored as ``users[i] >> shard_bits``. Every code of every row is checked first."""
+    cdef const uint32_t[::1] u = check_array("users", users, [np.uint32], copy=True)
+    cdef const uint32_t[::1] p = check_array("partitions", partitions, [np.uint32], copy=True)
+    cdef unsigned bits = check_int("shard_bits", shard_bits, 0, DPS_PAIR_SHARD_BITS_MAX)
+    if u.shape[0] != p.shape[0]:
+        raise ValueError(f"users and partitions must have the same length, got {u.shape[0]} and {p.shape[0]}")
+    cdef size_t n = <size_t>u.shape[0]
+    keys = np.empty(n, dtype=np.uint64)
+    starts = np.zeros((1 << bits) + 1, dtype=np.uintp)
+    cdef uint64_t[::1] k = keys
+    cdef size_t[::1] at = starts
+    cdef size_t bad = 0
+    cdef int rc = DPS_OK
+    if n == 0:
+        return keys, starts
+    with nogil:
+        rc = dps_pair_shards_scatter(&u[0], &p[0], n, bits, &k[0], &at[0], &bad)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: codes must be < {DPS_CODE_LIMIT} (at most "
+                         f"{DPS_CODE_LIMIT} distinct users and partitions)")
+    _check(rc)
+    return keys, starts
 
 
 cdef int _check(int rc) except -1:
@@ -114,6 +151,26 @@ cdef class PairCounter:
                              f"{DPS_CODE_LIMIT} distinct users and partitions)")
         _check(rc)
 
+    def feed_keys(self, object keys) -> None:
+        """Add pairs packed by :func:`scatter_pairs` (one shard's run of its keys: user code in
+        the high 32 bits, partition code in the low); duplicates are ignored. Both halves of
+        every key must be below ``CODE_LIMIT``."""
+        cdef const uint64_t[::1] k = check_array("keys", keys, [np.uint64], copy=True)
+        cdef size_t n = <size_t>k.shape[0]
+        cdef size_t bad = 0
+        cdef int rc = DPS_OK
+        if n == 0:
+            return
+        self._enter()
+        try:
+            with nogil:
+                rc = dps_counter_feed_keys(&self.c, &k[0], n, &bad)
+        finally:
+            self.busy = False
+        if rc == DPS_ERR_BAD_CODE:
+            raise ValueError(f"key {bad}: both halves must be < {DPS_CODE_LIMIT} (user and partition codes)")
+        _check(rc)
+
     def __repr__(self):
         return f"PairCounter({dps_counter_pairs(&self.c)} distinct pairs, {dps_counter_bytes(&self.c)} bytes)"
 
@@ -157,10 +214,14 @@ cdef class PairCounter:
             free(grouped)
         return ends_arr, parts_arr
 
-    def finish(self, object n_partitions, object kappa, object cap, object test_state):
+    def finish(self, object n_partitions, object kappa, object cap, object test_state, object out=None,
+               bint shared=False):
         """int64 counts per partition code after bounding every user to ``kappa`` partitions,
         saturated at ``cap`` (None: exact). ``test_state`` is ``rng._test_state``. Memory is
-        bounded by the distinct pairs fed, whatever the user codes' values."""
+        bounded by the distinct pairs fed, whatever the user codes' values. ``out``: an int64
+        array of ``n_partitions`` counts to add to (each count saturating at ``cap``; returned)
+        instead of a new one, so that the shards of one set of users add into one array;
+        ``shared``: other threads add to the same ``out`` at the same time (atomic adds)."""
         _non_negative("n_partitions", n_partitions)
         cdef Py_ssize_t n_parts = check_int("n_partitions", n_partitions, 0, 2**63 - 1)
         # Checked as integers first: Cython's C conversion would truncate a float (1.5 -> 1).
@@ -173,15 +234,27 @@ cdef class PairCounter:
                 raise ValueError(f"count cap must be None or in [1, 2**63), got {cap}")
         cdef uint64_t k = <uint64_t>kappa
         cdef uint64_t c = 0 if cap is None else <uint64_t>cap
-        counts = np.zeros(max(n_parts, 1), dtype=np.int64)
-        cdef int64_t[::1] out = counts
+        cdef bint add = out is not None
+        if out is None:
+            counts = np.zeros(max(n_parts, 1), dtype=np.int64)
+        else:
+            counts = check_array("out", out, [np.int64], writable=True)
+            if counts.shape[0] != n_parts:
+                raise ValueError(f"out must hold n_partitions ({n_parts}) counts, got {counts.shape[0]}")
+            if n_parts == 0:
+                counts = np.zeros(1, dtype=np.int64)
+        cdef int64_t[::1] view = counts
+        cdef int c_shared = 1 if shared else 0
         cdef int rc
         self._enter()
         cdef dps_rng *s
         try:
             s = begin_batch(test_state)
             with nogil:
-                rc = dps_counter_finish(&self.c, s, k, c, &out[0], <size_t>n_parts)
+                if add:
+                    rc = dps_counter_finish_add(&self.c, s, k, c, &view[0], <size_t>n_parts, c_shared)
+                else:
+                    rc = dps_counter_finish(&self.c, s, k, c, &view[0], <size_t>n_parts)
                 end_batch(s)
             finish_batch(test_state)
         finally:

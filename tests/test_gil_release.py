@@ -232,6 +232,22 @@ def _pair_finish() -> Callable[[], object]:
     return lambda: counter.finish(5_000, 4, None, None)
 
 
+def _scatter_pairs() -> Callable[[], object]:
+    users, partitions = _rows(8_000_000)
+    return lambda: _count.scatter_pairs(users, partitions, 6)
+
+
+def _pair_feed_keys() -> Callable[[], object]:
+    keys, _ = _count.scatter_pairs(*_rows(1_000_000), 0)
+    return lambda: _count.PairCounter(keys.size).feed_keys(keys)
+
+
+def _pair_finish_shared() -> Callable[[], object]:
+    counter = _fed_counter(2_000_000)
+    counts = np.zeros(5_000, np.int64)
+    return lambda: counter.finish(5_000, 4, None, None, out=counts, shared=True)
+
+
 def _bound_rows_range() -> Callable[[], object]:
     users, partitions = _rows(1_000_000)
     values = [np.arange(users.size, dtype=np.int64)]
@@ -301,6 +317,9 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_count.PairCounter.feed": _pair_feed,
     "_count.PairCounter.group": _pair_group,
     "_count.PairCounter.finish": _pair_finish,
+    "_count.PairCounter.finish (shared)": _pair_finish_shared,
+    "_count.PairCounter.feed_keys": _pair_feed_keys,
+    "_count.scatter_pairs": _scatter_pairs,
     "_count.KeyMap.encode_fixed": _keymap_fixed,
     "_count.KeyMap.encode_var": _keymap_var,
     "_count.DictionaryCodes.encode": _dictionary_codes,

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from dpselect import _count
 from dpselect._threads import current
-from dpselect._workers import Lane
+from dpselect._workers import Lane, run_pieces
 from dpselect.ingest import radix
 from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, hash_seed
 from dpselect.ingest._nulls import NULL_PRIVACY_UNITS, NullPolicy, NullPrivacyUnitError, null_count, without_null_units
@@ -50,11 +50,14 @@ _LOOKAHEAD = 4
 # Pieces smaller than this are encoded on one thread.
 _THREAD_ROWS = 1 << 14
 
-# The pair set is split in two by user code parity (the low bit): the two threads of
-# RowCounter.feed each fill one half from the same rows, and RowCounter.finish bounds the two
-# halves' users at once. Every user's pairs are in one half, which is all bounding needs.
-_SHARD_MASK = 1
-_SHARDS = 2
+# The pairs are kept in _SHARDS pair sets by user code (its low _SHARD_BITS bits), a number fixed
+# whatever the thread count: each piece's pairs are scattered into the shards in one pass
+# (_count.scatter_pairs), the threads insert whole shards, and RowCounter.finish bounds each
+# shard with its own CSPRNG stream (shard_test_state), the threads taking contiguous groups of
+# shards. Every user's pairs are in one shard, which is all bounding needs; the sets and the
+# streams depend on the codes alone, so the result does not depend on the number of threads.
+_SHARD_BITS = 6
+_SHARDS = 1 << _SHARD_BITS
 
 # Largest pre-size of the pair set taken from a hint (RowCounter.expect_rows): 2^24 pairs, a
 # table of 2^25 slots (256 MiB). Above it the set grows as it fills.
@@ -73,6 +76,22 @@ class PartitionCounts:
         # No values: these counts are exact, and a repr ends up in logs.
         return (f"PartitionCounts({self.keys.num_rows} partitions by {self.keys.schema.names}; "
                 "exact counts, NOT private: input of a selection, never to publish)")
+
+
+def _shard_groups(threads: int) -> list[range]:
+    """The shards in ``threads`` contiguous groups of nearly equal size (one group per shard
+    when there are more threads than shards)."""
+    n = max(1, min(threads, _SHARDS))
+    return [range(g * _SHARDS // n, (g + 1) * _SHARDS // n) for g in range(n)]
+
+
+def _insert(counters: list[_count.PairCounter], keys: npt.NDArray[np.uint64], starts: npt.NDArray[np.uintp],
+            shards: range) -> None:
+    """Insert the scattered pairs (``_count.scatter_pairs``) of each of ``shards`` into its set."""
+    for s in shards:
+        first, end = int(starts[s]), int(starts[s + 1])
+        if end > first:
+            counters[s].feed_keys(keys[first:end])
 
 
 def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
@@ -107,7 +126,7 @@ class RowCounter:
         if isinstance(expected_rows, bool) or not isinstance(expected_rows, int) or expected_rows < 0:
             raise ValueError(f"expected_rows must be an int >= 0, got {expected_rows!r}")
         self._expected_rows = expected_rows
-        # Created at the first feed; one pair set per shard of the users (see _SHARD_MASK).
+        # Created at the first feed; one pair set per shard of the users (see _SHARD_BITS).
         self._counters: list[_count.PairCounter] | None = None
         # Instead, for a whole input with integer privacy units (feed(..., final=True)).
         self._radix: _count.RadixPairs | None = None
@@ -151,7 +170,7 @@ class RowCounter:
 
     def _pair_counters(self) -> list[_count.PairCounter]:
         if self._counters is None:
-            # Codes are dense and in first-appearance order, so each parity holds about half.
+            # Codes are dense and in first-appearance order, so each shard holds about 1/_SHARDS.
             per_shard = -(-self._expected_rows // _SHARDS)
             self._counters = [_count.PairCounter(per_shard) for _ in range(_SHARDS)]
         return self._counters
@@ -198,10 +217,12 @@ class RowCounter:
             self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
             return
         if rows.num_rows <= _PIECE_ROWS:
-            # One piece: the two columns at once, then both shards.
+            # One piece: the two columns at once, then the shards on every thread.
             users, partitions = self._encode_both(rows)
-            for shard, counter in enumerate(self._pair_counters()):
-                counter.feed(users, partitions, _SHARD_MASK, shard)
+            keys, starts = _count.scatter_pairs(users, partitions, _SHARD_BITS)
+            counters = self._pair_counters()
+            threads = current() if rows.num_rows >= _THREAD_ROWS else 1
+            run_pieces(_insert, [(counters, keys, starts, g) for g in _shard_groups(threads)], threads > 1)
             return
         self._feed_pieces(rows)
 
@@ -233,23 +254,29 @@ class RowCounter:
     def _feed_pieces(self, batch: Any) -> None:
         """A batch of several pieces (``_PIECE_ROWS`` rows each) into the pair sets."""
         pieces = [batch.slice(start, _PIECE_ROWS) for start in range(0, batch.num_rows, _PIECE_ROWS)]
-        # A pipeline on two cores (the C code releases the GIL). For each piece, the worker
-        # encodes one column side while this thread encodes the other, then the piece's pairs
-        # are inserted, each user shard into its own set. Byte keys (strings, binaries, wide
-        # values) cost about twice an integer column: the worker encodes them and this thread
-        # encodes the users and inserts both shards. Otherwise the two sides cost the same: the
-        # worker encodes the users and inserts shard 1, this thread the keys and shard 0; its
-        # queue then alternates "encode piece i + _LOOKAHEAD" and "insert piece i, shard 1", so
-        # at most _LOOKAHEAD + 1 pieces' codes are alive.
+        # A pipeline (the C code releases the GIL). For each piece, the worker encodes one column
+        # side while this thread encodes the other; this thread then scatters the piece's pairs
+        # into the shards, and the shards are inserted in groups, one per thread. Byte keys
+        # (strings, binaries, wide values) cost about twice an integer column: the worker encodes
+        # them, this thread the users, and the other threads (this one and the pool's, the
+        # worker's excepted) insert the shards. Otherwise the two sides cost the same: the worker
+        # encodes the users and inserts the last group of shards, this thread and the pool the
+        # others; the worker's queue then alternates "encode piece i + _LOOKAHEAD" and "insert
+        # piece i, last group", so at most _LOOKAHEAD + 1 pieces' codes are alive.
         keys_on_worker = any(self._is_bytes(batch, name) for name in self.by)
         there: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_keys
         here: Callable[[Any], npt.NDArray[np.uint32]] = self._encode_users
         if not keys_on_worker:
             there, here = here, there
-        # The worker's tasks run one at a time, in the order given: codes follow row order.
-        with Lane(inline=current() < 2) as worker:
+        threads = current()
+        groups = _shard_groups(max(1, threads - 1) if keys_on_worker else threads)
+        # The worker's tasks run one at a time, in the order given: codes follow row order, and
+        # each shard of the worker's group is inserted piece after piece.
+        on_worker = groups[-1] if not keys_on_worker and len(groups) > 1 else None
+        local = groups[:-1] if on_worker is not None else groups
+        with Lane(inline=threads < 2) as worker:
             # The worker's encodes run _LOOKAHEAD pieces ahead, so it stays busy while this thread
-            # creates the pair sets (filling ~10 bytes per expected pair) on the first batch.
+            # creates the pair sets on the first batch.
             encoded = {j: worker.submit(there, pieces[j]) for j in range(min(_LOOKAHEAD, len(pieces)))}
             inserts = []
             counters = self._pair_counters()
@@ -260,11 +287,10 @@ class RowCounter:
                     mine = here(piece)
                     theirs = encoded.pop(i).result()
                     users, partitions = (mine, theirs) if keys_on_worker else (theirs, mine)
-                    if keys_on_worker:
-                        counters[1].feed(users, partitions, _SHARD_MASK, 1)
-                    else:
-                        inserts.append(worker.submit(counters[1].feed, users, partitions, _SHARD_MASK, 1))
-                    counters[0].feed(users, partitions, _SHARD_MASK, 0)
+                    keys, starts = _count.scatter_pairs(users, partitions, _SHARD_BITS)
+                    if on_worker is not None:
+                        inserts.append(worker.submit(_insert, counters, keys, starts, on_worker))
+                    run_pieces(_insert, [(counters, keys, starts, g) for g in local], len(local) > 1)
                 for future in inserts:
                     future.result()
             finally:
@@ -363,7 +389,11 @@ class RowCounter:
             ends, grouped = self._radix.groups()
             self._radix = None
         else:
-            ends, grouped = _merge_user_groups([c.group(self.n_partitions) for c in self._pair_counters()])
+            counters = self._pair_counters()
+            groups = _shard_groups(current())
+            per_group = run_pieces(lambda g: [counters[s].group(self.n_partitions) for s in g],
+                                   [(g,) for g in groups], len(groups) > 1)
+            ends, grouped = _merge_user_groups([shard for group in per_group for shard in group])
         sets = UserSets(ends, grouped, self.n_partitions)
 
         def keys_of(keep: np.ndarray) -> Any:
@@ -386,27 +416,44 @@ class RowCounter:
         rng = resolve_rng(rng)
         rng.announce()
         self._finished = True
-        states = [rng.test_state] + [shard_test_state(rng.test_state, shard) for shard in range(1, _SHARDS)]
         args = (self.n_partitions, max_partitions_contributed, count_cap)
         if self._radix is not None:
             counts = radix.bound(self._radix, *args, rng.test_state)
             self._radix = None
             return self._partition_counts(counts)
+        return self._partition_counts(self._bound_shards(*args, rng.test_state))
+
+    def _bound_shards(self, n_partitions: int, kappa: int, cap: int | None, test_state: Any) -> npt.NDArray[np.int64]:
+        """Counts per partition code after bounding every user: shard s with its own CSPRNG stream
+        (``shard_test_state(test_state, s)``: the secure generator's per-thread state, or a stream
+        derived from the test seed and s), the shards taken by the threads in contiguous groups.
+        Each thread adds into counts of its own, summed at the end and capped again
+        (min(c, Σ min(c, a_t)) = min(c, Σ a_t)); where those arrays would exceed 4 bytes per
+        distinct pair (many partitions), the threads add into one array with atomic saturating
+        additions instead (the rule of :func:`dpselect.ingest.radix.bound`). Either way the
+        counts do not depend on the number of threads."""
         counters = self._pair_counters()
-        # Each shard's users are bounded by their own thread with their own stream (a fresh
-        # CSPRNG state per thread; for the test RNG, one derived stream per shard), and the
-        # shards' counts are added. The cap is applied again to the sum: saturating each term at
-        # the cap first changes nothing, as min(c, min(c, a) + min(c, b)) = min(c, a + b).
-        with Lane(inline=current() < 2) as worker:
-            other = worker.submit(counters[1].finish, *args, states[1])
-            try:
-                counts = counters[0].finish(*args, states[0])
-            finally:
-                counts_other = other.result()
-        counts += counts_other
-        if count_cap is not None:
-            np.minimum(counts, count_cap, out=counts)
-        return self._partition_counts(counts)
+        groups = _shard_groups(current())
+        threads = len(groups)
+        shared = threads > 1 and (threads - 1) * 8 * n_partitions > 4 * max(self.n_pairs, 1)
+        common = np.zeros(n_partitions, dtype=np.int64) if shared else None
+
+        def run(which: range) -> npt.NDArray[np.int64]:
+            counts = common if common is not None else np.zeros(n_partitions, dtype=np.int64)
+            for s in which:
+                counters[s].finish(n_partitions, kappa, cap, shard_test_state(test_state, s), out=counts,
+                                   shared=shared)
+            return counts
+
+        results = run_pieces(run, [(g,) for g in groups], threads > 1)
+        if common is not None:
+            return common
+        counts = results[0]
+        for other in results[1:]:
+            counts += other
+        if cap is not None:
+            np.minimum(counts, cap, out=counts)
+        return counts
 
     def _partition_counts(self, counts: npt.NDArray[np.int64]) -> PartitionCounts:
         """The partitions whose count is at least 1, with their keys."""

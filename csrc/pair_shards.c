@@ -1,0 +1,34 @@
+/* Rows scattered into user shards; see pair_shards.h. */
+#include "pair_shards.h"
+
+#include <string.h>
+
+#include "count.h" /* DPS_CODE_LIMIT, DPS_ERR_BAD_CODE, DPS_ERR_BAD_ARG */
+
+int dps_pair_shards_scatter(const uint32_t *users, const uint32_t *partitions, size_t n, unsigned shard_bits,
+                            uint64_t *keys, size_t *starts, size_t *bad_index) {
+    if (shard_bits > DPS_PAIR_SHARD_BITS_MAX) return DPS_ERR_BAD_ARG;
+    size_t shards = (size_t)1 << shard_bits;
+    uint32_t mask = (uint32_t)(shards - 1);
+    /* The codes are checked in the counting pass, so that a bad row leaves keys untouched. */
+    memset(starts, 0, (shards + 1) * sizeof(size_t));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = users[i];
+        if (u >= DPS_CODE_LIMIT || partitions[i] >= DPS_CODE_LIMIT) {
+            *bad_index = i;
+            return DPS_ERR_BAD_CODE;
+        }
+        starts[(u & mask) + 1]++;
+    }
+    for (size_t s = 0; s < shards; s++) starts[s + 1] += starts[s];
+    /* starts[s] is where shard s begins; each row moves its shard's start on by one, so that
+     * starts[s] ends where shard s + 1 begins, and the starts are then shifted back by one
+     * shard. Stable: a shard's pairs keep their rows' order. */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = users[i];
+        keys[starts[u & mask]++] = ((uint64_t)(u >> shard_bits) << 32) | partitions[i];
+    }
+    memmove(starts + 1, starts, shards * sizeof(size_t));
+    starts[0] = 0;
+    return DPS_OK;
+}
