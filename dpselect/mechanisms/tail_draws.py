@@ -24,7 +24,7 @@ from dpselect import _weighted
 from dpselect.core.exact import exp_neg_interval, normal_tail_bounds
 from dpselect.rng import resolve_rng
 
-__all__ = ["gaussian_tail_draws", "laplace_tail_draws"]
+__all__ = ["gaussian_tail_draws", "laplace_tail_draws", "uniform_is_below"]
 
 _MARGIN = 2.0**-30  # relative width of the float interval around p
 _TINY = 2.0**-990  # absolute slack: covers underflow of tails below the double range
@@ -62,18 +62,29 @@ def _draw(q_lo: npt.NDArray[np.float64], q_hi: npt.NDArray[np.float64], compleme
 def _finish(prefix: int, bounds: Callable[[int], tuple[Fraction, Fraction]], generator: object) -> bool:
     """Complete U (whose first 64 bits are ``prefix``) with fresh bits until it is clearly below or
     above p: exactly P[U < p] = p."""
-    u, width = prefix, 64
-    bits = 128
+    return uniform_is_below(prefix, 64, bounds, generator)[0]
+
+
+def uniform_is_below(prefix: int, width: int, bounds: Callable[[int], tuple[Fraction, Fraction]],
+                     generator: object) -> tuple[bool, int, int]:
+    """Whether U < p, exactly, for U uniform on [0, 1) whose first ``width`` bits are known
+    (U ∈ [prefix/2^width, (prefix + 1)/2^width)) and a real p of which ``bounds(bits)`` gives
+    rational bounds of width <= 2^-bits. Fresh 64-bit blocks of U are drawn from ``generator``
+    until U's interval lies on one side of the bounds: with probability 1 when the bounds close
+    in on p (:func:`dpselect.core.exact.normal_cdf_bounds` stops closing in 2^-1150 from 0 or 1).
+
+    Returns (U < p, prefix, width) with the bits drawn so far: a later comparison of the same U
+    (another p) must start from them, or the draws would not be of one uniform."""
+    u = prefix
     while True:
-        p_lo, p_hi = bounds(bits)
+        p_lo, p_hi = bounds(width + 64)  # 64 bits finer than U's interval: decides most at once
         scale = 1 << width
         if u + 1 <= math.floor(p_lo * scale):  # U < (u + 1)/2^w <= p_lo: below p
-            return True
+            return True, u, width
         if u >= math.ceil(p_hi * scale):  # U >= u/2^w >= p_hi: above p
-            return False
+            return False, u, width
         u = (u << 64) | int.from_bytes(generator.random_bytes(8), "big")  # type: ignore[attr-defined]
         width += 64
-        bits = max(bits, width + 64)
 
 
 def gaussian_tail_draws(distance: npt.NDArray[np.int64], unit_bits: int, sigma: Fraction,
