@@ -6,7 +6,7 @@ Every mechanism goes through the public API on raw rows, with the secure CSPRNG:
                                max_partitions_contributed=κ, strategy=S)
 
 for S in pi_opt, release (TSGD, keys and noisy counts), laplace, gaussian, weighted_gaussian,
-weighted_laplace, dp_sips and auto; each cell is the mean number of released keys over
+weighted_laplace, dp_sips, cumulative_sips and auto; each cell is the mean number of released keys over
 ``--repeat`` runs (± the standard error of that mean). "auto loss" is how many fewer keys auto
 released than the best of the other columns, in percent of the best (0 where auto is the best or
 ties it). Real data found on this machine, each built once and cached (``--cache``):
@@ -45,7 +45,8 @@ import time
 import tokenize
 from pathlib import Path
 
-MECHANISMS = ("pi_opt", "release", "laplace", "gaussian", "weighted_gaussian", "weighted_laplace", "dp_sips", "auto")
+MECHANISMS = ("pi_opt", "release", "laplace", "gaussian", "weighted_gaussian", "weighted_laplace", "dp_sips",
+              "cumulative_sips", "auto")
 SKIP_DIRS = {"__pycache__"}
 _ROFF_ESCAPE = re.compile(r"\\(?:f(?:\[[^\]]*\]|\(..|.)|\(..|\[[^\]]*\]|[*n]\(?..|.)")
 _WORD = re.compile(r"[a-z]{3,}")

@@ -9,7 +9,7 @@ Every mechanism goes through the public API on raw rows, with the secure CSPRNG 
   ``pi_opt`` (the plain ε/κ, δ' budget split), ``release`` (TSGD: keys and noisy counts),
   ``laplace``, ``gaussian``, ``auto`` (what ``strategy="auto"`` picks on raw rows);
 * row mechanisms (each user's set is weighted): ``weighted_gaussian``, ``weighted_laplace``,
-  ``dp_sips`` (parallel, certified) and ``policy_gaussian``, ``policy_laplace`` (sequential
+  ``dp_sips``, ``cumulative_sips`` (parallel, certified) and ``policy_gaussian``, ``policy_laplace`` (sequential
   Python reference implementations, not certified).
 
 "Parallel" mechanisms are all of them but the two policy ones.
@@ -67,7 +67,7 @@ from pathlib import Path
 
 EPSILON, DELTA = 1.0, 1e-5
 COUNT_BASED = ("pi_opt", "release", "laplace", "gaussian", "auto")
-ROW_PARALLEL = ("weighted_gaussian", "weighted_laplace", "dp_sips")
+ROW_PARALLEL = ("weighted_gaussian", "weighted_laplace", "dp_sips", "cumulative_sips")
 POLICY = ("policy_gaussian", "policy_laplace")
 MECHANISMS = COUNT_BASED + ROW_PARALLEL + POLICY
 PARALLEL = ("pi_opt", "release", "laplace", "gaussian") + ROW_PARALLEL

@@ -213,10 +213,10 @@ def select_rows(
 ) -> npt.NDArray[np.bool_]:
     """Partition selection on (user code, partition code) rows, for the mechanisms that need each
     user's whole set: "weighted_gaussian" (default), "weighted_laplace", "dp_sips",
-    "policy_gaussian", "policy_laplace". Returns keep[x] for every partition code
+    "cumulative_sips", "policy_gaussian", "policy_laplace". Returns keep[x] for every partition code
     x < n_partitions (default: the largest code + 1).
 
-    Guarantee (docs/privacy/weighted.md): (ε, δ)-DP for adding or removing all rows of one user;
+    Guarantee (docs/privacy/weighted.md; docs/privacy/cumulative-sips.md): (ε, δ)-DP for adding or removing all rows of one user;
     κ = ``max_partitions_contributed`` is *enforced*: each user keeps at most κ of their distinct
     partitions, chosen uniformly with the package CSPRNG, before weighting."""
     from dpselect.mechanisms.registry import ROW_STRATEGIES

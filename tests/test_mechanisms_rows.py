@@ -253,7 +253,7 @@ def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_want
 
 # ------------------------------------------------------------------ parameters checked before calibration
 
-ROW_MECHANISMS = ["weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian", "policy_laplace"]
+ROW_MECHANISMS = ["weighted_gaussian", "weighted_laplace", "dp_sips", "cumulative_sips", "policy_gaussian", "policy_laplace"]
 
 
 @pytest.fixture

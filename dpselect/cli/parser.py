@@ -81,10 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "or 'gaussian' (thresholding, keys only), 'auto' (the one 'dpselect explain' "
                      "ranks first), 'public' or 'mixed' (with --public-partitions), or a mechanism on "
                      "each user's set: 'weighted_gaussian', 'weighted_laplace', 'dp_sips', "
-                     "'policy_gaussian', 'policy_laplace' (keys only)")
+                     "'cumulative_sips', 'policy_gaussian', 'policy_laplace' (keys only)")
     sel.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                      help="a mechanism option, repeatable: noise_share=0.6 (gaussian, weighted_gaussian, "
-                     "dp_sips), sigma_accuracy=1e-9 (gaussian), rounds=4 and ratio=0.5 (dp_sips), alpha=2 "
+                     "dp_sips, cumulative_sips), sigma_accuracy=1e-9 (gaussian), rounds=4 and ratio=0.5 (dp_sips, "
+                     "cumulative_sips), alpha=2 "
                      "(policy_*)")
     sel.add_argument("--public-partitions", metavar="FILE",
                      help="a file (CSV, Parquet, JSON lines) listing keys known without the data, in the "

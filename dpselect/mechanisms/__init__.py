@@ -15,6 +15,8 @@ On each user's set of partitions (``select_partitions``, the CLI, :func:`dpselec
 
 * ``weighted_gaussian`` / ``weighted_laplace`` (:class:`WeightedGaussian`, :class:`WeightedLaplace`);
 * ``dp_sips`` (:class:`DPSIPS`): rounds of weighted Gaussian selection;
+* ``cumulative_sips`` (:class:`CumulativeSIPS`): DP-SIPS rounds deciding on their accumulated
+  noisy weights;
 * ``policy_gaussian`` / ``policy_laplace``: sequential reference implementations.
 
 Each module holds one family, beside its page in docs/privacy/.
@@ -42,6 +44,7 @@ from dpselect.mechanisms.public import MixedRelease, PublicPartitions
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.registry import ROW_STRATEGIES, STRATEGIES, make_strategy
 from dpselect.mechanisms.tsgd import TSGDRelease
+from dpselect.mechanisms.cumulative import CumulativeSIPS
 from dpselect.mechanisms.weighted import DPSIPS, UserSets, WeightedGaussian, WeightedLaplace
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "WeightedGaussian",
     "WeightedLaplace",
     "DPSIPS",
+    "CumulativeSIPS",
     "PolicyGaussian",
     "PolicyLaplace",
     "UserSets",

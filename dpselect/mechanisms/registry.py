@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from dpselect.mechanisms.base import BuiltInMechanism, NoRelease, UserSuppliedStrategy
+from dpselect.mechanisms.cumulative import CumulativeSIPS
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.laplace import LaplaceThresholding
 from dpselect.mechanisms.pi_opt import PiOptSelection
@@ -34,6 +35,7 @@ ROW_STRATEGIES: dict[str, type[RowMechanism]] = {
     "weighted_gaussian": WeightedGaussian,
     "weighted_laplace": WeightedLaplace,
     "dp_sips": DPSIPS,
+    "cumulative_sips": CumulativeSIPS,
     "policy_gaussian": PolicyGaussian,
     "policy_laplace": PolicyLaplace,
 }
@@ -48,6 +50,7 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "weighted_gaussian": ("noise_share",),
     "weighted_laplace": (),
     "dp_sips": ("rounds", "ratio", "noise_share"),
+    "cumulative_sips": ("rounds", "ratio", "noise_share"),
     "policy_gaussian": ("alpha",),
     "policy_laplace": ("alpha",),
 }
@@ -97,7 +100,7 @@ def make_strategy(
 
     Names: "pi_opt", "release" (TSGD, noisy counts), "laplace", "gaussian", "public",
     "mixed", and "auto" (the one :func:`dpselect.recommend` picks) act on counts; the row
-    mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian" and
+    mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "cumulative_sips", "policy_gaussian" and
     "policy_laplace" act on each user's set of partitions (``select_partitions``, the CLI,
     :func:`dpselect.select_rows`). ``options``:
     ``pre_threshold`` (pi_opt, release, laplace, gaussian), ``noise_share`` and
