@@ -25,4 +25,10 @@ static inline int dps_uniform_subset(dps_rng *s, uint32_t *parts, size_t d, uint
     return DPS_OK;
 }
 
+/* A uniformly random order of parts[0 .. d): Fisher–Yates, step i swapping a uniform pick of
+ * parts[i .. d) into place i. */
+static inline int dps_uniform_order(dps_rng *s, uint32_t *parts, size_t d) {
+    return d < 2 ? DPS_OK : dps_uniform_subset(s, parts, d, (uint64_t)(d - 1));
+}
+
 #endif

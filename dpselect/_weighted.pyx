@@ -15,6 +15,9 @@ cdef extern from "weighted.h" nogil:
     int dps_weighted_round(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64_t n_users,
                            const uint8_t *excluded, uint64_t kappa, const int64_t *weights,
                            int64_t *histogram, size_t n_partitions)
+    int dps_weighted_prefix(const size_t *ends, const uint32_t *grouped, uint64_t n_users, const uint8_t *excluded,
+                            uint64_t kappa, const int64_t *weights, int64_t *histogram, size_t n_partitions)
+    int dps_weighted_shuffle(dps_rng *s, const size_t *ends, uint32_t *grouped, uint64_t n_users)
     void dps_normal_upper_tail(const double *z, double *out, size_t n)
 
 
@@ -86,6 +89,95 @@ def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_stat
     finish_batch(test_state)
     if rc == DPS_ERR_BAD_TABLE:
         raise ValueError("a partition code is out of range or a weighted sum overflowed")
+    check_status(rc)
+
+
+def weighted_prefix(ends, grouped, excluded, kappa, weights, histogram):
+    """Add to ``histogram`` each user's first min(kappa, left) partitions not ``excluded``, in
+    the order of their run, each with weights[m] (see csrc/weighted.h). No randomness."""
+    ends_arr = check_array("ends", ends, [np.uintp], copy=True)
+    grouped_arr = check_array("grouped", grouped, [np.uint32], copy=True)
+    weights_arr = check_array("weights", weights, [np.int64], copy=True)
+    histogram_arr = check_array("histogram", histogram, [np.int64], writable=True)
+    excluded_arr = None
+    if excluded is not None:
+        excluded_arr = check_array("excluded", excluded, [np.uint8, np.bool_], copy=True).view(np.uint8)
+    cdef const size_t[::1] e = ends_arr
+    cdef const uint32_t[::1] g = grouped_arr
+    cdef const int64_t[::1] w = weights_arr
+    cdef int64_t[::1] h = histogram_arr
+    cdef uint64_t k = check_int("kappa", kappa, 1, U64_MAX)
+    cdef Py_ssize_t n_users = e.shape[0]
+    cdef size_t n_partitions = <size_t>h.shape[0]
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    if w.shape[0] != kappa + 1:
+        raise ValueError(f"weights must have kappa + 1 = {kappa + 1} entries, got {w.shape[0]}")
+    with nogil:
+        for i in range(1, n_users):
+            if e[i] < e[i - 1]:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
+    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
+    if not n_users and g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
+    with nogil:
+        for i in range(g.shape[0]):
+            if g[i] >= n_partitions:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
+                         f"range (histogram has {n_partitions} partitions)")
+    cdef const uint8_t[::1] skip
+    cdef const uint8_t *skip_ptr = NULL
+    if excluded_arr is not None:
+        skip = excluded_arr
+        if <size_t>skip.shape[0] != n_partitions:
+            raise ValueError(f"excluded must have one entry per partition ({n_partitions}), got {skip.shape[0]}")
+        if n_partitions:
+            skip_ptr = &skip[0]
+    cdef int rc
+    with nogil:
+        rc = dps_weighted_prefix(&e[0] if n_users else NULL, &g[0] if g.shape[0] else NULL, <uint64_t>n_users,
+                                 skip_ptr, k, &w[0], &h[0] if n_partitions else NULL, n_partitions)
+    if rc == DPS_ERR_BAD_TABLE:
+        raise ValueError("a partition code is out of range or a weighted sum overflowed")
+    check_status(rc)
+
+
+def shuffle_sets(ends, grouped, test_state=None):
+    """Put each user's run grouped[ends[u - 1]:ends[u]] in a uniformly random order, in place
+    (Fisher–Yates on exact uniform integers from the CSPRNG; csrc/weighted.h)."""
+    ends_arr = check_array("ends", ends, [np.uintp], copy=True)
+    grouped_arr = check_array("grouped", grouped, [np.uint32], writable=True)
+    cdef const size_t[::1] e = ends_arr
+    cdef uint32_t[::1] g = grouped_arr
+    cdef Py_ssize_t n_users = e.shape[0]
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(1, n_users):
+            if e[i] < e[i - 1]:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
+    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
+    if not n_users and g.shape[0]:
+        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
+    cdef int rc
+    cdef dps_rng *s = begin_batch(test_state)
+    with nogil:
+        rc = dps_weighted_shuffle(s, &e[0] if n_users else NULL, &g[0] if g.shape[0] else NULL, <uint64_t>n_users)
+        end_batch(s)
+    finish_batch(test_state)
+    if rc == DPS_ERR_BAD_TABLE:
+        raise ValueError("ends must be non-decreasing")
     check_status(rc)
 
 

@@ -1,5 +1,5 @@
-"""strategy="auto" on raw rows: the count-based choice (pi_opt or TSGD's release) at κ = 1, DP-SIPS
-from κ = 2 where Gaussian thresholding's midpoint is within ROW_MARGIN of the best budget split's,
+"""strategy="auto" on raw rows: the count-based choice (pi_opt or TSGD's release) at κ = 1,
+cumulative DP-SIPS from κ = 2 where Gaussian thresholding's midpoint is within ROW_MARGIN of the best budget split's,
 the choice a function of (ε, δ, κ) alone (dpselect.recommend; README, "Which mechanism releases the
 most"; bench/bench_utility.py and bench/bench_auto.py measure it)."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpselect
-from dpselect.mechanisms import DPSIPS, PiOptSelection, TSGDRelease
+from dpselect.mechanisms import CumulativeSIPS, PiOptSelection, TSGDRelease
 from dpselect.mechanisms import registry
-from dpselect.mechanisms.recommend import ROW_MARGIN, ROW_MIN_KAPPA, ROW_RATIO, ROW_ROUNDS
+from dpselect.mechanisms.recommend import ROW_MARGIN, ROW_MIN_KAPPA, ROW_RATIO, ROW_ROUNDS, ROW_STRATEGY
 
-# Every test builds certified DP-SIPS or pi_opt strategies over a grid of (ε, δ, κ): seconds each.
+# Every test builds certified cumulative DP-SIPS or pi_opt strategies over a grid of (ε, δ, κ): seconds each.
 pytestmark = pytest.mark.slow
 
 
@@ -32,26 +32,28 @@ def test_auto_on_rows_keeps_the_count_based_choice_at_kappa_one(epsilon, delta):
 
 
 @pytest.mark.parametrize(("epsilon", "kappa"), [(0.25, 2), (4.0, 2), (0.5, 3), (1.0, 4), (0.25, 8), (4.0, 8)])
-def test_auto_on_rows_picks_dp_sips_from_kappa_two(epsilon, kappa):
+def test_auto_on_rows_picks_cumulative_sips_from_kappa_two(epsilon, kappa):
     """At κ = 2, pi_opt released 707 keys of the synthetic Zipf users where DP-SIPS released
-    1,168 (bench/bench_utility.py, 100,000 users, ε = 1): auto lost 40 % picking pi_opt there."""
+    1,168 (bench/bench_utility.py, 100,000 users, ε = 1): auto lost 40 % picking pi_opt there.
+    Cumulative DP-SIPS released more than DP-SIPS on every corpus measured from κ = 4
+    (bench/bench_auto.py), so it is the row mechanism auto runs."""
     rec = dpselect.recommend(epsilon, 1e-5, kappa, rows=True)
-    assert rec.strategy == "dp_sips", rec.reason
+    assert rec.strategy == "cumulative_sips" == ROW_STRATEGY, rec.reason
     built = dpselect.make_strategy("auto", epsilon=epsilon, delta=1e-5, max_partitions_contributed=kappa, rows=True)
-    assert isinstance(built, DPSIPS)
+    assert isinstance(built, CumulativeSIPS) and (built.rounds, built.ratio) == (5, 0.5)
 
 
 def test_auto_on_counts_and_with_counts_are_unchanged():
     assert dpselect.recommend(1.0, 1e-5, 1).strategy == "pi_opt"
     assert dpselect.recommend(1.0, 1e-5, 4).strategy == "gaussian"
     assert dpselect.recommend(1.0, 1e-5, 1, rows=True, counts=True).strategy == "release"
-    assert dpselect.recommend(1.0, 1e-5, 4, rows=True, neighbours="replace").strategy != "dp_sips"
+    assert dpselect.recommend(1.0, 1e-5, 4, rows=True, neighbours="replace").strategy != "cumulative_sips"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(min_value=0.2, max_value=8.0), st.sampled_from([1e-3, 1e-5, 1e-7, 1e-9]), st.integers(1, 6))
 def test_the_row_choice_is_the_margin_rule_on_public_midpoints(epsilon, delta, kappa):
-    """A law: DP-SIPS exactly where κ >= ROW_MIN_KAPPA and Gaussian thresholding's midpoint is at
+    """A law: cumulative DP-SIPS exactly where κ >= ROW_MIN_KAPPA and Gaussian thresholding's midpoint is at
     most ROW_MARGIN times the best budget split's, the count-based choice elsewhere (public
     parameters only)."""
     counts = dpselect.recommend(epsilon, delta, kappa)
@@ -60,7 +62,7 @@ def test_the_row_choice_is_the_margin_rule_on_public_midpoints(epsilon, delta, k
             for c in counts.candidates}
     split = min(mids[s] for s in ("pi_opt", "release", "laplace") if s in mids)
     row_wins = kappa >= ROW_MIN_KAPPA and mids["gaussian"] <= ROW_MARGIN * split
-    expected = "dp_sips" if row_wins else counts.strategy
+    expected = "cumulative_sips" if row_wins else counts.strategy
     assert rows.strategy == expected
     if kappa == 1:
         assert rows.strategy in ("pi_opt", "release")
@@ -71,10 +73,10 @@ def test_the_row_choice_is_the_margin_rule_on_public_midpoints(epsilon, delta, k
 # certified keep curves, never from data.
 BENCHED = [
     (1, 1.55, 1.65, ("pi_opt", "release")),
-    (2, 1.12, 1.22, ("dp_sips",)),
-    (4, 0.80, 0.90, ("dp_sips",)),
-    (16, 0.40, 0.50, ("dp_sips",)),
-    (100, 0.15, 0.25, ("dp_sips",)),
+    (2, 1.12, 1.22, ("cumulative_sips",)),
+    (4, 0.80, 0.90, ("cumulative_sips",)),
+    (16, 0.40, 0.50, ("cumulative_sips",)),
+    (100, 0.15, 0.25, ("cumulative_sips",)),
 ]
 
 
@@ -88,8 +90,8 @@ def test_the_rule_at_the_benched_points(kappa, low, high, choice):
     assert (ratio <= ROW_MARGIN) == (kappa >= ROW_MIN_KAPPA)  # the margin alone would decide these points
     rec = dpselect.recommend(1.0, 1e-5, kappa, rows=True)
     assert rec.strategy in choice, rec.reason
-    if rec.strategy == "dp_sips":
-        assert rec.options == {"rounds": ROW_ROUNDS, "ratio": ROW_RATIO} == {"rounds": 3, "ratio": 0.1}
+    if rec.strategy == "cumulative_sips":
+        assert rec.options == {"rounds": ROW_ROUNDS, "ratio": ROW_RATIO} == {"rounds": 5, "ratio": 0.5}
 
 
 def _built_by_auto(monkeypatch, table, kappa: int) -> list[tuple[str, str, str]]:
@@ -122,7 +124,7 @@ def test_auto_builds_the_same_mechanism_for_any_table(monkeypatch, kappa):
     first, second = _built_by_auto(monkeypatch, popular, kappa), _built_by_auto(monkeypatch, spread, kappa)
     assert first == second  # the candidates recommend builds, then the chosen one, alike
     assert first and first[-1][0] == "auto"
-    expected = {1: ("PiOptSelection", "TSGDRelease"), 2: ("DPSIPS",), 4: ("DPSIPS",)}[kappa]
+    expected = {1: ("PiOptSelection", "TSGDRelease"), 2: ("CumulativeSIPS",), 4: ("CumulativeSIPS",)}[kappa]
     assert first[-1][1] in expected
 
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import dpselect
+from dpselect import _weighted
 from dpselect.core.exact import normal_tail_bounds, sqrt_bounds
 from dpselect.core.params import validate_params
 from dpselect.mechanisms.cumulative import CELL_BITS, CumulativeSIPS
-from dpselect.mechanisms.weighted import UserSets
 from dpselect.testing import InsecureDeterministicRNG
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpselect.testing.InsecureRNGWarning")
@@ -97,13 +97,12 @@ def test_the_documented_values():
 def test_each_user_weights_the_first_kappa_keys_not_yet_released_in_one_fixed_order():
     strategy = CumulativeSIPS(validate_params(1.0, 1e-5, 2))
     ordered = np.array([5, 3, 7, 1, 2, 4], dtype=np.uint32)  # user 0: 5, 3, 7, 1; user 1: 2, 4
-    owner = np.array([0, 0, 0, 0, 1, 1], dtype=np.int64)
-    starts = np.array([0, 4], dtype=np.int64)
+    ends = np.array([4, 6], dtype=np.uintp)
     w = strategy.weights
     released = np.zeros(8, dtype=bool)
 
     def weights_now() -> dict[int, int]:
-        h = strategy._prefix_histogram(ordered, owner, starts, released, 2, 8, _rng(1))
+        h = strategy.prefix_histogram(ends, ordered, released)
         return {int(x): int(h[x]) for x in np.flatnonzero(h)}
 
     assert weights_now() == {5: w[2], 3: w[2], 2: w[2], 4: w[2]}
@@ -114,24 +113,27 @@ def test_each_user_weights_the_first_kappa_keys_not_yet_released_in_one_fixed_or
 
 
 def test_the_order_is_drawn_once_and_uniformly():
-    """Round 1 keeps a uniformly random κ-subset of each user's keys (the order's first κ)."""
-    users = np.repeat(np.arange(6000), 4)
-    keys = np.tile(np.arange(4), 6000) + 4 * users  # every user their own four keys
-    strategy = CumulativeSIPS(validate_params(1.0, 1e-5, 1), rounds=1)
-    sets = UserSets.from_codes(users, keys)
-    seen = np.zeros(4, dtype=np.int64)
-    original = strategy._prefix_histogram
-
-    def spy(ordered, owner, starts, released, kappa, n, generator):  # type: ignore[no-untyped-def]
-        h = original(ordered, owner, starts, released, kappa, n, generator)
-        np.add.at(seen, np.flatnonzero(h) % 4, 1)
-        return h
-
-    strategy._prefix_histogram = spy  # type: ignore[method-assign]
-    strategy.select_sets(sets, rng=_rng(2))
-    assert seen.sum() == 6000
-    chi2 = float(((seen - 1500) ** 2 / 1500).sum())
-    assert chi2 < 30  # 3 degrees of freedom: p < 1e-5
+    """Each user's order is a uniformly random permutation: over 6,000 users with keys 0..3, each
+    of the 24 orders appears about 250 times (chi-square, 23 degrees of freedom, p < 1e-5 fails),
+    and the mechanism shuffles once, before its first round."""
+    ends = np.arange(4, 4 * 6000 + 1, 4, dtype=np.uintp)
+    ordered = np.tile(np.arange(4, dtype=np.uint32), 6000)
+    _weighted.shuffle_sets(ends, ordered, _rng(2).test_state)
+    runs = ordered.reshape(6000, 4).astype(np.int64)
+    codes = runs @ np.array([64, 16, 4, 1])
+    _, counts = np.unique(codes, return_counts=True)
+    assert counts.size == 24 and np.sort(runs, axis=1).tolist() == [[0, 1, 2, 3]] * 6000
+    assert float(((counts - 250) ** 2 / 250).sum()) < 55
+    calls: list[int] = []
+    original = _weighted.shuffle_sets
+    strategy = CumulativeSIPS(validate_params(1.0, 1e-5, 2), rounds=3)
+    users = np.repeat(np.arange(50), 4)
+    try:
+        _weighted.shuffle_sets = lambda *a: calls.append(1) or original(*a)  # type: ignore[assignment]
+        strategy.select_rows(users, np.arange(200), rng=_rng(7))
+    finally:
+        _weighted.shuffle_sets = original  # type: ignore[assignment]
+    assert calls == [1]
 
 
 # ------------------------------------------------------------------ the law of the accumulation
@@ -170,11 +172,15 @@ class _FreshOrderEveryRound(CumulativeSIPS):
     candidates with accumulated noise though the user no longer weights them, outside the union
     bound of the argument (step 5)."""
 
-    def _prefix_histogram(self, ordered, owner, starts, released, kappa, n, generator):  # type: ignore[no-untyped-def]
-        keys = np.frombuffer(generator.random_bytes(8 * owner.size), dtype=np.uint64)
-        reordered = np.ascontiguousarray(ordered[np.lexsort((keys, owner))])
-        ordered[:] = reordered
-        return super()._prefix_histogram(ordered, owner, starts, released, kappa, n, generator)
+    rng: object = None
+
+    def select_sets(self, sets, rng=None):  # type: ignore[no-untyped-def]
+        self.rng = rng
+        return super().select_sets(sets, rng)
+
+    def prefix_histogram(self, ends, ordered, released):  # type: ignore[no-untyped-def]
+        _weighted.shuffle_sets(ends, ordered, self.rng.test_state)  # type: ignore[attr-defined]
+        return super().prefix_histogram(ends, ordered, released)
 
 
 def _exclusive_release_rate(mechanism: type[CumulativeSIPS], seed: int) -> tuple[int, int, float]:

@@ -234,15 +234,15 @@ def test_draws_near_one_are_decided_by_integer_cut_points(kind, monkeypatch):
 
 
 @pytest.mark.slow
-def test_auto_on_raw_rows_picks_dp_sips_and_a_count_release_when_counts_are_wanted():
+def test_auto_on_raw_rows_picks_cumulative_sips_and_a_count_release_when_counts_are_wanted():
     rec = dpselect.recommend(1.0, 1e-5, 4, rows=True)
-    assert rec.strategy == "dp_sips" and rec.options["ratio"] == 0.1 and "DP-SIPS" in rec.reason
+    assert rec.strategy == "cumulative_sips" and rec.options["ratio"] == 0.5 and "cumulative DP-SIPS" in rec.reason
     assert dpselect.recommend(1.0, 1e-5, 4).strategy == "gaussian"  # counts alone: unchanged
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"user": list(range(600)), "item": ["a"] * 300 + ["b"] * 300})
     out = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                      max_partitions_contributed=4, strategy="auto")
-    assert "DP-SIPS" in out.schema.metadata[b"dpselect.guarantee"].decode()
+    assert "cumulative DP-SIPS" in out.schema.metadata[b"dpselect.guarantee"].decode()
     single = dpselect.select_partitions(table, privacy_unit="user", by="item", epsilon=1.0, delta=1e-5,
                                         strategy="auto")  # κ = 1: pi_opt (tests/test_auto_rows.py)
     assert "pi_opt" in single.schema.metadata[b"dpselect.guarantee"].decode()

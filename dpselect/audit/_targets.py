@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dpselect.core.exact import as_fraction
+from dpselect.mechanisms.cumulative import CumulativeSIPS
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.protocols import CountMechanism, RowMechanism, SelectionStrategy
 from dpselect.mechanisms.public import MixedRelease
@@ -129,6 +130,14 @@ def _weighted(strategy: Any) -> WeightedGaussian | WeightedLaplace | DPSIPS | No
 def row_keep(strategy: Any, weight: np.ndarray) -> np.ndarray:
     """Approximate keep probability of a partition whose weighted count is ``weight`` (floats;
     only used to choose where to test, never for a verdict)."""
+    if isinstance(strategy, CumulativeSIPS):  # a constant weight every round; the rounds' means are correlated,
+        # taken as independent here: an estimate of where the keep curve lies, nothing more
+        dropped = np.ones_like(weight)
+        total = sum(strategy.combination)
+        for j, threshold in enumerate(strategy.rhos):
+            spread = float(strategy.sigma) / math.sqrt(sum(strategy.combination[:j + 1]) / total)
+            dropped *= np.array([1 - _q((float(threshold) - w) / spread) for w in weight])
+        return 1 - dropped
     base = _weighted(strategy)
     if base is None:
         raise TypeError(f"cannot audit the row mechanism {strategy!r}: it is none of dpselect's weighted mechanisms")

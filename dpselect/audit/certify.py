@@ -32,7 +32,7 @@ from typing import Any
 
 from dpselect.audit._certify_aggregate import aggregate_metrics, certify_aggregate
 from dpselect.audit._certify_common import Result, composed_delta
-from dpselect.audit._certify_rows import certify_dp_sips, certify_policy, certify_weighted
+from dpselect.audit._certify_rows import certify_cumulative_sips, certify_dp_sips, certify_policy, certify_weighted
 from dpselect.audit._certify_tables import (
     certify_gaussian,
     certify_keep_table,
@@ -46,6 +46,7 @@ from dpselect.mechanisms.base import NoRelease, TabledSelection
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.policy import PolicyGaussian, PolicyLaplace
 from dpselect.mechanisms.tsgd import NoisyRelease
+from dpselect.mechanisms.cumulative import CumulativeSIPS
 from dpselect.mechanisms.weighted import DPSIPS, WeightedGaussian, WeightedLaplace
 
 __all__ = ["aggregate_metrics", "certificate", "composed_delta", "threshold_release_delta"]
@@ -62,7 +63,7 @@ def certificate(mechanism: Any, epsilon: float | None = None, delta: float | Non
     """Re-verify the parameters that run for ``mechanism`` at (ε, δ, κ).
 
     ``mechanism``: a name ("pi_opt", "release", "laplace", "gaussian", "public", "mixed",
-    "weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian", "policy_laplace",
+    "weighted_gaussian", "weighted_laplace", "dp_sips", "cumulative_sips", "policy_gaussian", "policy_laplace",
     "aggregate"), built exactly as :func:`dpselect.make_strategy` builds it (``options`` are its
     options), or a strategy object (then its own parameters are audited). Returns a
     :class:`~dpselect.audit.results.Certificate`; it never raises on a failed check (the check
@@ -95,6 +96,8 @@ def _dispatch(target: Target) -> Any:
         return certify_keep_table
     if isinstance(s, DPSIPS):
         return certify_dp_sips
+    if isinstance(s, CumulativeSIPS):
+        return certify_cumulative_sips
     if isinstance(s, (WeightedGaussian, WeightedLaplace)):
         return certify_weighted
     return _certify_unknown

@@ -33,16 +33,17 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from numbers import Real
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
 
 from dpselect import _weighted
-from dpselect.core.exact import sqrt_bounds
+from dpselect.core.exact import normal_tail_upper, sqrt_bounds
 from dpselect.core.guarantee import PrivacyGuarantee
 from dpselect.core.params import PrivacyParams
 from dpselect.mechanisms import weighted
-from dpselect.mechanisms.gaussian import agm_delta_upper, gaussian_threshold
+from dpselect.mechanisms.gaussian import agm_delta_upper
 from dpselect.mechanisms.rounded_gaussian import rounded_gaussian_draws
 from dpselect.mechanisms.weighted import SWANBERG, GOPI, WEIGHT_BITS, RowMechanismBase, UserSets
 from dpselect.rng import resolve_rng
@@ -154,10 +155,7 @@ class CumulativeSIPS(RowMechanismBase):
             variance = sum((Fraction(a * a, mass * mass) * s * s for a, s in zip(combination, self.sigmas[:j + 1])),
                            Fraction(0))
             spread = sqrt_bounds(variance, 64)[1]  # s_j, rounded up
-            delta_j = delta_threshold * fractions[j]
-            rho = half_cell + max(Fraction(int(self.weights[m]), _ONE) - 1
-                                  + gaussian_threshold(spread, weighted.per_partition_delta(delta_j, m))
-                                  for m in range(1, kappa + 1))
+            rho = half_cell + _threshold(spread, self.weights, kappa, delta_threshold * fractions[j])
             weighted.check_rho_units(params, self.name, math.ceil(rho * _ONE))
             self.rhos.append(rho)
             # C_j > ρ_j  ⟺  Σ a_l k_l · 2^-6 > A_j ρ_j  ⟺  Σ a_l k_l > ⌊A_j ρ_j 2^6⌋ (integers)
@@ -179,20 +177,16 @@ class CumulativeSIPS(RowMechanismBase):
         generator = resolve_rng(rng)
         generator.announce()
         n = sets.n_partitions
-        kappa = self.params.max_partitions_contributed
-        counts = np.diff(np.concatenate(([0], sets.ends.astype(np.int64))))
-        owner = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
         # Each user's keys in one uniformly random order, fixed for every round (the argument
-        # needs a weighted key to stay weighted): sort by (user, random 64-bit key).
-        keys = np.frombuffer(generator.random_bytes(8 * owner.size), dtype=np.uint64)
-        ordered = np.ascontiguousarray(sets.partitions[np.lexsort((keys, owner))])
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        # needs a weighted key to stay weighted): Fisher–Yates per user, in C.
+        ordered = np.array(sets.partitions, dtype=np.uint32, copy=True)
+        _weighted.shuffle_sets(sets.ends, ordered, generator.test_state)
 
         released = np.zeros(n, dtype=bool)
         candidate = np.zeros(n, dtype=bool)
         accumulated = np.zeros(n, dtype=np.int64)  # Σ_{l<=j} a_l k_l
         for j, (sigma_j, a_j, cut_off) in enumerate(zip(self.sigmas, self.combination, self.cut_offs)):
-            histogram = self._prefix_histogram(ordered, owner, starts, released, kappa, n, generator)
+            histogram = self.prefix_histogram(sets.ends, ordered, released)
             entering = np.flatnonzero((histogram > 0) & ~candidate & ~released)
             for a_l, sigma_l in zip(self.combination[:j], self.sigmas[:j]):  # earlier rounds, weight 0 then
                 draws = rounded_gaussian_draws(np.zeros(entering.size, dtype=np.int64), WEIGHT_BITS, sigma_l, _CELL,
@@ -205,26 +199,34 @@ class CumulativeSIPS(RowMechanismBase):
             released[live[accumulated[live] > cut_off]] = True
         return released
 
-    def _prefix_histogram(self, ordered: npt.NDArray[np.uint32], owner: npt.NDArray[np.int64],
-                          starts: npt.NDArray[np.int64], released: npt.NDArray[np.bool_], kappa: int, n: int,
-                          generator: object) -> npt.NDArray[np.int64]:
-        """Each user's first min(κ, left) keys not yet released, in their fixed order, weighted
-        w_m (exact int64 sums, overflow checked in C)."""
-        alive = ~released[ordered]
-        rank = np.cumsum(alive, dtype=np.int64)
-        before = np.concatenate(([0], rank))[starts]  # alive keys before each user's first
-        kept = alive & (rank - before[owner] <= kappa)
-        per_user = np.bincount(owner[kept], minlength=starts.size)
-        ends = np.cumsum(per_user).astype(np.uintp)
-        prefix = np.ascontiguousarray(ordered[kept])
-        histogram = np.zeros(n, dtype=np.int64)
-        # Every user here has at most κ keys, so the kernel's uniform κ-subset keeps them all.
-        _weighted.weighted_round(ends, prefix, None, kappa, self.weights, histogram,
-                                 generator.test_state)  # type: ignore[attr-defined]
+    def prefix_histogram(self, ends: npt.NDArray[np.uintp], ordered: npt.NDArray[np.uint32],
+                         released: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """H_j: each user's first min(κ, left) keys not yet released, in their fixed order
+        (``ordered``, grouped by ``ends``), each weighted w_m; exact int64 sums, in C."""
+        histogram = np.zeros(released.size, dtype=np.int64)
+        _weighted.weighted_prefix(ends, ordered, released, self.params.max_partitions_contributed, self.weights,
+                                  histogram)
         return histogram
 
     def __repr__(self) -> str:
         return f"CumulativeSIPS({self.params!r}, rounds={self.rounds}, ratio={self.ratio:g})"
+
+
+def _threshold(spread: Fraction, weights: npt.NDArray[np.int64], kappa: int, delta: Fraction) -> Fraction:
+    """A dyadic t with P[Z > (t − w_m)/s] <= δ_p(m, δ) proven for every m = 1..κ: the float
+    estimate max_m (w_m + s z_m), raised until one exact tail bound per m certifies it (κ bound
+    evaluations, where a certified quantile per m would cost a bisection each)."""
+    budgets = [weighted.per_partition_delta(delta, m) for m in range(1, kappa + 1)]
+    ws = [Fraction(int(weights[m]), _ONE) for m in range(1, kappa + 1)]
+    s = float(spread)
+    guess = max(float(w) + s * -NormalDist().inv_cdf(max(float(b), 1e-300)) for w, b in zip(ws, budgets))
+    scale = 1 << 40
+    t = Fraction(math.ceil(guess * (1 + 1e-9) * scale) + 1, scale)
+    while True:
+        short = [i for i in range(kappa) if normal_tail_upper((t - ws[i]) / spread) > budgets[i]]
+        if not short:
+            return t
+        t += Fraction(max(1, math.ceil(abs(t) * scale * 1e-7)), scale)
 
 
 def _add(total: npt.NDArray[np.int64], a: int, draws: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -9,7 +9,7 @@ size that matters; the choice depends on the public parameters only, never on th
 within a few percent at κ = 3, Gaussian thresholding wins from κ = 4.
 
 On raw rows (``rows=True``) the row mechanisms are candidates too: the count-based choice at
-κ = 1, DP-SIPS from κ = 2 wherever Gaussian thresholding's midpoint is at most ROW_MARGIN times
+κ = 1, cumulative DP-SIPS from κ = 2 wherever Gaussian thresholding's midpoint is at most ROW_MARGIN times
 the best budget split's (see :func:`recommend`).
 """
 from __future__ import annotations
@@ -22,16 +22,15 @@ from dpselect.core.params import validate_params
 from dpselect.mechanisms.base import TabledSelection
 from dpselect.mechanisms.gaussian import GaussianThresholding
 from dpselect.mechanisms.tsgd import TSGDRelease
-from dpselect.mechanisms.weighted import DPSIPS
+from dpselect.mechanisms.cumulative import CumulativeSIPS
 
 if TYPE_CHECKING:
     from dpselect.mechanisms.gaussian import GaussianThresholding
-    from dpselect.mechanisms.weighted import DPSIPS
 
 __all__ = ["Candidate", "Recommendation", "recommend", "keep_curve_points", "ROW_MARGIN", "ROW_MIN_KAPPA",
-           "ROW_ROUNDS", "ROW_RATIO"]
+           "ROW_STRATEGY", "ROW_ROUNDS", "ROW_RATIO"]
 
-# On raw rows, DP-SIPS is chosen from κ = ROW_MIN_KAPPA on, where Gaussian thresholding's midpoint
+# On raw rows, a row mechanism (cumulative DP-SIPS; DP-SIPS before it) is chosen from κ = ROW_MIN_KAPPA on, where Gaussian thresholding's midpoint
 # is at most ROW_MARGIN times the best budget-splitting mechanism's. The ratio of midpoints is
 # 1.13-1.39 at κ = 2 for ε <= 8 and δ from 1e-3 to 1e-12 (1.65 at ε = 16, δ = 1e-3), 0.95-1.07
 # at κ = 3 for ε <= 4; DP-SIPS's later rounds, which the midpoints cannot show, made up for more
@@ -46,14 +45,18 @@ ROW_MARGIN = 1.5
 # Where DP-SIPS's later rounds win at κ = 1 (many keys per user from a shared vocabulary) the gain
 # depends on the data, which the choice may not read: the count-based choice is kept.
 ROW_MIN_KAPPA = 2
-# The DP-SIPS that auto runs: DP-SIPS's defaults, 3 rounds, each with 1/10 of the next one's share of
-# the budget. Ratio 0.05 (the last round keeps 95 %, not 90 %) won 5 % at κ = 4 on the standard
-# library's identifiers (bench/bench_utility.py, 201 runs: 9.22 keys against 8.77, weighted Gaussian
-# 9.75), where few keys are released early and the last round's noise decides; it lost 11-15 % at
-# κ = 2 to 100 on the manual pages (bench/bench_auto.py: 409 keys against 479 at κ = 2, 583 against
-# 683 at κ = 4) and 2-5 % on the synthetic Zipf users, where the early rounds' redistribution pays.
-ROW_ROUNDS = 3
-ROW_RATIO = 0.1
+# The row mechanism auto runs: cumulative DP-SIPS with its defaults, 5 rounds, each with half the
+# next one's share of the budget. Deciding on the rounds' accumulated noisy weights, its last round
+# has the whole budget's noise, so the early rounds' redistribution costs the late keys nothing:
+# against DP-SIPS (3 rounds, ratio 0.1, auto's choice before) it released 10-20 % more on Python
+# source identifiers at κ = 2 to 100, 18-58 % more on the manual pages and 17-34 % more on the
+# standard library's identifiers at κ = 4 to 100, and 7-11 % more on the synthetic Zipf users
+# (bench/bench_auto.py, bench/bench_utility.py, ε = 1, δ = 1e-5; docs/rows.md). Of the schedules
+# simulated (3 to 8 rounds, ratios 0.1 to 0.7), 5 rounds at 1/2 was within 3 % of the best on
+# every corpus.
+ROW_STRATEGY = "cumulative_sips"
+ROW_ROUNDS = 5
+ROW_RATIO = 0.5
 # The mechanisms that split the budget over the κ partitions (ε/κ each), against Gaussian
 # thresholding's joint L2 calibration.
 _SPLIT = ("pi_opt", "release", "laplace")
@@ -145,10 +148,11 @@ def recommend(
     never on the data.
 
     For rows the choice is the count-based one (pi_opt, or TSGD's release where its midpoint is
-    lower) at κ = 1 always, and from κ = ROW_MIN_KAPPA (2) on DP-SIPS (3 rounds, ratio 0.1) where
+    lower) at κ = 1 always, and from κ = ROW_MIN_KAPPA (2) on cumulative DP-SIPS (5 rounds, ratio
+    1/2; docs/privacy/cumulative-sips.md) where
     Gaussian thresholding's midpoint is at most ROW_MARGIN times (50 % above) the best
     budget-splitting mechanism's (pi_opt, release, laplace), the count-based choice elsewhere:
-    DP-SIPS from κ = 2 for ε up to 8 and δ from 1e-3 to 1e-12. Whether a row mechanism beats
+    the row mechanism from κ = 2 for ε up to 8 and δ from 1e-3 to 1e-12. Whether a row mechanism beats
     pi_opt, and which one, depends on the data (README, "Which mechanism releases the most"); the
     choice is made from (ε, δ, κ) alone. Measured (``bench/bench_utility.py``: synthetic Zipf
     users and the standard library's identifiers; ``bench/bench_auto.py``: identifiers of Python
@@ -177,27 +181,28 @@ def recommend(
         split = min((c.midpoint for c in base.candidates if c.strategy in _SPLIT), default=math.inf)
         joint = min((c.midpoint for c in base.candidates if c.strategy == "gaussian"), default=math.inf)
         if not joint <= ROW_MARGIN * split:
-            reason = (f"On raw rows too: {base.reason[0].lower()}{base.reason[1:-1]}. The row mechanisms (DP-SIPS, "
-                      "weighted Gaussian) are chosen where Gaussian thresholding's midpoint is at most "
+            reason = (f"On raw rows too: {base.reason[0].lower()}{base.reason[1:-1]}. The row mechanisms (cumulative "
+                      "DP-SIPS, weighted Gaussian) are chosen where Gaussian thresholding's midpoint is at most "
                       f"{100 * (ROW_MARGIN - 1):.0f} % above the best budget split's (here {joint:.2f} against "
                       f"{split:.2f}); beyond that their later rounds cannot make up for their noise.")
             return Recommendation(base.strategy, base.options, base.label, base.candidates, reason)
         try:
-            sips = cast("DPSIPS", make_strategy("dp_sips", epsilon=epsilon, delta=delta,
-                                                max_partitions_contributed=max_partitions_contributed,
-                                                rounds=ROW_ROUNDS, ratio=ROW_RATIO))
+            sips = cast("CumulativeSIPS", make_strategy(ROW_STRATEGY, epsilon=epsilon, delta=delta,
+                                                        max_partitions_contributed=max_partitions_contributed,
+                                                        rounds=ROW_ROUNDS, ratio=ROW_RATIO))
         except ValueError:
             return base
-        assert isinstance(sips, DPSIPS)
+        assert isinstance(sips, CumulativeSIPS)
         last = list(sips.thresholds.values())[-1]
-        reason = (f"On raw rows, DP-SIPS ({sips.rounds} rounds, ratio {sips.ratio:g}; last-round threshold "
-                  f"{last:.4g} on the weighted count): Gaussian thresholding's midpoint ({joint:.2f}) is at most "
-                  f"{100 * (ROW_MARGIN - 1):.0f} % above the best budget split's ({split:.2f}), where the weighted "
-                  "mechanisms release more (a user with fewer keys gives each more weight, and later rounds give "
-                  "the weight of released keys to the others). On counts alone, "
-                  f"{base.label} would be the choice: {base.reason[0].lower()}{base.reason[1:]}")
-        return Recommendation("dp_sips", {"rounds": sips.rounds, "ratio": sips.ratio}, "dp_sips", base.candidates,
-                              reason)
+        reason = (f"On raw rows, cumulative DP-SIPS ({sips.rounds} rounds, ratio {sips.ratio:g}; last-round "
+                  f"threshold {last:.4g} on the accumulated weighted count): Gaussian thresholding's midpoint "
+                  f"({joint:.2f}) is at most {100 * (ROW_MARGIN - 1):.0f} % above the best budget split's "
+                  f"({split:.2f}), where the weighted mechanisms release more (a user with fewer keys gives each "
+                  "more weight, later rounds give the weight of released keys to the others, and the last round "
+                  f"decides with the whole budget's noise). On counts alone, {base.label} would be the choice: "
+                  f"{base.reason[0].lower()}{base.reason[1:]}")
+        return Recommendation(ROW_STRATEGY, {"rounds": sips.rounds, "ratio": sips.ratio}, ROW_STRATEGY,
+                              base.candidates, reason)
 
     built: list[Candidate] = []
     for label, name, options in _COUNT_CANDIDATES:
