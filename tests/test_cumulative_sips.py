@@ -274,3 +274,45 @@ def test_select_partitions_and_the_cli_run_it(tmp_path):
                  "--delta", "1e-5", "--strategy", "cumulative_sips", "--option", "rounds=3", "-o", str(target),
                  "-q"]) == 0
     assert [line.strip('"') for line in target.read_text().splitlines()] == ["item", "x", "y"]
+
+
+# ------------------------------------------------------------------ the kernels
+
+def test_the_prefix_kernel_matches_a_model_on_random_sets():
+    generator = np.random.default_rng(11)  # input data only
+    sizes = generator.integers(0, 9, 400)
+    ends = np.cumsum(sizes).astype(np.uintp)
+    grouped = np.concatenate([generator.permutation(50)[:s] for s in sizes]).astype(np.uint32)
+    released = generator.random(50) < 0.3
+    weights = np.arange(4, dtype=np.int64) * 1000 + 7
+    histogram = np.zeros(50, dtype=np.int64)
+    _weighted.weighted_prefix(ends, grouped, released, 3, weights, histogram)
+    expected = np.zeros(50, dtype=np.int64)
+    start = 0
+    for end in ends:
+        kept = [int(x) for x in grouped[start:int(end)] if not released[x]][:3]
+        for x in kept:
+            expected[x] += weights[len(kept)]
+        start = int(end)
+    np.testing.assert_array_equal(histogram, expected)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: _weighted.weighted_prefix(np.array([2, 1], np.uintp), np.zeros(2, np.uint32), None, 1,
+                                       np.zeros(2, np.int64), np.zeros(3, np.int64)), "ends must be non-decreasing"),
+    (lambda: _weighted.weighted_prefix(np.array([2], np.uintp), np.array([0, 5], np.uint32), None, 1,
+                                       np.zeros(2, np.int64), np.zeros(3, np.int64)), "not a partition code"),
+    (lambda: _weighted.weighted_prefix(np.array([2], np.uintp), np.zeros(2, np.uint32), None, 2,
+                                       np.zeros(2, np.int64), np.zeros(3, np.int64)), "kappa \\+ 1 = 3 entries"),
+    (lambda: _weighted.weighted_prefix(np.array([2], np.uintp), np.zeros(2, np.uint32), np.zeros(2, bool), 1,
+                                       np.zeros(2, np.int64), np.zeros(3, np.int64)), "excluded must have one entry"),
+    (lambda: _weighted.weighted_prefix(np.array([3], np.uintp), np.zeros(2, np.uint32), None, 1,
+                                       np.zeros(2, np.int64), np.zeros(3, np.int64)), "ends and grouped disagree"),
+    (lambda: _weighted.weighted_prefix(np.array([1], np.uintp), np.zeros(1, np.uint32), None, 1,
+                                       np.array([0, 2**63 - 1], np.int64), np.ones(3, np.int64)), "overflowed"),
+    (lambda: _weighted.shuffle_sets(np.array([2, 1], np.uintp), np.zeros(2, np.uint32)), "non-decreasing"),
+    (lambda: _weighted.shuffle_sets(np.array([3], np.uintp), np.zeros(2, np.uint32)), "disagree"),
+])
+def test_the_kernels_refuse_bad_arguments_before_writing(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

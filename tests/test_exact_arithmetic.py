@@ -201,7 +201,7 @@ _BOUND_NAME = ("exp_lower", "exp_upper", "exp_neg", "exp_bounds", "exp_fixed", "
 # math.isqrt outside core.exact, each for an integer the kernel is handed, not a bound:
 _ISQRT_ALLOWED = {
     "representable_sigma2": "the discrete Gaussian's parameter ⌊σ⌋ + 1, as the kernel computes it",
-    "_weights": "the weighted mechanisms' integer weights ⌊2^32/√m⌋, one per m up to κ",
+    "set_weights": "the weighted mechanisms' integer weights ⌊2^32/√m⌋, one per m up to κ",
 }
 
 

@@ -33,7 +33,7 @@ import pytest
 
 import dpselect
 from dpselect import _bound, _count, _kernel, _noise, _rng, _weighted
-from dpselect.mechanisms.weighted import UserSets, _weights
+from dpselect.mechanisms.weighted import UserSets, set_weights
 
 DEADLINE_S = 120.0  # a deadlock guard only: every wait below normally ends within a second
 TRIES = 4  # a release is proven by one try; more only cover a main thread not scheduled in time
@@ -109,8 +109,19 @@ def _first_negative() -> Callable[[], object]:
 
 def _weighted_round() -> Callable[[], object]:
     sets = UserSets.from_codes(*_rows(4_000_000), 5_000)
-    weights, histogram = _weights(8, "l2"), np.zeros(5_000, np.int64)
+    weights, histogram = set_weights(8, "l2"), np.zeros(5_000, np.int64)
     return lambda: _weighted.weighted_round(sets.ends, sets.partitions, None, 8, weights, histogram)
+
+
+def _weighted_prefix() -> Callable[[], object]:
+    sets = UserSets.from_codes(*_rows(4_000_000), 5_000)
+    weights, histogram = set_weights(8, "l2"), np.zeros(5_000, np.int64)
+    return lambda: _weighted.weighted_prefix(sets.ends, sets.partitions, None, 8, weights, histogram)
+
+
+def _shuffle_sets() -> Callable[[], object]:
+    sets = UserSets.from_codes(*_rows(4_000_000), 5_000)
+    return lambda: _weighted.shuffle_sets(sets.ends, sets.partitions)
 
 
 def _normal_upper_tail() -> Callable[[], object]:
@@ -304,6 +315,8 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_kernel.first_negative": _first_negative,
     # the weighted kernel
     "_weighted.weighted_round": _weighted_round,
+    "_weighted.weighted_prefix": _weighted_prefix,
+    "_weighted.shuffle_sets": _shuffle_sets,
     "_weighted.normal_upper_tail": _normal_upper_tail,
     # the row kernels: bounding, pair counting and grouping, key encoding
     "_bound.bound_rows": _bound_rows,
