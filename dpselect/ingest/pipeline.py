@@ -189,10 +189,10 @@ def select_partitions(
     max_partitions_contributed : κ, the most partitions a user may influence (default 1).
     strategy : "release" (default; "public" with ``public_partitions``), "pi_opt", "laplace",
         "gaussian", "auto" (:func:`dpselect.recommend`'s choice with ``rows=True``, from ε, δ
-        and κ alone, never the data: pi_opt or "release" at κ = 1, DP-SIPS from κ = 2 where
+        and κ alone, never the data: pi_opt or "release" at κ = 1, cumulative DP-SIPS from κ = 2 where
         Gaussian thresholding's midpoint is within 1.5 times pi_opt's, a count release with
         ``counts=True``), "public", "mixed"; the row
-        mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "policy_gaussian",
+        mechanisms "weighted_gaussian", "weighted_laplace", "dp_sips", "cumulative_sips", "policy_gaussian",
         "policy_laplace" (each user's set is weighted: docs/privacy/weighted.md); or a
         ``SelectionStrategy`` object (``dpselect.make_strategy(...)``).
     public_partitions : keys known without looking at the data (a table or frame with the
