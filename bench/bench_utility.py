@@ -49,6 +49,9 @@ between mechanisms are within the noise of one run.
     python bench/bench_utility.py --quick         # 100,000 users, κ ∈ {1, 4}
     python bench/bench_utility.py --users 100000 --repeat 5 --no-policy --kappas 1,2,4,16,100
                                                   # auto against every parallel mechanism, in minutes
+    python bench/bench_utility.py --skip synthetic,stdlib --real python,man --no-policy --repeat 3
+                                                  # the real corpora of bench/bench_auto.py (many keys per
+                                                  # user, Zipfian frequencies), every mechanism
 
 The last column, "auto loss", is how many fewer partitions ``auto`` released than the best
 parallel mechanism, in percent of the best (0 where auto is the best or ties it).
@@ -256,6 +259,10 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None,
                         help="folder to keep the tokenized stdlib corpus in, as Parquet (default: not kept)")
     parser.add_argument("--kappas", default=None, help="comma-separated κ (default 1,2,4,8,16,100; --quick 1,4)")
+    parser.add_argument("--real", default="",
+                        help="comma-separated corpora of bench/bench_auto.py to run as well (python: identifiers of "
+                             "the interpreter's files with site-packages; man: words of the manual pages; dpkg), "
+                             "each --repeat times; built once and kept in --cache (default $TMPDIR)")
     parser.add_argument("--no-policy", action="store_true",
                         help="leave out the sequential policy mechanisms (reference implementations, slow)")
     args = parser.parse_args()
@@ -324,6 +331,17 @@ def main() -> None:
                  f"{'/'.join(sorted(skip_dirs))} dirs; {info['skipped']} files failed to tokenize): "
                  f"{describe(table)}; user = file, item = distinct non-keyword NAME token")
         out += report(title, res, kappas, {}, args.repeat, mechanisms=mechanisms)
+
+    for name in filter(None, args.real.split(",")):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_auto import load  # one loader per corpus, shared with bench_auto.py
+
+        table, description = load(name, args.cache or Path(os.environ.get("TMPDIR", "/tmp")))
+        table = table.rename_columns(["user", "item"])
+        print(f"{name} corpus: {describe(table)}", file=sys.stderr)
+        res = run_grid(table, kappas, mechanisms, args.repeat, name)
+        out += report(f"({name}) {description}: {describe(table)}", res, kappas, {}, args.repeat,
+                      mechanisms=mechanisms)
 
     out.append("Caveat: each cell is one random draw (secure CSPRNG; the stdlib cells are means). A count is "
                "a sum of independent keep decisions: its noise is at most ±√(released) per standard deviation, "
