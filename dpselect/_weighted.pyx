@@ -21,6 +21,41 @@ cdef extern from "weighted.h" nogil:
     void dps_normal_upper_tail(const double *z, double *out, size_t n)
 
 
+cdef int _check_runs(const size_t[::1] e, Py_ssize_t n_grouped) except -1:
+    """Each user's run is grouped[ends[u - 1]:ends[u]]: the ends must not decrease (a decrease
+    would make a run's length wrap around in C) and the last must be the end of grouped."""
+    cdef Py_ssize_t n_users = e.shape[0]
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(1, n_users):
+            if e[i] < e[i - 1]:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
+    if n_users and e[n_users - 1] != <size_t>n_grouped:
+        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {n_grouped}")
+    if not n_users and n_grouped:
+        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {n_grouped}")
+    return 0
+
+
+cdef int _check_codes(const uint32_t[::1] g, size_t n_partitions) except -1:
+    """Every code below n_partitions (the histogram's length)."""
+    cdef Py_ssize_t i
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(g.shape[0]):
+            if g[i] >= n_partitions:
+                bad = i
+                break
+    if bad >= 0:
+        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
+                         f"range (histogram has {n_partitions} partitions)")
+    return 0
+
+
 def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_state=None):
     """Add each user's weighted bounded set to ``histogram`` (see csrc/weighted.h). ``excluded``:
     None, or a uint8/bool array over partitions (1: already released, not drawn again)."""
@@ -42,35 +77,14 @@ def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_stat
     cdef uint64_t k = check_int("kappa", kappa, 1, U64_MAX)
     cdef Py_ssize_t n_users = e.shape[0]
     cdef size_t n_partitions = <size_t>h.shape[0]
-    cdef Py_ssize_t i
     # kappa + 1 is compared in Python: in uint64 it wraps to 0 for kappa = 2**64 - 1, and an empty
     # weights array then passed, to be read far past its end.
     if w.shape[0] != kappa + 1:
         raise ValueError(f"weights must have kappa + 1 = {kappa + 1} entries, got {w.shape[0]}")
-    # Each user's run is grouped[ends[u - 1]:ends[u]]: the ends must not decrease (a decrease
-    # would make a run's length wrap around in C) and the last must be the end of grouped.
-    cdef Py_ssize_t bad = -1
-    with nogil:
-        for i in range(1, n_users):
-            if e[i] < e[i - 1]:
-                bad = i
-                break
-    if bad >= 0:
-        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
-    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
-    if not n_users and g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
+    _check_runs(e, g.shape[0])
     # Every code is checked before anything is added, so a refused call leaves histogram as it was
     # (the kernel checks again as it goes; only an overflow can stop it half-way).
-    with nogil:
-        for i in range(g.shape[0]):
-            if g[i] >= n_partitions:
-                bad = i
-                break
-    if bad >= 0:
-        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
-                         f"range (histogram has {n_partitions} partitions)")
+    _check_codes(g, n_partitions)
     cdef const uint8_t[::1] skip
     cdef const uint8_t *skip_ptr = NULL
     if excluded_arr is not None:
@@ -109,29 +123,10 @@ def weighted_prefix(ends, grouped, excluded, kappa, weights, histogram):
     cdef uint64_t k = check_int("kappa", kappa, 1, U64_MAX)
     cdef Py_ssize_t n_users = e.shape[0]
     cdef size_t n_partitions = <size_t>h.shape[0]
-    cdef Py_ssize_t i
-    cdef Py_ssize_t bad = -1
     if w.shape[0] != kappa + 1:
         raise ValueError(f"weights must have kappa + 1 = {kappa + 1} entries, got {w.shape[0]}")
-    with nogil:
-        for i in range(1, n_users):
-            if e[i] < e[i - 1]:
-                bad = i
-                break
-    if bad >= 0:
-        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
-    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
-    if not n_users and g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
-    with nogil:
-        for i in range(g.shape[0]):
-            if g[i] >= n_partitions:
-                bad = i
-                break
-    if bad >= 0:
-        raise ValueError(f"grouped[{bad}] = {g[bad]} is not a partition code: a partition code is out of "
-                         f"range (histogram has {n_partitions} partitions)")
+    _check_runs(e, g.shape[0])
+    _check_codes(g, n_partitions)
     cdef const uint8_t[::1] skip
     cdef const uint8_t *skip_ptr = NULL
     if excluded_arr is not None:
@@ -157,19 +152,7 @@ def shuffle_sets(ends, grouped, test_state=None):
     cdef const size_t[::1] e = ends_arr
     cdef uint32_t[::1] g = grouped_arr
     cdef Py_ssize_t n_users = e.shape[0]
-    cdef Py_ssize_t i
-    cdef Py_ssize_t bad = -1
-    with nogil:
-        for i in range(1, n_users):
-            if e[i] < e[i - 1]:
-                bad = i
-                break
-    if bad >= 0:
-        raise ValueError(f"ends must be non-decreasing, got ends[{bad - 1}] = {e[bad - 1]} > ends[{bad}] = {e[bad]}")
-    if n_users and e[n_users - 1] != <size_t>g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: ends[-1] = {e[n_users - 1]}, len(grouped) = {g.shape[0]}")
-    if not n_users and g.shape[0]:
-        raise ValueError(f"ends and grouped disagree: no users, len(grouped) = {g.shape[0]}")
+    _check_runs(e, g.shape[0])
     cdef int rc
     cdef dps_rng *s = begin_batch(test_state)
     with nogil:

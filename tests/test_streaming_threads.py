@@ -18,7 +18,7 @@ import pytest
 
 import dpselect
 from dpselect import _count, _threads
-from dpselect.ingest import _counter
+from dpselect.ingest import _counter, radix
 from dpselect.rng import shard_test_state
 from dpselect.testing import InsecureDeterministicRNG
 
@@ -127,6 +127,7 @@ def test_the_streaming_path_bounds_64_shards_each_with_its_own_stream_on_every_t
         return run_pieces(work, pieces, parallel)
 
     monkeypatch.setattr(_counter, "run_pieces", spy, raising=False)
+    monkeypatch.setattr(radix, "run_pieces", spy)  # the bounding of shard groups (radix.bound_shard_groups)
     table = pa.Table.from_pandas(_frame(n=30_000), preserve_index=False)
     counter = _counter.RowCounter("user", ["ikey"])
     rng = InsecureDeterministicRNG(seed=3)

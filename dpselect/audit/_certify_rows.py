@@ -79,16 +79,24 @@ def certify_weighted(target: Target) -> Result:
     return "rational bounds", checks, checked, not_checked, extra
 
 
+def _rounds_checks(target: Target) -> list[Check]:
+    """What DP-SIPS and cumulative DP-SIPS share: the claim within the request, the L2 weights, and
+    the rounds' σ_j composing to one Gaussian of parameter σ."""
+    s = target.strategy
+    p = s.params
+    share = sum((s.sigma * s.sigma / (sj * sj) for sj in s.sigmas), Fraction(0))
+    return [Check("claimed delta within the request", target.claimed_delta <= p.delta_exact,
+                  f"claimed {float(target.claimed_delta):.6g} <= requested {float(p.delta_exact):.6g}"),
+            _weight_checks(s.weights, p.max_partitions_contributed, "l2"),
+            Check("rounds compose to one Gaussian of parameter sigma", share <= 1,
+                  f"sum_j sigma^2 / sigma_j^2 = {float(share):.12g} <= 1 ({s.rounds} rounds)")]
+
+
 def certify_dp_sips(target: Target) -> Result:
     s = target.strategy
     p = s.params
     kappa = p.max_partitions_contributed
-    checks = [Check("claimed delta within the request", target.claimed_delta <= p.delta_exact,
-                    f"claimed {float(target.claimed_delta):.6g} <= requested {float(p.delta_exact):.6g}"),
-              _weight_checks(s.weights, kappa, "l2")]
-    share = sum((s.sigma * s.sigma / (sj * sj) for sj in s.sigmas), Fraction(0))
-    checks.append(Check("rounds compose to one Gaussian of parameter sigma", share <= 1,
-                        f"sum_j sigma^2 / sigma_j^2 = {float(share):.12g} <= 1 ({s.rounds} rounds)"))
+    checks = _rounds_checks(target)
     agm = agm_delta_upper(s.sigma, p.epsilon_exact, 1)
     thresholds = sum((_gaussian_threshold_delta(r, sj, s.weights, kappa) for sj, r in zip(s.sigmas, s.rhos)),
                      Fraction(0))
@@ -115,12 +123,7 @@ def certify_cumulative_sips(target: Target) -> Result:
     s = target.strategy
     p = s.params
     kappa = p.max_partitions_contributed
-    checks = [Check("claimed delta within the request", target.claimed_delta <= p.delta_exact,
-                    f"claimed {float(target.claimed_delta):.6g} <= requested {float(p.delta_exact):.6g}"),
-              _weight_checks(s.weights, kappa, "l2")]
-    share = sum((s.sigma * s.sigma / (sj * sj) for sj in s.sigmas), Fraction(0))
-    checks.append(Check("rounds compose to one Gaussian of parameter sigma", share <= 1,
-                        f"sum_j sigma^2 / sigma_j^2 = {float(share):.12g} <= 1 ({s.rounds} rounds)"))
+    checks = _rounds_checks(target)
     half_cell = Fraction(1, 1 << (CELL_BITS + 1))
     thresholds = Fraction(0)
     for j, rho in enumerate(s.rhos):

@@ -433,27 +433,10 @@ class RowCounter:
         additions instead (the rule of :func:`dpselect.ingest.radix.bound`). Either way the
         counts do not depend on the number of threads."""
         counters = self._pair_counters()
-        groups = _shard_groups(current())
-        threads = len(groups)
-        shared = threads > 1 and (threads - 1) * 8 * n_partitions > 4 * max(self.n_pairs, 1)
-        common = np.zeros(n_partitions, dtype=np.int64) if shared else None
+        def finish(s: int, out: npt.NDArray[np.int64], shared: bool) -> None:
+            counters[s].finish(n_partitions, kappa, cap, shard_test_state(test_state, s), out=out, shared=shared)
 
-        def run(which: range) -> npt.NDArray[np.int64]:
-            counts = common if common is not None else np.zeros(n_partitions, dtype=np.int64)
-            for s in which:
-                counters[s].finish(n_partitions, kappa, cap, shard_test_state(test_state, s), out=counts,
-                                   shared=shared)
-            return counts
-
-        results = run_pieces(run, [(g,) for g in groups], threads > 1)
-        if common is not None:
-            return common
-        counts = results[0]
-        for other in results[1:]:
-            counts += other
-        if cap is not None:
-            np.minimum(counts, cap, out=counts)
-        return counts
+        return radix.bound_shard_groups(_shard_groups(current()), n_partitions, self.n_pairs, cap, finish)
 
     def _partition_counts(self, counts: npt.NDArray[np.int64]) -> PartitionCounts:
         """The partitions whose count is at least 1, with their keys."""

@@ -30,7 +30,7 @@ value, so with the deterministic test generator the results depend only on the d
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -273,14 +273,28 @@ def bound(radix: _count.RadixPairs, n_partitions: int, kappa: int, cap: int | No
     shards = shard_count(radix.n_buckets)
     threads = min(current(), shards)
     groups = _split(shards, threads)
-    shared = threads > 1 and (threads - 1) * 8 * n_partitions > 4 * max(radix.n_pairs, 1)
+    def finish(s: int, out: npt.NDArray[np.int64], shared: bool) -> None:
+        radix.finish(s, shards, n_partitions, kappa, cap, shard_test_state(test_state, s), out=out, shared=shared)
+
+    return bound_shard_groups(groups, n_partitions, radix.n_pairs, cap, finish)
+
+
+def bound_shard_groups(groups: Sequence[Sequence[int]], n_partitions: int, n_pairs: int, cap: int | None,
+                       finish: Callable[[int, npt.NDArray[np.int64], bool], None]) -> npt.NDArray[np.int64]:
+    """Counts per partition from bounding every shard (``finish(s, out, shared)`` adds shard s's
+    bounded counts into ``out``), one thread per group of shards. Each thread adds into counts of
+    its own, summed at the end and capped again (min(c, Σ min(c, a_t)) = min(c, Σ a_t)); where
+    those arrays would exceed 4 bytes per distinct pair (many partitions), the threads add into
+    one array with atomic saturating additions instead. Either way the counts do not depend on
+    the number of groups."""
+    threads = len(groups)
+    shared = threads > 1 and (threads - 1) * 8 * n_partitions > 4 * max(n_pairs, 1)
     common = np.zeros(n_partitions, dtype=np.int64) if shared else None
 
-    def run(which: list[int]) -> npt.NDArray[np.int64]:
+    def run(which: Sequence[int]) -> npt.NDArray[np.int64]:
         counts = common if common is not None else np.zeros(n_partitions, dtype=np.int64)
         for s in which:
-            radix.finish(s, shards, n_partitions, kappa, cap, shard_test_state(test_state, s), out=counts,
-                         shared=shared)
+            finish(s, counts, shared)
         return counts
 
     results = run_pieces(run, [(g,) for g in groups], threads > 1)
