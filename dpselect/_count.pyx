@@ -87,6 +87,18 @@ cdef int _check(int rc) except -1:
     return check_status(rc)
 
 
+
+def _counts_out(out, n_parts):
+    """The array a finish adds its counts into: a fresh zeroed one, or ``out`` checked to hold
+    n_parts int64 counts (a 1-entry scratch array when there are no partitions, so the kernel
+    always gets a valid pointer)."""
+    if out is None:
+        return np.zeros(max(n_parts, 1), dtype=np.int64)
+    counts = check_array("out", out, [np.int64], writable=True)
+    if counts.shape[0] != n_parts:
+        raise ValueError(f"out must hold n_partitions ({n_parts}) counts, got {counts.shape[0]}")
+    return np.zeros(1, dtype=np.int64) if n_parts == 0 else counts
+
 cdef class PairCounter:
     """Distinct (user, partition) code pairs, fed in batches; ``finish`` bounds each user to κ
     partitions chosen uniformly with the package CSPRNG and counts users per partition."""
@@ -235,14 +247,7 @@ cdef class PairCounter:
         cdef uint64_t k = <uint64_t>kappa
         cdef uint64_t c = 0 if cap is None else <uint64_t>cap
         cdef bint add = out is not None
-        if out is None:
-            counts = np.zeros(max(n_parts, 1), dtype=np.int64)
-        else:
-            counts = check_array("out", out, [np.int64], writable=True)
-            if counts.shape[0] != n_parts:
-                raise ValueError(f"out must hold n_partitions ({n_parts}) counts, got {counts.shape[0]}")
-            if n_parts == 0:
-                counts = np.zeros(1, dtype=np.int64)
+        counts = _counts_out(out, n_parts)
         cdef int64_t[::1] view = counts
         cdef int c_shared = 1 if shared else 0
         cdef int rc
@@ -1204,14 +1209,7 @@ cdef class RadixPairs:
         cdef uint64_t c = 0 if cap is None else <uint64_t>cap
         cdef size_t first_user = 0, last_user = 0
         dps_radix_shard_users(&self.r, c_shard, c_shards, &first_user, &last_user)
-        if out is None:
-            counts = np.zeros(max(n_parts, 1), dtype=np.int64)
-        else:
-            counts = check_array("out", out, [np.int64], writable=True)
-            if counts.shape[0] != n_parts:
-                raise ValueError(f"out must hold n_partitions ({n_parts}) counts, got {counts.shape[0]}")
-            if n_parts == 0:
-                counts = np.zeros(1, dtype=np.int64)
+        counts = _counts_out(out, n_parts)
         cdef int64_t[::1] view = counts
         cdef int c_shared = 1 if shared else 0
         cdef int rc
