@@ -72,7 +72,7 @@ def _check_rounds(rounds: object) -> int:
 
 
 def _check_ratio(ratio: object) -> Fraction:
-    """ratio = p/q in (0, 1] with q <= 64, exactly (0.5, 0.3, 0.7, 1/3 within 1e-12)."""
+    """ratio = p/q in (0, 1] with q <= 64, exactly (0.5, 0.3, 0.7; 1/3 within 1e-12 as a float)."""
     if isinstance(ratio, bool) or not isinstance(ratio, Real):
         raise TypeError(f"ratio must be a real number in (0, 1], got {type(ratio).__name__}")
     value = float(ratio)
@@ -82,7 +82,7 @@ def _check_ratio(ratio: object) -> Fraction:
     exact = Fraction(value).limit_denominator(_MAX_RATIO_DENOMINATOR)
     if abs(float(exact) - value) > 1e-12 * value:
         raise ValueError(f"ratio must be a fraction with a denominator of at most {_MAX_RATIO_DENOMINATOR} "
-                         f"(such as 0.5, 0.3 or 1/3): the rounds' statistics are combined with exact integer "
+                         f"(such as 0.5, 0.3 or 0.25): the rounds' statistics are combined with exact integer "
                          f"weights; got {ratio!r}")
     return exact
 
