@@ -21,6 +21,19 @@ cdef extern from "weighted.h" nogil:
     void dps_normal_upper_tail(const double *z, double *out, size_t n)
 
 
+def _excluded(excluded):
+    """None, or the mask of released partitions as a private uint8 copy (bool accepted)."""
+    if excluded is None:
+        return None
+    return check_array("excluded", excluded, [np.uint8, np.bool_], copy=True).view(np.uint8)
+
+
+cdef int _check_length(Py_ssize_t n_excluded, size_t n_partitions) except -1:
+    if <size_t>n_excluded != n_partitions:
+        raise ValueError(f"excluded must have one entry per partition ({n_partitions}), got {n_excluded}")
+    return 0
+
+
 cdef int _check_runs(const size_t[::1] e, Py_ssize_t n_grouped) except -1:
     """Each user's run is grouped[ends[u - 1]:ends[u]]: the ends must not decrease (a decrease
     would make a run's length wrap around in C) and the last must be the end of grouped."""
@@ -63,9 +76,7 @@ def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_stat
     grouped_arr = check_array("grouped", grouped, [np.uint32], writable=True)
     weights_arr = check_array("weights", weights, [np.int64], copy=True)
     histogram_arr = check_array("histogram", histogram, [np.int64], writable=True)
-    excluded_arr = None
-    if excluded is not None:
-        excluded_arr = check_array("excluded", excluded, [np.uint8, np.bool_], copy=True).view(np.uint8)
+    excluded_arr = _excluded(excluded)
     # grouped (reordered in place) and histogram are written while the others are read: an
     # overlap could turn checked ends or codes into out-of-range ones half-way.
     check_disjoint({"grouped": grouped_arr, "histogram": histogram_arr},
@@ -89,8 +100,7 @@ def weighted_round(ends, grouped, excluded, kappa, weights, histogram, test_stat
     cdef const uint8_t *skip_ptr = NULL
     if excluded_arr is not None:
         skip = excluded_arr
-        if <size_t>skip.shape[0] != n_partitions:
-            raise ValueError(f"excluded must have one entry per partition ({n_partitions}), got {skip.shape[0]}")
+        _check_length(skip.shape[0], n_partitions)
         if n_partitions:
             skip_ptr = &skip[0]
     cdef int rc
@@ -113,9 +123,7 @@ def weighted_prefix(ends, grouped, excluded, kappa, weights, histogram):
     grouped_arr = check_array("grouped", grouped, [np.uint32], copy=True)
     weights_arr = check_array("weights", weights, [np.int64], copy=True)
     histogram_arr = check_array("histogram", histogram, [np.int64], writable=True)
-    excluded_arr = None
-    if excluded is not None:
-        excluded_arr = check_array("excluded", excluded, [np.uint8, np.bool_], copy=True).view(np.uint8)
+    excluded_arr = _excluded(excluded)
     cdef const size_t[::1] e = ends_arr
     cdef const uint32_t[::1] g = grouped_arr
     cdef const int64_t[::1] w = weights_arr
@@ -131,8 +139,7 @@ def weighted_prefix(ends, grouped, excluded, kappa, weights, histogram):
     cdef const uint8_t *skip_ptr = NULL
     if excluded_arr is not None:
         skip = excluded_arr
-        if <size_t>skip.shape[0] != n_partitions:
-            raise ValueError(f"excluded must have one entry per partition ({n_partitions}), got {skip.shape[0]}")
+        _check_length(skip.shape[0], n_partitions)
         if n_partitions:
             skip_ptr = &skip[0]
     cdef int rc

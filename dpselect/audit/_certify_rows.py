@@ -32,13 +32,12 @@ def _weight_checks(weights: Any, kappa: int, norm: str) -> Check:
     return Check("weights", ok, f"{what} for m = 1..{kappa}, in units of 2^-32")
 
 
-def _gaussian_threshold_delta(rho_units: int, sigma: Fraction, weights: Any, kappa: int) -> Fraction:
+def _gaussian_threshold_delta(rho: Fraction, sigma: Fraction, weights: Any, kappa: int) -> Fraction:
     """max over m of the composed probability that any of a new user's m partitions (weight w_m
-    each, absent from the neighbour) passes ρ."""
+    each, absent from the neighbour) passes ρ, with noise of spread σ."""
     worst = Fraction(0)
     for m in range(1, kappa + 1):
-        gap = Fraction(rho_units - int(weights[m]), _WEIGHT_ONE)
-        tail = normal_tail_upper(gap / sigma)
+        tail = normal_tail_upper((rho - Fraction(int(weights[m]), _WEIGHT_ONE)) / sigma)
         worst = max(worst, composed_delta(tail, m)[0])
     return worst
 
@@ -52,7 +51,7 @@ def certify_weighted(target: Target) -> Result:
     if isinstance(s, WeightedGaussian):
         checks.append(_weight_checks(s.weights, kappa, "l2"))
         agm = agm_delta_upper(s.sigma, p.epsilon_exact, 1)
-        thresholds = _gaussian_threshold_delta(s.rho_units, s.sigma, s.weights, kappa)
+        thresholds = _gaussian_threshold_delta(Fraction(s.rho_units, _WEIGHT_ONE), s.sigma, s.weights, kappa)
         verified = agm + thresholds
         checks.append(Check("delta = delta_AGM(sigma) + new partitions passing rho", verified <= target.claimed_delta,
                             f"{float(agm):.6g} + {float(thresholds):.6g} = {float(verified):.6g} <= claimed "
@@ -98,7 +97,8 @@ def certify_dp_sips(target: Target) -> Result:
     kappa = p.max_partitions_contributed
     checks = _rounds_checks(target)
     agm = agm_delta_upper(s.sigma, p.epsilon_exact, 1)
-    thresholds = sum((_gaussian_threshold_delta(r, sj, s.weights, kappa) for sj, r in zip(s.sigmas, s.rhos)),
+    thresholds = sum((_gaussian_threshold_delta(Fraction(r, _WEIGHT_ONE), sj, s.weights, kappa)
+                      for sj, r in zip(s.sigmas, s.rhos)),
                      Fraction(0))
     verified = agm + thresholds
     checks.append(Check("delta = delta_AGM(sigma) + every round's new partitions passing its threshold",
@@ -131,11 +131,8 @@ def certify_cumulative_sips(target: Target) -> Result:
         variance = sum((Fraction(a, mass) ** 2 * sj * sj for a, sj in zip(s.combination, s.sigmas[:j + 1])),
                        Fraction(0))
         spread = sqrt_bounds(variance, 64)[1]
-        worst = Fraction(0)
-        for m in range(1, kappa + 1):
-            tail = normal_tail_upper((rho - half_cell - Fraction(int(s.weights[m]), _WEIGHT_ONE)) / spread)
-            worst = max(worst, composed_delta(tail, m)[0])
-        thresholds += worst
+        # the rounding may add half a cell to C_j: the keys pass ρ_j − g/2 at spread s_j
+        thresholds += _gaussian_threshold_delta(rho - half_cell, spread, s.weights, kappa)
         if s.cut_offs[j] != math.floor(mass * rho * (1 << CELL_BITS)):
             checks.append(Check(f"round {j + 1} cut-off", False, "the integer cut-off is not floor(A_j rho_j 2^6)"))
     agm = agm_delta_upper(s.sigma, p.epsilon_exact, 1)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from numbers import Real
 from statistics import NormalDist
 
 import numpy as np
@@ -73,12 +72,7 @@ def _check_rounds(rounds: object) -> int:
 
 def _check_ratio(ratio: object) -> Fraction:
     """ratio = p/q in (0, 1] with q <= 64, exactly (0.5, 0.3, 0.7; 1/3 within 1e-12 as a float)."""
-    if isinstance(ratio, bool) or not isinstance(ratio, Real):
-        raise TypeError(f"ratio must be a real number in (0, 1], got {type(ratio).__name__}")
-    value = float(ratio)
-    if not 0 < value <= 1:
-        raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
-                         f"got {ratio!r}")
+    value = weighted.check_ratio(ratio)
     exact = Fraction(value).limit_denominator(_MAX_RATIO_DENOMINATOR)
     if abs(float(exact) - value) > 1e-12 * value:
         raise ValueError(f"ratio must be a fraction with a denominator of at most {_MAX_RATIO_DENOMINATOR} "

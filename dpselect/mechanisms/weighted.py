@@ -159,6 +159,17 @@ def check_noise_share(noise_share: object) -> float:
     return float(noise_share)
 
 
+def check_ratio(ratio: object) -> float:
+    """DP-SIPS's ``ratio``: a real number in (0, 1], each round's share of the budget relative to
+    the next."""
+    if isinstance(ratio, bool) or not isinstance(ratio, Real):
+        raise TypeError(f"ratio must be a real number in (0, 1], got {type(ratio).__name__}")
+    if not 0 < cast(float, ratio) <= 1:  # a Real compares as a float does (numbers.Real is untyped)
+        raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
+                         f"got {ratio!r}")
+    return float(cast(float, ratio))
+
+
 def check_row_params(params: PrivacyParams) -> None:
     """Everything about (ε, δ, κ, neighbours) a weighted mechanism needs, all of it before any
     calibration: every mistake is a ValueError at once."""
@@ -381,11 +392,7 @@ class DPSIPS(RowMechanismBase):
     def __init__(self, params: PrivacyParams, rounds: int = 3, ratio: float = 0.1, noise_share: float = 0.5) -> None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= 20:
             raise ValueError(f"rounds must be an int between 1 and 20, got {rounds!r}")
-        if isinstance(ratio, bool) or not isinstance(ratio, Real):
-            raise TypeError(f"ratio must be a real number in (0, 1], got {type(ratio).__name__}")
-        if not 0 < ratio <= 1:
-            raise ValueError(f"ratio must be in (0, 1] (each round's share of the budget relative to the next), "
-                             f"got {ratio!r}")
+        ratio = check_ratio(ratio)
         check_row_params(params)
         delta_noise, delta_threshold = split_delta(params, check_noise_share(noise_share))
         self.params = params
