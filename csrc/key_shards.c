@@ -10,8 +10,6 @@
 #include "keymap.h" /* DPS_KEYMAP_MAX_CODES, DPS_ERR_KEYMAP_FULL */
 
 #define SHARD_BITS 8 /* DPS_KEYSHARDS = 2^SHARD_BITS */
-#define BLOCK 16     /* rows whose slots are prefetched together in a shard's map */
-#define MIN_CAPACITY ((size_t)1 << 8) /* grows with the shard's distinct values */
 
 enum { STAGE_COUNT = 0, STAGE_SCATTER = 1, STAGE_RANK = 2 };
 
@@ -88,6 +86,12 @@ void dps_keyshards_free(dps_keyshards *ks) {
     dps_big_free(ks->rows);
     dps_big_free(ks->vals);
     for (size_t s = 0; s < DPS_KEYSHARDS; s++) free(ks->local_to_code[s]);
+    if (ks->store != NULL) {
+        /* past the layout, the encode may have put this batch's values in the maps: unless the
+         * batch was committed, their codes are lost and the store must refuse later batches */
+        if (ks->stage != STAGE_COUNT && !ks->committed) ks->store->broken = 1;
+        ks->store->busy = 0;
+    }
     memset(ks, 0, sizeof *ks);
     ks->null_row = SIZE_MAX;
     ks->null_code = DPS_KEYSHARDS_NO_CODE;
@@ -233,7 +237,12 @@ int dps_keyshards_layout(dps_keyshards *ks, uint32_t *codes) {
             }
     }
     for (size_t c = 0; c < ks->n_chunks && ks->null_row == SIZE_MAX; c++) ks->null_row = ks->first_null[c];
-    if (ks->null_row != SIZE_MAX) codes[ks->null_row] = 1; /* the null's first row, marked */
+    if (ks->null_row != SIZE_MAX) {
+        if (ks->store != NULL && ks->store->null_code != DPS_KEYSHARDS_NO_CODE)
+            ks->null_code = ks->store->null_code; /* an earlier batch's null: its code, no mark */
+        else
+            codes[ks->null_row] = 1; /* the null's first row, marked */
+    }
     size_t places = at ? at : 1;
     /* Huge pages where the system gives them (bigalloc.h): the scatter writes two streams per shard
      * at once, which with 4 KiB pages would miss the TLB on most rows. */
@@ -306,206 +315,44 @@ int dps_keyshards_scatter(dps_keyshards *ks, size_t c) {
     return DPS_OK;
 }
 
-/* A shard's map: value -> local code + 1 (0: empty), linear probing at <= 2/3 load. */
-typedef struct local_slot {
-    uint64_t key;
-    uint32_t code;
-} local_slot;
-
-typedef struct local_map {
-    local_slot *slots;
-    size_t capacity, size;
-    uint64_t seed;
-} local_map;
-
-static inline size_t home(const local_map *m, uint64_t value) {
-    return (size_t)dps_fmix64(value ^ m->seed) & (m->capacity - 1);
-}
-
-/* A shard map's capacity for `entries` at <= 2/3 load: `capacity` doubled as often as needed
- * (both maps grow a block of rows ahead by this rule). */
-static inline size_t capacity_for(size_t capacity, size_t entries) {
-    while (entries > capacity / 3 * 2) capacity *= 2;
-    return capacity;
-}
-
-static int grow(local_map *m, size_t capacity) {
-    local_slot *slots = (local_slot *)calloc(capacity, sizeof(local_slot));
-    if (slots == NULL) return DPS_ERR_NOMEM;
-    local_slot *old = m->slots;
-    size_t old_capacity = m->capacity;
-    m->slots = slots;
-    m->capacity = capacity;
-    for (size_t i = 0; i < old_capacity; i++) {
-        if (old[i].code == 0) continue;
-        size_t j = home(m, old[i].key);
-        while (slots[j].code != 0) j = (j + 1) & (capacity - 1);
-        slots[j] = old[i];
-    }
-    free(old);
-    return DPS_OK;
-}
-
-static inline int encode_places(dps_keyshards *ks, local_map *m, size_t lo, size_t hi, size_t width,
-                                uint32_t *restrict codes) {
-    uint64_t block[BLOCK];
-    const uint8_t *restrict vals = ks->vals;
-    uint32_t *restrict rows = ks->rows;
-    uint64_t seed = m->seed;
-    for (size_t first = lo; first < hi; first += BLOCK) {
-        size_t b = hi - first < BLOCK ? hi - first : BLOCK;
-        if (m->size + b > m->capacity / 3 * 2) {
-            int rc = grow(m, capacity_for(m->capacity, m->size + b));
-            if (rc != DPS_OK) return rc;
-        }
-        /* locals for the block (see count_rows) */
-        local_slot *restrict slots = m->slots;
-        size_t mask = m->capacity - 1, size = m->size;
-        for (size_t j = 0; j < b; j++) {
-            block[j] = dps_load_word(vals + (first + j) * width, width);
-            DPS_PREFETCH_W(slots + ((size_t)dps_fmix64(block[j] ^ seed) & mask));
-        }
-        for (size_t j = 0; j < b; j++) {
-            uint64_t value = block[j];
-            uint32_t local;
-            for (size_t i = (size_t)dps_fmix64(value ^ seed) & mask;; i = (i + 1) & mask) {
-                if (slots[i].code == 0) { /* new: the next local code, its first row marked */
-                    slots[i].key = value;
-                    slots[i].code = (uint32_t)++size; /* < 2^32 - 1: fewer rows than that */
-                    codes[rows[first + j]] = (uint32_t)size; /* local code + 1 */
-                    local = (uint32_t)size - 1;
-                    break;
-                }
-                if (slots[i].key == value) {
-                    local = slots[i].code - 1;
-                    break;
-                }
-            }
-            rows[first + j] = local; /* the row, replaced by its local code */
-        }
-        m->size = size;
-    }
-    return DPS_OK;
-}
-
-/* A shard's map of variable-length values: the value's hash, its local code + 1 (0: empty) and
- * where its first copy lies in the shard's region; linear probing at <= 2/3 load from the hash's
- * low bits (its top bits are the shard, the same for every value here). */
-typedef struct var_slot {
-    uint64_t hash;
-    uint64_t copy; /* from the arena's start */
-    uint32_t code;
-} var_slot;
-
-typedef struct var_map {
-    var_slot *slots;
-    size_t capacity, size;
-} var_map;
-
-static int grow_var(var_map *m, size_t capacity) {
-    if (capacity > SIZE_MAX / sizeof(var_slot)) return DPS_ERR_NOMEM;
-    var_slot *slots = (var_slot *)calloc(capacity, sizeof(var_slot));
-    if (slots == NULL) return DPS_ERR_NOMEM;
-    for (size_t i = 0; i < m->capacity; i++) {
-        if (m->slots[i].code == 0) continue;
-        size_t j = (size_t)m->slots[i].hash & (capacity - 1);
-        while (slots[j].code != 0) j = (j + 1) & (capacity - 1);
-        slots[j] = m->slots[i];
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->capacity = capacity;
-    return DPS_OK;
-}
-
-static inline uint32_t copy_length(const uint8_t *copy) {
-    uint32_t len;
-    memcpy(&len, copy, LENGTH_BYTES);
-    return len;
-}
-
-/* Phase 3 for variable-length values: the shard's copies read in order (its rows' order), each
- * hashed and found or added. Equal hashes are only a first test: two values are one only when
- * their lengths and bytes are equal. */
-static int encode_var(dps_keyshards *ks, var_map *m, size_t lo, size_t hi, size_t at, uint32_t *restrict codes) {
-    uint64_t hash[BLOCK];
-    size_t where[BLOCK];
-    const uint8_t *restrict arena = ks->vals;
-    uint32_t *restrict rows = ks->rows;
-    uint64_t seed = ks->seed;
-    for (size_t first = lo; first < hi; first += BLOCK) {
-        size_t b = hi - first < BLOCK ? hi - first : BLOCK;
-        if (m->size + b > m->capacity / 3 * 2) {
-            int rc = grow_var(m, capacity_for(m->capacity, m->size + b));
-            if (rc != DPS_OK) return rc;
-        }
-        var_slot *restrict slots = m->slots;
-        size_t mask = m->capacity - 1, size = m->size;
-        for (size_t j = 0; j < b; j++) {
-            uint32_t len = copy_length(arena + at);
-            where[j] = at;
-            hash[j] = dps_hash_bytes(arena + at + LENGTH_BYTES, len, seed);
-            DPS_PREFETCH_W(slots + ((size_t)hash[j] & mask));
-            at += LENGTH_BYTES + (size_t)len;
-        }
-        for (size_t j = 0; j < b; j++) {
-            uint64_t h = hash[j];
-            const uint8_t *copy = arena + where[j];
-            uint32_t local, row = rows[first + j], len = copy_length(copy);
-            for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-                if (slots[i].code == 0) { /* new: the next local code, its first row marked */
-                    slots[i].hash = h;
-                    slots[i].copy = where[j];
-                    slots[i].code = (uint32_t)++size;
-                    codes[row] = (uint32_t)size; /* local code + 1 */
-                    local = (uint32_t)size - 1;
-                    break;
-                }
-                if (slots[i].hash == h) {
-                    const uint8_t *seen = arena + slots[i].copy;
-                    if (copy_length(seen) == len &&
-                        (len == 0 || memcmp(seen + LENGTH_BYTES, copy + LENGTH_BYTES, len) == 0)) {
-                        local = slots[i].code - 1;
-                        break;
-                    }
-                }
-            }
-            rows[first + j] = local; /* the row, replaced by its local code */
-        }
-        m->size = size;
-    }
-    return DPS_OK;
+/* Shard s's local code -> code table and its length: the store's (codes continue across
+ * batches), or the batch's own. */
+static inline uint32_t *to_code_of(const dps_keyshards *ks, size_t s) {
+    return ks->store != NULL ? ks->store->to_code[s] : ks->local_to_code[s];
 }
 
 int dps_keyshards_encode(dps_keyshards *ks, size_t s, uint32_t *codes) {
     if (ks->stage != STAGE_SCATTER || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
     size_t lo = ks->shard_start[s], hi = ks->shard_start[s + 1];
+    dps_keystore *store = ks->store;
+    int rc;
+    size_t n_local;
     if (ks->var) {
-        var_map vm = {NULL, 0, 0};
-        int rc = grow_var(&vm, MIN_CAPACITY);
-        /* the shard's copies start where chunk 0's do */
-        if (rc == DPS_OK) rc = encode_var(ks, &vm, lo, hi, ks->byte_start[s], codes);
-        free(vm.slots);
-        if (rc != DPS_OK) return rc;
-        ks->n_local[s] = vm.size;
-        ks->local_to_code[s] = (uint32_t *)malloc((vm.size ? vm.size : 1) * sizeof(uint32_t));
-        return ks->local_to_code[s] == NULL ? DPS_ERR_NOMEM : DPS_OK;
+        /* a store's map keeps its values; a batch's map reads the shard's copies, which start where
+         * chunk 0's do */
+        dps_var_map batch = {0};
+        dps_var_map *m = store != NULL ? &store->vars[s] : &batch;
+        rc = dps_var_map_encode(m, ks->vals, ks->byte_start[s], hi - lo, ks->rows + lo, codes, ks->seed,
+                                store != NULL);
+        n_local = m->size;
+        dps_var_map_free(&batch);
+    } else {
+        dps_word_map batch = {NULL, 0, 0, dps_shard_map_seed(ks->seed, s)};
+        dps_word_map *m = store != NULL ? &store->words[s] : &batch;
+        rc = dps_word_map_encode(m, ks->vals + lo * ks->width, ks->width, hi - lo, ks->rows + lo, codes);
+        n_local = m->size;
+        dps_word_map_free(&batch);
     }
-    local_map m = {NULL, 0, 0, dps_fmix64(ks->seed + 0x9E3779B97F4A7C15ull * (s + 1))};
-    int rc = grow(&m, MIN_CAPACITY);
-    if (rc == DPS_OK) {
-        switch (ks->width) {
-        case 8: rc = encode_places(ks, &m, lo, hi, 8, codes); break;
-        case 4: rc = encode_places(ks, &m, lo, hi, 4, codes); break;
-        case 2: rc = encode_places(ks, &m, lo, hi, 2, codes); break;
-        default: rc = encode_places(ks, &m, lo, hi, 1, codes); break;
-        }
-    }
-    free(m.slots);
     if (rc != DPS_OK) return rc;
-    ks->n_local[s] = m.size;
-    ks->local_to_code[s] = (uint32_t *)malloc((m.size ? m.size : 1) * sizeof(uint32_t));
-    return ks->local_to_code[s] == NULL ? DPS_ERR_NOMEM : DPS_OK;
+    ks->n_local[s] = n_local;
+    if (store != NULL) {
+        rc = dps_keystore_reserve(store, s, n_local);
+    } else {
+        ks->local_to_code[s] = (uint32_t *)malloc((n_local ? n_local : 1) * sizeof(uint32_t));
+        rc = ks->local_to_code[s] == NULL ? DPS_ERR_NOMEM : DPS_OK;
+    }
+    ks->encoded[s] = rc == DPS_OK;
+    return rc;
 }
 
 int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes) {
@@ -520,7 +367,7 @@ int dps_keyshards_rank_count(dps_keyshards *ks, size_t c, const uint32_t *codes)
 int dps_keyshards_rank_layout(dps_keyshards *ks) {
     if (ks->stage != STAGE_SCATTER) return DPS_ERR_KEYSHARDS_STAGE;
     for (size_t s = 0; s < DPS_KEYSHARDS; s++)
-        if (ks->local_to_code[s] == NULL && ks->shard_start[s + 1] > ks->shard_start[s])
+        if (!ks->encoded[s] && ks->shard_start[s + 1] > ks->shard_start[s])
             return DPS_ERR_KEYSHARDS_STAGE; /* a shard with rows was not encoded */
     size_t before = 0;
     for (size_t c = 0; c < ks->n_chunks; c++) {
@@ -528,7 +375,13 @@ int dps_keyshards_rank_layout(dps_keyshards *ks) {
         ks->marks[c] = before;
         before += marked;
     }
+    /* a store's codes continue from the earlier batches' */
+    size_t base = ks->store != NULL ? ks->store->n_codes : 0;
+    if (before >= DPS_KEYMAP_MAX_CODES - base) return DPS_ERR_KEYMAP_FULL;
+    for (size_t c = 0; c < ks->n_chunks; c++) ks->marks[c] += base;
+    ks->base = base;
     ks->n_codes = before; /* <= n < DPS_KEYMAP_MAX_CODES */
+    if (ks->store != NULL) ks->store->n_codes = base + before;
     dps_big_free(ks->vals); /* the values are read from the column again from here on */
     ks->vals = NULL;
     ks->stage = STAGE_RANK;
@@ -546,13 +399,14 @@ int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint3
         if (codes[i] == 0) continue;
         if (i == ks->null_row) {
             ks->null_code = code;
+            if (ks->store != NULL) ks->store->null_code = code;
         } else {
             size_t s = ks->var ? ks->row_shard[i] : shard_of(dps_load_word(v + i * width, width), ks->seed);
             size_t local = codes[i] - 1;
             if (local >= ks->n_local[s]) return DPS_ERR_KEYSHARDS_STAGE; /* cannot happen: encode marked it */
-            ks->local_to_code[s][local] = code;
+            to_code_of(ks, s)[local] = code;
         }
-        new_rows[code++] = (uint32_t)i;
+        new_rows[code++ - ks->base] = (uint32_t)i;
     }
     return DPS_OK;
 }
@@ -560,11 +414,13 @@ int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint3
 int dps_keyshards_translate(dps_keyshards *ks, size_t s) {
     if (ks->stage != STAGE_RANK || s >= DPS_KEYSHARDS) return DPS_ERR_KEYSHARDS_STAGE;
     uint32_t *restrict places = ks->rows;
-    const uint32_t *restrict to_code = ks->local_to_code[s];
+    const uint32_t *restrict to_code = to_code_of(ks, s);
     size_t n_local = ks->n_local[s];
     for (size_t k = ks->shard_start[s]; k < ks->shard_start[s + 1]; k++) {
         if (places[k] >= n_local) return DPS_ERR_KEYSHARDS_STAGE; /* translated twice */
-        places[k] = to_code[places[k]];
+        uint32_t code = to_code[places[k]];
+        if (code == DPS_KEYSHARDS_NO_CODE) return DPS_ERR_KEYSHARDS_STAGE; /* a local code never ranked */
+        places[k] = code;
     }
     return DPS_OK;
 }
@@ -612,4 +468,48 @@ int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes) {
     default: finish_rows(ks, lo, hi, 1, next, codes); break;
     }
     return DPS_OK;
+}
+
+int dps_keyshards_attach(dps_keyshards *ks, dps_keystore *store) {
+    if (ks->store != NULL || ks->stage != STAGE_COUNT) return DPS_ERR_KEYSHARDS_STAGE;
+    if (store->broken) return DPS_ERR_KEYSTORE_BROKEN;
+    if (store->busy || store->var != ks->var) return DPS_ERR_KEYSHARDS_STAGE;
+    ks->store = store;
+    ks->seed = store->seed; /* a value's shard and slot must be the same in every batch */
+    store->busy = 1;
+    return DPS_OK;
+}
+
+int dps_keyshards_commit(dps_keyshards *ks) {
+    if (ks->stage != STAGE_RANK) return DPS_ERR_KEYSHARDS_STAGE;
+    ks->committed = 1;
+    return DPS_OK;
+}
+
+void dps_keyshards_fail(dps_keyshards *ks) {
+    dps_keystore *store = ks->store;
+    if (store == NULL) return;
+    if (ks->stage != STAGE_COUNT) {
+        store->broken = 1; /* other calls of the failed phase may still be running: stay attached */
+        return;
+    }
+    store->busy = 0; /* nothing of this batch entered the store */
+    ks->store = NULL;
+}
+
+int dps_keyshards_run(dps_keyshards *ks, uint32_t *codes, uint32_t *new_rows) {
+    size_t chunks = ks->n_chunks;
+    int rc = DPS_OK;
+    for (size_t c = 0; c < chunks && rc == DPS_OK; c++) rc = dps_keyshards_count(ks, c, codes);
+    if (rc == DPS_OK) rc = dps_keyshards_layout(ks, codes);
+    for (size_t c = 0; c < chunks && rc == DPS_OK; c++) rc = dps_keyshards_scatter(ks, c);
+    for (size_t s = 0; s < DPS_KEYSHARDS && rc == DPS_OK; s++) rc = dps_keyshards_encode(ks, s, codes);
+    for (size_t c = 0; c < chunks && rc == DPS_OK; c++) rc = dps_keyshards_rank_count(ks, c, codes);
+    if (rc == DPS_OK) rc = dps_keyshards_rank_layout(ks);
+    for (size_t c = 0; c < chunks && rc == DPS_OK; c++) rc = dps_keyshards_rank(ks, c, codes, new_rows);
+    for (size_t s = 0; s < DPS_KEYSHARDS && rc == DPS_OK; s++) rc = dps_keyshards_translate(ks, s);
+    for (size_t c = 0; c < chunks && rc == DPS_OK; c++) rc = dps_keyshards_finish(ks, c, codes);
+    if (rc == DPS_OK) rc = dps_keyshards_commit(ks);
+    else dps_keyshards_fail(ks);
+    return rc;
 }

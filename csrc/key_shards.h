@@ -12,10 +12,10 @@
  *      the chunk's codes are zeroed and its first null row noted.                   -> layout
  *   2. scatter (per chunk): every non-null row's index and value go to its shard's region, chunks
  *      in row order, so the rows of a shard are ascending.
- *   3. encode (per shard): a small map of the shard's own values (it fits a core's cache where
- *      the whole column's would not) gives local codes in order of first appearance within the
- *      shard, which is the order of the values' first rows; each value's first row is marked in
- *      `codes` (its local code + 1). The null's first row was marked by the layout.
+ *   3. encode (per shard): a small map of the shard's own values (shard_maps.h; it fits a core's
+ *      cache where the whole column's would not) gives local codes in order of first appearance
+ *      within the shard, which is the order of the values' first rows; each value's first row is
+ *      marked in `codes` (its local code + 1). The null's first row was marked by the layout.
  *   4. rank (per chunk, twice): the marks of each chunk are counted, then (after rank_layout has
  *      summed them in row order) numbered: the k-th marked row of the column gets code k, which
  *      is first-appearance order. Each shard's local code is so translated to its code, and
@@ -34,6 +34,10 @@
  * values and where the first copy lies, and two values are one only when their bytes are equal.
  * A value of 4 GiB or more is refused (DPS_ERR_KEYMAP_LONG), as keymap.h refuses it.
  *
+ * With a store (dps_keyshards_attach, shard_maps.h) the maps and the local-code tables persist
+ * from one batch to the next and the codes continue: a streamed column is coded on every thread,
+ * batch after batch, with keymap.h's codes.
+ *
  * Memory: 4 bytes (row, then local code) plus the value's width per non-null row (strings: 1
  * byte per row, the shard, and 4 bytes plus the value's bytes per non-null row), freed by
  * dps_keyshards_free, beside the caller's codes; the maps grow with the distinct values of the
@@ -45,7 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DPS_KEYSHARDS 256 /* shards of the values, whatever the threads */
+#include "shard_maps.h" /* DPS_KEYSHARDS, the store */
+
 
 typedef struct dps_keyshards {
     size_t n, width, n_chunks;
@@ -74,6 +79,11 @@ typedef struct dps_keyshards {
     size_t *bad;        /* per chunk: its first row with bad offsets or too long a value, or SIZE_MAX */
     int *bad_rc;        /* per chunk: DPS_ERR_KEYMAP_OFFSETS or DPS_ERR_KEYMAP_LONG for that row */
     size_t bad_row;     /* after an error from layout: the row it names */
+    /* codes that continue across batches (dps_keyshards_attach), or NULL */
+    dps_keystore *store;
+    size_t base;        /* the codes given before this batch (the store's) */
+    uint8_t encoded[DPS_KEYSHARDS]; /* shard s went through the encode */
+    int committed;
 } dps_keyshards;
 
 #define DPS_KEYSHARDS_NO_CODE 0xFFFFFFFFu
@@ -108,6 +118,25 @@ int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint3
 int dps_keyshards_translate(dps_keyshards *ks, size_t s);
 int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes);
 
+/* Codes that continue those of earlier batches: attach the store (shard_maps.h) after init and
+ * before the count. Every phase then uses the store's maps and tables: a value an earlier batch
+ * coded keeps its code, a new one gets the next (store->n_codes before this batch, ks->base, plus
+ * its rank among this batch's new values), so new_rows[k] is the first row of code base + k and
+ * ks->n_codes the number of new codes. Commit after the finish: freeing a batch past its layout
+ * without a commit marks the store broken (dps_keyshards_attach then returns
+ * DPS_ERR_KEYSTORE_BROKEN). The store must outlive ks; one batch at a time. */
+int dps_keyshards_attach(dps_keyshards *ks, dps_keystore *store);
+int dps_keyshards_commit(dps_keyshards *ks);
+/* After a phase failed: the store is released when nothing of this batch entered it (the count or
+ * the layout failed), else marked broken (other calls of the failed phase may still be running,
+ * so ks stays attached until freed). */
+void dps_keyshards_fail(dps_keyshards *ks);
+
+/* Every phase in order on this thread, then the commit: for small batches, where the phases'
+ * handing-out costs more than it saves. new_rows: room for n entries. */
+int dps_keyshards_run(dps_keyshards *ks, uint32_t *codes, uint32_t *new_rows);
+
 #define DPS_ERR_KEYSHARDS_STAGE (-34) /* a phase called out of order, or a bad chunk or shard */
+#define DPS_ERR_KEYSTORE_BROKEN (-35) /* an earlier batch failed midway: the store's codes are incomplete */
 
 #endif

@@ -27,4 +27,16 @@
 int dps_pair_shards_scatter(const uint32_t *users, const uint32_t *partitions, size_t n, unsigned shard_bits,
                             uint64_t *keys, size_t *starts, size_t *bad_index);
 
+/* The same split over threads, on ranges of rows: dps_pair_shards_count adds the rows [lo, hi) of
+ * each shard to counts[0 .. 2^shard_bits) after checking their codes (as above: DPS_ERR_BAD_CODE,
+ * *bad_index the first bad row of the range); dps_pair_shards_place writes each row's packed pair
+ * at keys[cursors[its shard]++], refusing (DPS_ERR_BAD_ARG) to write at or past limits[shard]. With
+ * cursors and limits from the prefix sums of every range's counts (shard after shard, ranges in
+ * row order within a shard), the ranges may be placed at once and keys is what one scatter gives.
+ * dps_pair_shards_scatter is these two on the whole piece. */
+int dps_pair_shards_count(const uint32_t *users, const uint32_t *partitions, size_t lo, size_t hi,
+                          unsigned shard_bits, size_t *counts, size_t *bad_index);
+int dps_pair_shards_place(const uint32_t *users, const uint32_t *partitions, size_t lo, size_t hi,
+                          unsigned shard_bits, size_t *cursors, const size_t *limits, uint64_t *keys);
+
 #endif

@@ -10,7 +10,7 @@ from libc.string cimport memcpy
 
 from dpselect._csrc cimport dps_rng, DPS_OK, DPS_ERR_NOMEM
 from dpselect._rng cimport begin_batch, end_batch, finish_batch, check_status
-from dpselect._boundary import check_array, check_int, U32_MAX, U64_MAX
+from dpselect._boundary import check_array, check_disjoint, check_int, U32_MAX, U64_MAX
 
 
 cdef extern from "count.h" nogil:
@@ -38,6 +38,10 @@ cdef extern from "pair_shards.h" nogil:
     enum: DPS_PAIR_SHARD_BITS_MAX
     int dps_pair_shards_scatter(const uint32_t *users, const uint32_t *partitions, size_t n, unsigned shard_bits,
                                 uint64_t *keys, size_t *starts, size_t *bad_index)
+    int dps_pair_shards_count(const uint32_t *users, const uint32_t *partitions, size_t lo, size_t hi,
+                              unsigned shard_bits, size_t *counts, size_t *bad_index)
+    int dps_pair_shards_place(const uint32_t *users, const uint32_t *partitions, size_t lo, size_t hi,
+                              unsigned shard_bits, size_t *cursors, const size_t *limits, uint64_t *keys)
 
 
 CODE_LIMIT = DPS_CODE_LIMIT
@@ -70,6 +74,72 @@ def scatter_pairs(object users, object partitions, object shard_bits):
                          f"{DPS_CODE_LIMIT} distinct users and partitions)")
     _check(rc)
     return keys, starts
+
+
+cdef object _pair_rows(object users, object partitions, object lo, object hi):
+    """The two code columns (uint32, one length) and the range [lo, hi) of their rows."""
+    users_arr = check_array("users", users, [np.uint32])
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    if users_arr.shape[0] != partitions_arr.shape[0]:
+        raise ValueError(f"users and partitions must have the same length, got {users_arr.shape[0]} and "
+                         f"{partitions_arr.shape[0]}")
+    a = check_int("rows start", lo, 0, users_arr.shape[0])
+    b = check_int("rows end", hi, a, users_arr.shape[0])
+    return users_arr, partitions_arr, a, b
+
+
+def pair_shard_counts(object users, object partitions, object shard_bits, object lo, object hi, object counts) -> None:
+    """Add the rows [lo, hi) of each of the ``2**shard_bits`` user shards to ``counts`` (uintp),
+    after checking their codes (csrc/pair_shards.h): :func:`scatter_pairs` split over threads,
+    calls on different ranges, each with its own counts, running at once."""
+    users_arr, partitions_arr, a, b = _pair_rows(users, partitions, lo, hi)
+    cdef unsigned bits = check_int("shard_bits", shard_bits, 0, DPS_PAIR_SHARD_BITS_MAX)
+    counts_arr = check_array("counts", counts, [np.uintp], writable=True)
+    if counts_arr.shape[0] != (1 << bits):
+        raise ValueError(f"counts must have 2**shard_bits = {1 << bits} entries, got {counts_arr.shape[0]}")
+    cdef const uint32_t[::1] u = users_arr
+    cdef const uint32_t[::1] p = partitions_arr
+    cdef size_t[::1] c = counts_arr
+    cdef size_t first = a, end = b, bad = 0
+    cdef int rc = DPS_OK
+    if end > first:
+        with nogil:
+            rc = dps_pair_shards_count(&u[0], &p[0], first, end, bits, &c[0], &bad)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: codes must be < {DPS_CODE_LIMIT} (at most "
+                         f"{DPS_CODE_LIMIT} distinct users and partitions)")
+    _check(rc)
+
+
+def place_pairs(object users, object partitions, object shard_bits, object lo, object hi, object cursors,
+                object limits, object keys) -> None:
+    """Write the packed pair of each row of [lo, hi) at ``keys[cursors[its shard]++]``, below
+    ``limits[shard]``: with cursors from the prefix sums of :func:`pair_shard_counts` (shard after
+    shard, ranges in row order), the ranges placed at once give :func:`scatter_pairs`' keys."""
+    users_arr, partitions_arr, a, b = _pair_rows(users, partitions, lo, hi)
+    cdef unsigned bits = check_int("shard_bits", shard_bits, 0, DPS_PAIR_SHARD_BITS_MAX)
+    cursors_arr = check_array("cursors", cursors, [np.uintp], writable=True)
+    limits_arr = check_array("limits", limits, [np.uintp])
+    keys_arr = check_array("keys", keys, [np.uint64], writable=True)
+    if cursors_arr.shape[0] != (1 << bits) or limits_arr.shape[0] != (1 << bits):
+        raise ValueError(f"cursors and limits must have 2**shard_bits = {1 << bits} entries each")
+    if int(limits_arr.max()) > keys_arr.shape[0]:
+        raise ValueError(f"limits must be <= len(keys) ({keys_arr.shape[0]})")
+    check_disjoint({"keys": keys_arr, "cursors": cursors_arr},
+                   {"users": users_arr, "partitions": partitions_arr, "limits": limits_arr})
+    cdef const uint32_t[::1] u = users_arr
+    cdef const uint32_t[::1] p = partitions_arr
+    cdef size_t[::1] c = cursors_arr
+    cdef const size_t[::1] l = limits_arr
+    cdef uint64_t[::1] k = keys_arr
+    cdef size_t first = a, end = b
+    cdef int rc = DPS_OK
+    if end > first:
+        with nogil:
+            rc = dps_pair_shards_place(&u[0], &p[0], first, end, bits, &c[0], &l[0], &k[0])
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("cursors are not the prefix sums of these rows' shard counts")
+    _check(rc)
 
 
 cdef int _check(int rc) except -1:
@@ -522,9 +592,20 @@ cdef class DictionaryCodes:
 
 # ---------------------------------------- column codes on several threads (csrc/key_shards.h)
 
-cdef extern from "key_shards.h" nogil:
+cdef extern from "shard_maps.h" nogil:
     enum: DPS_KEYSHARDS
+    ctypedef struct dps_keystore:
+        size_t n_codes
+        int busy
+        int broken
+    int dps_keystore_init(dps_keystore *st, int var, uint64_t seed)
+    void dps_keystore_free(dps_keystore *st)
+    size_t dps_keystore_bytes(const dps_keystore *st)
+
+
+cdef extern from "key_shards.h" nogil:
     enum: DPS_ERR_KEYSHARDS_STAGE
+    enum: DPS_ERR_KEYSTORE_BROKEN
     ctypedef struct dps_keyshards:
         size_t n_codes
         size_t n_chunks
@@ -544,9 +625,62 @@ cdef extern from "key_shards.h" nogil:
     int dps_keyshards_rank(dps_keyshards *ks, size_t c, const uint32_t *codes, uint32_t *new_rows)
     int dps_keyshards_translate(dps_keyshards *ks, size_t s)
     int dps_keyshards_finish(dps_keyshards *ks, size_t c, uint32_t *codes)
+    int dps_keyshards_attach(dps_keyshards *ks, dps_keystore *store)
+    int dps_keyshards_commit(dps_keyshards *ks)
+    void dps_keyshards_fail(dps_keyshards *ks)
+    int dps_keyshards_run(dps_keyshards *ks, uint32_t *codes, uint32_t *new_rows)
 
 
 KEY_SHARDS = DPS_KEYSHARDS
+
+cdef class KeyStore:
+    """The shards' code maps of one column kept from one batch to the next (csrc/shard_maps.h):
+    pass it as ``store=`` to ShardedKeyCodes (``kind="word"``) or ShardedStringCodes
+    (``kind="bytes"``), one batch after another, and the codes continue as one KeyMap's would over
+    the same batches: a value seen before keeps its code, a new one gets the next in order of
+    first appearance. ``seed`` (from the package CSPRNG) places values in shards and slots, never
+    codes. A batch that fails once its values entered the maps leaves the store broken: every
+    later batch is refused."""
+
+    cdef dps_keystore st
+    cdef bint initialised
+    cdef readonly object kind
+    cdef readonly object name
+
+    def __cinit__(self, *args, **kwargs):
+        self.initialised = False
+
+    def __init__(self, object kind, object seed, object name="column"):
+        if self.initialised:
+            raise RuntimeError("a KeyStore is initialised once")
+        if kind not in ("word", "bytes"):
+            raise ValueError(f"kind must be 'word' or 'bytes', got {kind!r}")
+        cdef uint64_t c_seed = check_int("seed", seed, 0, U64_MAX)
+        self.kind = kind
+        self.name = name
+        _check_keymap(dps_keystore_init(&self.st, 1 if kind == "bytes" else 0, c_seed), name, 0)
+        self.initialised = True
+
+    def __dealloc__(self):
+        if self.initialised:
+            dps_keystore_free(&self.st)
+            self.initialised = False
+
+    def __len__(self):
+        return self.st.n_codes
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.st.broken)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the maps, their copies of the values and the local-code tables."""
+        return dps_keystore_bytes(&self.st)
+
+    def __repr__(self):
+        return f"KeyStore({self.kind!r}, {self.st.n_codes} codes, column {self.name!r})"
+
 
 # The phases of ShardedKeyCodes, in order: (name, per chunk (1), per shard (2) or once (0)).
 _PHASES = (("count", 1), ("layout", 0), ("scatter", 1), ("encode", 2), ("rank_count", 1), ("rank_layout", 0),
@@ -571,6 +705,7 @@ cdef class _ShardedCodes:
     cdef bint failed
     cdef size_t row_offset  # the column's Arrow offset, for the rows named in errors
     cdef readonly object name
+    cdef KeyStore store  # codes continue those of earlier batches, or None
 
     def __cinit__(self, *args, **kwargs):
         self.initialised = False
@@ -584,11 +719,26 @@ cdef class _ShardedCodes:
             raise ValueError(f"n_chunks must be in [1, n + 1 = {n + 1}], got {n_chunks}")
         return 0
 
-    cdef int _ready(self, int rc, object n, object offset, object n_chunks, object buffers) except -1:
-        """After the kernel's init (status rc): the codes and the phase bookkeeping."""
+    cdef int _ready(self, int rc, object n, object offset, object n_chunks, object buffers,
+                    KeyStore store) except -1:
+        """After the kernel's init (status rc): the store attached, the codes and the phase
+        bookkeeping."""
         if rc != DPS_OK:
             dps_keyshards_free(&self.ks)
             _check_keymap(rc, self.name, 0)
+        if store is not None:
+            if not store.initialised:
+                rc = DPS_ERR_KEYSHARDS_STAGE
+            else:
+                rc = dps_keyshards_attach(&self.ks, &store.st)
+            if rc != DPS_OK:
+                dps_keyshards_free(&self.ks)
+                if rc == DPS_ERR_KEYSTORE_BROKEN:
+                    raise RuntimeError(f"column {self.name!r}: an earlier batch failed while being coded, "
+                                       "so the codes of its values are lost; start over with a new store")
+                raise RuntimeError(f"column {self.name!r}: the store {store!r} is in use by another batch, "
+                                   "or holds the other kind of values")
+        self.store = store
         self.initialised = True
         self.buffers = buffers
         self.row_offset = <size_t>offset
@@ -641,6 +791,7 @@ cdef class _ShardedCodes:
     cdef int _done(self, int rc) except -1:
         if rc != DPS_OK:
             self.failed = True
+            dps_keyshards_fail(&self.ks)  # the store: released, or broken if the maps changed
             if rc == DPS_ERR_KEYSHARDS_STAGE:
                 raise RuntimeError(f"column {self.name!r}: a phase ran out of order")
             return _check_keymap(rc, self.name, self.row_offset + self.ks.bad_row)
@@ -730,10 +881,31 @@ cdef class _ShardedCodes:
             rc = dps_keyshards_finish(&self.ks, c, codes)
         self._done(rc)
 
+    def run(self):
+        """Every phase on this thread in one call (a small batch), then :meth:`result`."""
+        self._claim(0, 0)
+        if self.ks.n_chunks != 1:
+            raise RuntimeError("run() codes a column of one chunk")
+        new_rows = np.empty(len(self.codes), dtype=np.uint32)
+        cdef uint32_t[::1] rows = new_rows
+        cdef uint32_t *at = &rows[0] if rows.shape[0] else NULL
+        cdef uint32_t *codes = self._codes()
+        cdef int rc
+        with nogil:
+            rc = dps_keyshards_run(&self.ks, codes, at)
+        self._done(rc)
+        self.new_rows = new_rows[:self.ks.n_codes]
+        self.phase = len(_PHASES) - 1
+        self.left = 0
+        return self.result()
+
     def result(self):
-        """(codes, new_rows), as KeyMap.encode_fixed on an empty map, once every phase is done;
-        the working memory is freed."""
+        """(codes, new_rows), once every phase is done: as KeyMap.encode_fixed on an empty map, or
+        with a store as its map would continue them (new_rows[k]: the first row of code
+        ``len(store) - len(new_rows) + k``); the working memory is freed."""
         if self.phase != len(_PHASES) - 1 or self.left != 0 or self.failed:
+            raise RuntimeError("result() needs every phase done first")
+        if dps_keyshards_commit(&self.ks) != DPS_OK:
             raise RuntimeError("result() needs every phase done first")
         dps_keyshards_free(&self.ks)
         self.initialised = False
@@ -748,7 +920,7 @@ cdef class ShardedKeyCodes(_ShardedCodes):
     shards and slots, never codes."""
 
     def __init__(self, object n, object offset, object validity, object values, object width, object n_chunks,
-                 object seed, object name="column"):
+                 object seed, object name="column", KeyStore store=None):
         self.name = name
         n, offset, width, n_chunks = _sizes(name, n, offset, width, n_chunks)
         if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT or width not in (1, 2, 4, 8):
@@ -763,7 +935,7 @@ cdef class ShardedKeyCodes(_ShardedCodes):
             vals += <size_t>offset * <size_t>width
         cdef int rc = dps_keyshards_init(&self.ks, <size_t>n, <size_t>width, vals, valid, <size_t>offset,
                                          <size_t>n_chunks, c_seed)
-        self._ready(rc, n, offset, n_chunks, (validity, values))
+        self._ready(rc, n, offset, n_chunks, (validity, values), store)
 
 
 cdef class ShardedStringCodes(_ShardedCodes):
@@ -775,7 +947,7 @@ cdef class ShardedStringCodes(_ShardedCodes):
     KeyMap does. ``seed`` places values in shards and slots, never codes."""
 
     def __init__(self, object n, object offset, object validity, object offsets, bint offsets64, object data,
-                 object n_chunks, object seed, object name="column"):
+                 object n_chunks, object seed, object name="column", KeyStore store=None):
         self.name = name
         n, offset, n_chunks = _sizes(name, n, offset, n_chunks)
         if n < 0 or not 0 <= offset <= MAX_OFFSET or n >= DPS_CODE_LIMIT:
@@ -799,7 +971,7 @@ cdef class ShardedStringCodes(_ShardedCodes):
             offs += <size_t>offset * osize
         cdef int rc = dps_keyshards_init_var(&self.ks, <size_t>n, <const void *>offs, offsets64, dat, data_len, valid,
                                              <size_t>offset, <size_t>n_chunks, c_seed)
-        self._ready(rc, n, offset, n_chunks, (validity, offsets, data))
+        self._ready(rc, n, offset, n_chunks, (validity, offsets, data), store)
 
 
 # ------------------------------------------------ one in-memory input, integer users (csrc/radix_pairs.h)

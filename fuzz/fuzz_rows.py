@@ -8,7 +8,10 @@ counts are a pure-Python reference's distinct users per key; rows with a null pr
 dropped and counted. A TypeError is accepted only when the batches' types differ.
 
 The pieces of a batch are made tiny (dpselect.ingest._counter._PIECE_ROWS, _THREAD_ROWS) so that the
-two-thread pipeline of RowCounter.feed runs on inputs of a few dozen rows."""
+two-thread pipeline of RowCounter.feed runs on inputs of a few dozen rows; so are the sharded
+coder's thresholds (parallel_codes.MIN_ROWS, _CHUNK_ROWS; _counter._WIDE_PIECE_ROWS, _SCATTER_ROWS),
+and each input runs at a thread count of 1 to 5, so that from 4 threads the batches are coded
+column after column on every thread, the shards' maps kept from one batch to the next."""
 from __future__ import annotations
 
 import math
@@ -19,12 +22,18 @@ import atheris
 
 with atheris.instrument_imports(include=["dpselect"]):
     import dpselect.ingest._counter as counter_module
+    import dpselect.ingest.parallel_codes as parallel_codes
     import dpselect.ingest.rows as rows
+    from dpselect._threads import using
 
 import pyarrow as pa
 
 counter_module._PIECE_ROWS = 16
 counter_module._THREAD_ROWS = 8
+counter_module._WIDE_PIECE_ROWS = 16
+counter_module._SCATTER_ROWS = 4
+parallel_codes.MIN_ROWS = 8
+parallel_codes._CHUNK_ROWS = 4
 
 KAPPA = 2 ** 63  # no user loses a partition
 
@@ -129,6 +138,7 @@ def TestOneInput(data: bytes) -> None:
     total = nulls = 0
     types_seen: list[set[str]] = [set() for _ in range(n_keys + 1)]
     mixed = False
+    threads = fdp.ConsumeIntInRange(1, 5)
     for _ in range(fdp.ConsumeIntInRange(1, 4)):
         n = fdp.ConsumeIntInRange(0, 40)
         arrays = [make_array(fdp, unit_family, n)] + [make_array(fdp, f, n) for f in key_families]
@@ -144,8 +154,9 @@ def TestOneInput(data: bytes) -> None:
             except pa.ArrowInvalid:  # pyarrow cannot unify dictionaries holding nulls: keep the table
                 pass
         try:
-            for b in batches:
-                counter.feed(b)
+            with using(threads):
+                for b in batches:
+                    counter.feed(b)
         except TypeError:
             if mixed:
                 return  # a batch changed type in a way that is not lossless: refused, as documented

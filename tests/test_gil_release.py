@@ -228,6 +228,16 @@ def _sharded(n: int, phase: str) -> Callable[[], object]:
     return _run_up_to(job, phase, busy, values)
 
 
+def _sharded_run_in_store(n: int) -> Callable[[], object]:
+    """ShardedKeyCodes.run over n int64 rows with a store that coded a batch before: every phase
+    and the store's maps in one call."""
+    values = np.random.default_rng(SEED).integers(0, 1 << 20, n)
+    store = _count.KeyStore("word", 7)
+    _count.ShardedKeyCodes(1_000, 0, None, values[:1_000], 8, 1, 0, "key", store).run()
+    job = _count.ShardedKeyCodes(n, 0, None, values, 8, 1, 0, "key", store)
+    return lambda: (job.run(), values, store)
+
+
 def _pair_feed() -> Callable[[], object]:
     users, partitions = _rows(1_000_000)
     return lambda: _count.PairCounter(users.size).feed(users, partitions)
@@ -246,6 +256,21 @@ def _pair_finish() -> Callable[[], object]:
 def _scatter_pairs() -> Callable[[], object]:
     users, partitions = _rows(8_000_000)
     return lambda: _count.scatter_pairs(users, partitions, 6)
+
+
+def _pair_shard_counts() -> Callable[[], object]:
+    users, partitions = _rows(8_000_000)
+    return lambda: _count.pair_shard_counts(users, partitions, 6, 0, users.size, np.zeros(64, np.uintp))
+
+
+def _place_pairs() -> Callable[[], object]:
+    users, partitions = _rows(8_000_000)
+    counts = np.zeros(64, np.uintp)
+    _count.pair_shard_counts(users, partitions, 6, 0, users.size, counts)
+    starts = (np.cumsum(counts) - counts).astype(np.uintp)
+    limits = (starts + counts).astype(np.uintp)
+    keys = np.empty(users.size, np.uint64)
+    return lambda: _count.place_pairs(users, partitions, 6, 0, users.size, starts.copy(), limits, keys)
 
 
 def _pair_feed_keys() -> Callable[[], object]:
@@ -333,6 +358,8 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_count.PairCounter.finish (shared)": _pair_finish_shared,
     "_count.PairCounter.feed_keys": _pair_feed_keys,
     "_count.scatter_pairs": _scatter_pairs,
+    "_count.pair_shard_counts": _pair_shard_counts,
+    "_count.place_pairs": _place_pairs,
     "_count.KeyMap.encode_fixed": _keymap_fixed,
     "_count.KeyMap.encode_var": _keymap_var,
     "_count.DictionaryCodes.encode": _dictionary_codes,
@@ -340,6 +367,7 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_count.ShardedKeyCodes.scatter": lambda: _sharded(8_000_000, "scatter"),
     "_count.ShardedKeyCodes.encode": lambda: _sharded(8_000_000, "encode"),
     "_count.ShardedKeyCodes.finish": lambda: _sharded(8_000_000, "finish"),
+    "_count.ShardedKeyCodes.run (a store)": lambda: _sharded_run_in_store(4_000_000),
     "_count.ShardedStringCodes.count": lambda: _sharded_strings(4_000_000, "count"),
     "_count.ShardedStringCodes.scatter": lambda: _sharded_strings(8_000_000, "scatter"),
     "_count.ShardedStringCodes.encode": lambda: _sharded_strings(4_000_000, "encode"),

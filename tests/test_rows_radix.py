@@ -167,7 +167,7 @@ def test_user_sets_match_the_streaming_path():
 def test_an_error_on_either_thread_reaches_the_caller(monkeypatch):
     t = table(50_000)
 
-    def broken_keys(self, column, threads=1):
+    def broken_keys(self, column, threads=1, more=False):
         raise ValueError("column 'key' is broken")
 
     monkeypatch.setattr(rows, "_PIECE_ROWS", 4_096)

@@ -212,6 +212,48 @@ def test_scatter_pairs_checks_its_arguments() -> None:
     assert keys.size == 0 and starts.tolist() == [0] * 5
 
 
+@pytest.mark.parametrize("n, threads", [(0, 4), (1_000, 8), (50_000, 2), (50_000, 3), (50_001, 8)])
+def test_the_scatter_on_several_threads_is_the_one_pass_scatter(monkeypatch: pytest.MonkeyPatch, n: int,
+                                                                threads: int) -> None:
+    """Ranges of rows counted and placed at their own cursors, at once: the same keys and runs."""
+    monkeypatch.setattr(_counter, "_SCATTER_ROWS", 100)
+    g = np.random.default_rng(n)
+    users = g.integers(0, 1 << 20, n).astype(np.uint32)
+    partitions = g.integers(0, 5_000, n).astype(np.uint32)
+    keys, starts = _counter._scatter_pairs(users, partitions, threads)
+    want_keys, want_starts = _count.scatter_pairs(users, partitions, _counter._SHARD_BITS)
+    np.testing.assert_array_equal(keys, want_keys)
+    np.testing.assert_array_equal(starts, want_starts)
+
+
+def test_the_split_scatter_checks_its_arguments() -> None:
+    users = np.arange(10, dtype=np.uint32)
+    counts = np.zeros(4, np.uintp)
+    with pytest.raises(ValueError, match="row 3"):
+        _count.pair_shard_counts(users, np.array([0, 0, 0, _count.CODE_LIMIT] + [0] * 6, np.uint32), 2, 0, 10, counts)
+    with pytest.raises(ValueError, match="counts must have 2\*\*shard_bits = 4 entries"):
+        _count.pair_shard_counts(users, users, 2, 0, 10, np.zeros(3, np.uintp))
+    with pytest.raises(ValueError, match="rows end"):
+        _count.pair_shard_counts(users, users, 2, 0, 11, counts)
+    with pytest.raises(ValueError, match="same length"):
+        _count.pair_shard_counts(users, users[:9], 2, 0, 9, counts)
+    counts[:] = 0  # the refused call counted the rows before the bad one
+    _count.pair_shard_counts(users, users, 2, 0, 10, counts)
+    assert counts.tolist() == [3, 3, 2, 2]
+    keys = np.zeros(10, np.uint64)
+    starts = np.array([0, 3, 6, 8], np.uintp)
+    with pytest.raises(ValueError, match="limits must be <= len\(keys\)"):
+        _count.place_pairs(users, users, 2, 0, 10, starts.copy(), starts + 5, keys)
+    with pytest.raises(ValueError, match="not the prefix sums"):  # room for one row too few
+        _count.place_pairs(users, users, 2, 0, 10, starts.copy(), np.array([3, 6, 8, 9], np.uintp), keys)
+    shared = np.zeros(10, np.uint64)
+    shared[:4] = starts
+    with pytest.raises(ValueError, match="keys overlaps cursors"):
+        _count.place_pairs(users, users, 2, 0, 10, shared[:4].view(np.uintp), (starts + counts).astype(np.uintp), shared)
+    _count.place_pairs(users, users, 2, 0, 10, starts.copy(), (starts + counts).astype(np.uintp), keys)
+    np.testing.assert_array_equal(keys, _count.scatter_pairs(users, users, 2)[0])
+
+
 def test_feed_keys_refuses_a_half_at_the_code_limit() -> None:
     counter = _count.PairCounter()
     bad = np.array([5, (int(_count.CODE_LIMIT) << 32) | 1], np.uint64)

@@ -221,7 +221,7 @@ def _release(plan: AggregatePlan, table: Any, kind: FrameKind, grids: dict[str, 
              listed: Any, generator: Any) -> AggregateResult:
     """The work of :func:`aggregate`, once the plan is checked and the budget charged."""
     counter = RowCounter(plan.privacy_unit, plan.by, null_privacy_units=plan.null_privacy_units)  # type: ignore[arg-type]
-    users, partitions, used = counter.encode(table)
+    users, partitions, used = counter.encode(table, more=False)
     warn_dropped(counter, plan.privacy_unit)
     chose = figures = None
     if plan.auto_kappa or plan.auto_linf:  # κ / L∞ chosen privately (docs/privacy/auto-bounds.md)

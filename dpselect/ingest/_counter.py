@@ -20,8 +20,8 @@ import numpy.typing as npt
 from dpselect import _count
 from dpselect._threads import current
 from dpselect._workers import Lane, run_pieces
-from dpselect.ingest import radix
-from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, hash_seed
+from dpselect.ingest import parallel_codes, radix
+from dpselect.ingest._encode import CompositeKey, KeyFactorizer, encoded_as_bytes, encoded_in_parallel, hash_seed
 from dpselect.ingest._nulls import NULL_PRIVACY_UNITS, NullPolicy, NullPrivacyUnitError, null_count, without_null_units
 from dpselect.ingest._types import check_column_types, import_pyarrow
 from dpselect.rng import resolve_rng, shard_test_state
@@ -50,6 +50,11 @@ _LOOKAHEAD = 4
 # Pieces smaller than this are encoded on one thread.
 _THREAD_ROWS = 1 << 14
 
+# From parallel_codes.MIN_THREADS threads on, a batch is fed in pieces of this many rows, each
+# column of a piece coded on every thread (RowCounter._feed_on_every_thread): a bound on the
+# pieces' codes and pairs (16 bytes a row), large enough that the coder's phases pay.
+_WIDE_PIECE_ROWS = 1 << 22
+
 # The pairs are kept in _SHARDS pair sets by user code (its low _SHARD_BITS bits), a number fixed
 # whatever the thread count: each piece's pairs are scattered into the shards in one pass
 # (_count.scatter_pairs), the threads insert whole shards, and RowCounter.finish bounds each
@@ -58,6 +63,9 @@ _THREAD_ROWS = 1 << 14
 # streams depend on the codes alone, so the result does not depend on the number of threads.
 _SHARD_BITS = 6
 _SHARDS = 1 << _SHARD_BITS
+
+# Rows per thread at least when a piece's pairs are scattered on several threads (_scatter_pairs).
+_SCATTER_ROWS = 1 << 16
 
 # Largest pre-size of the pair set taken from a hint (RowCounter.expect_rows): 2^24 pairs, a
 # table of 2^25 slots (256 MiB). Above it the set grows as it fills.
@@ -92,6 +100,30 @@ def _insert(counters: list[_count.PairCounter], keys: npt.NDArray[np.uint64], st
         first, end = int(starts[s]), int(starts[s + 1])
         if end > first:
             counters[s].feed_keys(keys[first:end])
+
+
+def _scatter_pairs(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32],
+                   threads: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uintp]]:
+    """``_count.scatter_pairs`` into the ``_SHARDS`` sets on up to ``threads`` threads, with the
+    same result: the rows are split into ranges, each range's pairs counted per shard, and each
+    range placed at its own cursors (shard after shard, ranges in row order within a shard)."""
+    n = len(users)
+    parts = min(threads, n // _SCATTER_ROWS)
+    if parts < 2:
+        return _count.scatter_pairs(users, partitions, _SHARD_BITS)
+    bounds = [n * i // parts for i in range(parts + 1)]
+    ranges = list(zip(bounds[:-1], bounds[1:]))
+    counts = np.zeros((parts, _SHARDS), dtype=np.uintp)
+    run_pieces(_count.pair_shard_counts, [(users, partitions, _SHARD_BITS, lo, hi, counts[i])
+                                          for i, (lo, hi) in enumerate(ranges)], True)
+    starts = np.zeros(_SHARDS + 1, dtype=np.uintp)
+    np.cumsum(counts.sum(axis=0), out=starts[1:])
+    cursors = (starts[:-1] + np.cumsum(counts, axis=0) - counts).astype(np.uintp)
+    limits = (cursors + counts).astype(np.uintp)
+    keys = np.empty(n, dtype=np.uint64)
+    run_pieces(_count.place_pairs, [(users, partitions, _SHARD_BITS, lo, hi, cursors[i], limits[i], keys)
+                                    for i, (lo, hi) in enumerate(ranges)], True)
+    return keys, starts
 
 
 def _merge_user_groups(groups: list[tuple[npt.NDArray[np.uintp], npt.NDArray[np.uint32]]]
@@ -216,6 +248,9 @@ class RowCounter:
                                       self._encode_keys, codes)
             self._radix_sizes = (self._radix.n_users, self._radix.n_pairs)
             return
+        if self._wide(rows):
+            self._feed_on_every_thread(rows, more=not (final and rows.num_rows <= _WIDE_PIECE_ROWS))
+            return
         if rows.num_rows <= _PIECE_ROWS:
             # One piece: the two columns at once, then the shards on every thread.
             users, partitions = self._encode_both(rows)
@@ -250,6 +285,37 @@ class RowCounter:
             return None  # finish() will refuse: only the number of such rows matters now
         batch = without_null_units(batch, units)
         return batch if batch.num_rows else None
+
+    def _wide(self, batch: Any) -> bool:
+        """Whether to code ``batch`` column after column, each on every thread
+        (:meth:`_feed_on_every_thread`): from ``parallel_codes.MIN_THREADS`` threads and
+        ``parallel_codes.MIN_ROWS`` rows on, where the privacy units can be coded so. Below, the
+        two-thread pipeline of :meth:`_feed_pieces` is faster (see parallel_codes.MIN_THREADS)."""
+        return (current() >= parallel_codes.MIN_THREADS and batch.num_rows >= parallel_codes.MIN_ROWS
+                and encoded_in_parallel(batch.schema.field(self.privacy_unit).type))
+
+    def _code_on_every_thread(self, piece: Any, more: bool) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+        """User and partition codes of one piece, each column coded on every thread (the shards'
+        maps kept for the next piece when ``more``: :meth:`KeyFactorizer.encode`)."""
+        threads = current()
+        users = self._users.encode(piece.column(self.privacy_unit), threads, more)
+        return users, self._encode_keys(piece, threads, more)
+
+    def _feed_on_every_thread(self, batch: Any, more: bool) -> None:
+        """A batch into the pair sets, piece by piece (``_WIDE_PIECE_ROWS`` rows), every step on
+        every thread: each column coded by the sharded coder, whose maps persist across pieces
+        and batches, then the pairs scattered into the shards (:func:`_scatter_pairs`) and
+        inserted, a group of shards per thread. ``more``: pieces or batches may follow (else a lone piece is coded without
+        keeping the maps)."""
+        threads = current()
+        counters = self._pair_counters()
+        groups = _shard_groups(threads)
+        for start in range(0, batch.num_rows, _WIDE_PIECE_ROWS):
+            piece = batch.slice(start, _WIDE_PIECE_ROWS)
+            users, partitions = self._code_on_every_thread(piece, more or start + _WIDE_PIECE_ROWS < batch.num_rows)
+            keys, starts = _scatter_pairs(users, partitions, threads)
+            del users, partitions
+            run_pieces(_insert, [(counters, keys, starts, g) for g in groups], len(groups) > 1)
 
     def _feed_pieces(self, batch: Any) -> None:
         """A batch of several pieces (``_PIECE_ROWS`` rows each) into the pair sets."""
@@ -298,12 +364,15 @@ class RowCounter:
                 for future in pending:
                     future.cancel()
 
-    def encode(self, batch: pa.Table | pa.RecordBatch) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
+    def encode(self, batch: pa.Table | pa.RecordBatch, *,
+               more: bool = True) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], Any]:
         """The user and partition code of every row of ``batch`` (one code per distinct value,
         kept across calls), for a caller that bounds rows itself (a grouped release needs each
         row, not only the distinct pairs). Rows with a null privacy unit are refused or dropped
         as in :meth:`feed`; the third value is the batch the codes describe (filtered when rows
-        were dropped), to read value columns from. Decode partition codes with :meth:`keys_of`."""
+        were dropped), to read value columns from. Decode partition codes with :meth:`keys_of`.
+        ``more=False`` says no batch follows (a whole input): coded on every thread, the columns'
+        code maps are then not kept (a later batch would rebuild them; the codes are the same)."""
         self._check_open()
         self.check_schema(batch.schema)
         self.rows += batch.num_rows
@@ -313,6 +382,16 @@ class RowCounter:
             self.null_unit_rows += nulls
             self.check_null_units()
             batch = without_null_units(batch, units)
+        if self._wide(batch):
+            if not more:  # the whole input at once: the codes are its size anyway
+                return (*self._code_on_every_thread(batch, more=False), batch)
+            users = np.empty(batch.num_rows, dtype=np.uint32)
+            partitions = np.empty(batch.num_rows, dtype=np.uint32)
+            for start in range(0, batch.num_rows, _WIDE_PIECE_ROWS):
+                end = min(start + _WIDE_PIECE_ROWS, batch.num_rows)
+                users[start:end], partitions[start:end] = self._code_on_every_thread(
+                    batch.slice(start, end - start), more=True)
+            return users, partitions, batch
         if batch.num_rows <= _PIECE_ROWS:
             return (*self._encode_both(batch), batch)
         # The two columns' sides on two threads, piece by piece (see feed).
@@ -361,11 +440,11 @@ class RowCounter:
     def _encode_users(self, piece: Any) -> npt.NDArray[np.uint32]:
         return self._users.encode(piece.column(self.privacy_unit))
 
-    def _encode_keys(self, piece: Any, threads: int = 1) -> npt.NDArray[np.uint32]:
-        """Partition codes of one piece of rows (composite over every ``by`` column), a first
-        piece of fixed-width or string keys on ``threads`` threads (:meth:`KeyFactorizer.encode`)."""
-        codes = [factorizer.encode(piece.column(name), threads) for factorizer, name in zip(self._key.columns, self.by)]
-        return np.ascontiguousarray(self._key.encode_codes(codes, threads))
+    def _encode_keys(self, piece: Any, threads: int = 1, more: bool = False) -> npt.NDArray[np.uint32]:
+        """Partition codes of one piece of rows (composite over every ``by`` column), fixed-width
+        or string keys on ``threads`` threads (``threads`` and ``more``: :meth:`KeyFactorizer.encode`)."""
+        codes = [factorizer.encode(piece.column(name), threads, more) for factorizer, name in zip(self._key.columns, self.by)]
+        return np.ascontiguousarray(self._key.encode_codes(codes, threads, more))
 
     def check_null_units(self) -> None:
         """Raise :class:`NullPrivacyUnitError` if rows with a null privacy unit were fed and the

@@ -121,6 +121,10 @@ class KeyFactorizer:
         self._type: Any = None
         self._map: _count.KeyMap | None = None
         self._map_type: Any = None
+        # Instead of the map, once a batch was coded on several threads with more to come: the
+        # shards' maps, kept across batches (csrc/shard_maps.h); same codes as the map.
+        self._store: _count.KeyStore | None = None
+        self._store_type: Any = None
         # (identity of the last dictionary, its index codes, the global code of each index code,
         # the dictionary itself)
         self._dictionary: tuple[Any, _count.DictionaryCodes, list[npt.NDArray[np.uint32]], Any] | None = None
@@ -138,8 +142,9 @@ class KeyFactorizer:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the C code map (its hash table and a copy of each distinct value)."""
-        return 0 if self._map is None else self._map.nbytes
+        """Bytes held by the C code map (its hash table and a copy of each distinct value), or by
+        the shards' maps that replace it."""
+        return (0 if self._map is None else self._map.nbytes) + (0 if self._store is None else self._store.nbytes)
 
     def declare(self, typ: Any) -> None:
         """Fix the column's type before any value is seen (from the input's schema), so an
@@ -180,20 +185,56 @@ class KeyFactorizer:
                 pass
         raise TypeError(f"column {self.name!r} changed type from {old} to {new} between batches")
 
+    def _check_rebuilt(self, codes: npt.NDArray[np.uint32]) -> None:
+        """The values seen so far, coded in code order by a new map, must get their old codes."""
+        if not np.array_equal(codes, np.arange(self._size, dtype=np.uint32)):
+            raise RuntimeError(f"column {self.name!r}: re-encoding the values seen so far changed their codes")
+
     def _code_map(self) -> _count.KeyMap:
         """The C map for the current type. When the type changes (a first batch of nulls, then
-        real values), a new map is built by encoding the values seen so far in code order,
-        which gives every one of them its old code."""
+        real values), or there is none yet after a first batch coded on several threads, a new
+        map is built by encoding the values seen so far in code order, which gives every one of
+        them its old code."""
         if self._map is not None and self._map_type == self._type:
             return self._map
         kind, _, _ = _layout(self._type)
         fresh = _count.KeyMap(kind, hash_seed(), self.name)
         if self._size:
-            codes, _ = self._encode_array(fresh, self.values)
-            if not np.array_equal(codes, np.arange(self._size, dtype=np.uint32)):
-                raise RuntimeError(f"column {self.name!r}: re-encoding the values seen so far changed their codes")
+            self._check_rebuilt(self._encode_array(fresh, self.values)[0])
         self._map, self._map_type = fresh, self._type
+        self._store = None
         return fresh
+
+    def _key_store(self, threads: int) -> _count.KeyStore:
+        """The shards' maps for the current type (:func:`encoded_in_parallel`), built like
+        :meth:`_code_map`'s map when there is none or the type changed: the values seen so far,
+        coded in code order on ``threads`` threads, get their old codes."""
+        if self._store is not None and self._store_type == self._type:
+            return self._store
+        kind, _, _ = _layout(self._type)
+        fresh = _count.KeyStore(kind, hash_seed(), self.name)
+        if self._size:
+            self._check_rebuilt(self._sharded(self.values, threads, fresh)[0])
+        self._store, self._store_type = fresh, self._type
+        self._map = None
+        return fresh
+
+    def _sharded(self, array: pa.Array, threads: int,
+                 store: _count.KeyStore | None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+        """(codes, rows where a code first appeared) of one array by the sharded coder
+        (:mod:`dpselect.ingest.parallel_codes`) on ``threads`` threads: codes from 0 without a
+        store, else continuing the store's."""
+        pa = import_pyarrow()
+        _, layout, width = _layout(array.type)
+        # bit-packed booleans are read as one byte a value, with the same validity
+        read = array.cast(pa.uint8()) if layout == "bool" else array
+        buffers = read.buffers()
+        seed = hash_seed() if store is None else 0  # a store places values by its own seed
+        if layout == "var":  # width: the offsets' size
+            return parallel_codes.encode_var(len(read), read.offset, buffers[0], buffers[1], width == 8,
+                                             buffers[2], threads, seed, self.name, store=store)
+        return parallel_codes.encode_fixed(len(read), read.offset, buffers[0], buffers[1], width,
+                                           threads, seed, self.name, store=store)
 
     @staticmethod
     def _encode_array(code_map: _count.KeyMap, array: pa.Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
@@ -210,13 +251,15 @@ class KeyFactorizer:
             return code_map.encode_var(n, array.offset, buffers[0], buffers[1], width == 8, buffers[2])
         return code_map.encode_fixed(n, array.offset, buffers[0], buffers[1], width)
 
-    def encode(self, column: pa.Array | pa.ChunkedArray, threads: int = 1) -> npt.NDArray[np.uint32]:
+    def encode(self, column: pa.Array | pa.ChunkedArray, threads: int = 1, more: bool = False) -> npt.NDArray[np.uint32]:
         """Codes of the column's values (uint32), extending the dictionary with new values.
 
-        ``threads`` > 1: a first batch of one array of fixed-width values or strings
-        (:func:`encoded_in_parallel`) and at least ``parallel_codes.MIN_ROWS`` rows is coded on
-        that many threads (:mod:`dpselect.ingest.parallel_codes`), with the same codes. Its map
-        is then built from the distinct values only if a later batch comes."""
+        ``threads`` > 1: a batch of fixed-width values or strings (:func:`encoded_in_parallel`)
+        and at least ``parallel_codes.MIN_ROWS`` rows is coded on that many threads
+        (:mod:`dpselect.ingest.parallel_codes`), with the same codes. ``more`` says batches may
+        follow: the shards' maps are then kept (a :class:`dpselect._count.KeyStore`, which codes
+        every later batch, on one thread when it is small); else a first batch is coded without
+        keeping them, and a map is built from the distinct values only if a later batch comes."""
         pa = import_pyarrow()
         if pa.types.is_dictionary(column.type):
             return self._encode_dictionary(column)
@@ -226,39 +269,46 @@ class KeyFactorizer:
         elif column.type != self._type:
             column = self._same_kind(column)
         arrays = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        if (threads > 1 and self._size == 0 and len(arrays) == 1 and len(arrays[0]) >= parallel_codes.MIN_ROWS
-                and encoded_in_parallel(arrays[0].type)):
+        rows = sum(len(array) for array in arrays)
+        sharded = threads > 1 and rows >= parallel_codes.MIN_ROWS and encoded_in_parallel(self._type)
+        if sharded and not more and self._size == 0 and self._store is None and len(arrays) == 1:
             return self._encode_parallel(arrays[0], threads)
-        code_map = self._code_map()
         parts = []
-        for array in arrays:
-            codes, new_rows = self._encode_array(code_map, array)
-            if len(new_rows):
-                self._chunks.append(array.take(arrow_from_numpy(new_rows)))
-            parts.append(codes)
-        self._size = len(code_map)
+        if (self._store is not None or (sharded and more)) and encoded_in_parallel(self._type):
+            store = self._key_store(threads)
+            for array in arrays:
+                if len(array):
+                    codes, new_rows = self._sharded(array, threads if len(array) >= parallel_codes.MIN_ROWS else 1,
+                                                    store)
+                    self._add_values(array, new_rows)
+                    self._size = len(store)  # per array: the values stay in step if a later one fails
+                    parts.append(codes)
+        else:
+            code_map = self._code_map()
+            for array in arrays:
+                codes, new_rows = self._encode_array(code_map, array)
+                self._add_values(array, new_rows)
+                self._size = len(code_map)
+                parts.append(codes)
         if not parts:
             return np.zeros(0, dtype=np.uint32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def _add_values(self, array: pa.Array, new_rows: npt.NDArray[np.uint32]) -> None:
+        """The values that first appeared at ``new_rows`` of ``array``, in code order."""
+        if len(new_rows):
+            self._chunks.append(array.take(arrow_from_numpy(new_rows)))
+
 
     def _encode_parallel(self, array: pa.Array, threads: int) -> npt.NDArray[np.uint32]:
         """The codes of a first batch on several threads. The map is dropped, not filled: a later
-        batch's :meth:`_code_map` builds it from the distinct values in code order, which gives
-        each its code (a whole input, the common case here, has no later batch)."""
-        pa = import_pyarrow()
-        _, layout, width = _layout(array.type)
-        # bit-packed booleans are read as one byte a value, with the same validity
-        read = array.cast(pa.uint8()) if layout == "bool" else array
-        buffers = read.buffers()
-        if layout == "var":  # width: the offsets' size
-            codes, new_rows = parallel_codes.encode_var(len(read), read.offset, buffers[0], buffers[1], width == 8,
-                                                        buffers[2], threads, hash_seed(), self.name)
-        else:
-            codes, new_rows = parallel_codes.encode_fixed(len(read), read.offset, buffers[0], buffers[1], width,
-                                                          threads, hash_seed(), self.name)
+        batch's :meth:`_code_map` (or :meth:`_key_store`) builds it from the distinct values in
+        code order, which gives each its code (a whole input, the common case here, has no
+        later batch)."""
+        codes, new_rows = self._sharded(array, threads, None)
         self._map = None
-        self._chunks = [array.take(arrow_from_numpy(new_rows))] if len(new_rows) else []
+        self._chunks = []
+        self._add_values(array, new_rows)
         self._size = len(new_rows)
         return codes
 
@@ -309,11 +359,14 @@ class CompositeKey:
     def __len__(self) -> int:
         return len(self.combiners[-1]) if self.combiners else len(self.columns[0])
 
-    def encode_codes(self, per_column: list[npt.NDArray[np.uint32]], threads: int = 1) -> npt.NDArray[np.uint32]:
+    def encode_codes(self, per_column: list[npt.NDArray[np.uint32]], threads: int = 1,
+                     more: bool = False) -> npt.NDArray[np.uint32]:
+        """The composite codes of rows given each column's codes (``threads`` and ``more`` as in
+        :meth:`KeyFactorizer.encode`)."""
         codes = per_column[0]
         for combiner, right in zip(self.combiners, per_column[1:]):
             word = (codes.astype(np.uint64) << np.uint64(32)) | right.astype(np.uint64)
-            codes = combiner.encode(arrow_from_numpy(word.view(np.int64)), threads)
+            codes = combiner.encode(arrow_from_numpy(word.view(np.int64)), threads, more)
         return codes
 
     def key_columns(self, codes: npt.NDArray[np.int64]) -> list[pa.Array]:

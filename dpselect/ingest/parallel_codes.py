@@ -7,7 +7,9 @@ into chunks and the values into :data:`dpselect._count.KEY_SHARDS` shards by a s
 each phase of :class:`dpselect._count.ShardedKeyCodes` (``ShardedStringCodes``) runs its pieces on the package's worker
 pool (:func:`dpselect._workers.run_pieces`). The codes are exactly the KeyMap's on an empty map
 (0, 1, 2, ... in order of first appearance, nulls one value), whatever the threads and the seed,
-so every output stays the same for any number of threads (docs/rows.md, "Threads").
+so every output stays the same for any number of threads (docs/rows.md, "Threads"). With a
+:class:`dpselect._count.KeyStore` the shards' maps persist from one batch to the next and the codes
+continue, as one KeyMap's would: a streamed column is coded on every thread, batch after batch.
 """
 from __future__ import annotations
 
@@ -76,33 +78,50 @@ def _each(task: Callable[[int], None], items: int, threads: int) -> None:
         raise errors[0]
 
 
+def _chunks(n: int, threads: int, chunks: int | None, store: _count.KeyStore | None) -> int:
+    """The chunks of rows: as given, else :func:`chunk_count`; one for a batch a store codes on
+    one thread (too few rows, or one thread), which :meth:`~dpselect._count.ShardedKeyCodes.run`
+    then codes in one call."""
+    if chunks is not None:
+        return chunks
+    if store is not None and (threads <= 1 or n < MIN_ROWS):
+        return 1
+    return chunk_count(n, threads)
+
+
 def encode_fixed(n: int, offset: int, validity: Any, values: Any, width: int, threads: int, seed: int,
-                 name: str = "column", chunks: int | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+                 name: str = "column", chunks: int | None = None,
+                 store: _count.KeyStore | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
     """(codes, new_rows) of n values of ``width`` bytes (1, 2, 4 or 8) from element ``offset`` of
     an Arrow values buffer and validity bitmap (None: no nulls), as
     ``KeyMap("word", ...).encode_fixed`` gives them on an empty map, computed on ``threads``
     threads. ``seed`` (from the package CSPRNG) places values in shards, never codes;
-    ``chunks``: the chunks of rows (default :func:`chunk_count`)."""
-    job = _count.ShardedKeyCodes(n, offset, validity, values, width,
-                                 chunk_count(n, threads) if chunks is None else chunks, seed, name)
+    ``chunks``: the chunks of rows (default :func:`chunk_count`). ``store``: a
+    :class:`~dpselect._count.KeyStore` ("word") whose codes continue, as one KeyMap's would over
+    the batches it has coded (``seed`` is then the store's)."""
+    job = _count.ShardedKeyCodes(n, offset, validity, values, width, _chunks(n, threads, chunks, store), seed, name,
+                                 store)
     return _run(job, threads)
 
 
 def encode_var(n: int, offset: int, validity: Any, offsets: Any, offsets64: bool, data: Any, threads: int,
-               seed: int, name: str = "column",
-               chunks: int | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+               seed: int, name: str = "column", chunks: int | None = None,
+               store: _count.KeyStore | None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
     """(codes, new_rows) of n variable-length values (Arrow string/binary: n + 1 offsets of 4 bytes,
     8 when ``offsets64``, from element ``offset``, into ``data``; validity None: no nulls), as
     ``KeyMap("bytes", ...).encode_var`` gives them on an empty map, computed on ``threads``
-    threads; offsets out of order or past the data raise the same ValueError. ``seed`` and
-    ``chunks`` as in :func:`encode_fixed`."""
+    threads; offsets out of order or past the data raise the same ValueError. ``seed``,
+    ``chunks`` and ``store`` (kind "bytes") as in :func:`encode_fixed`."""
     job = _count.ShardedStringCodes(n, offset, validity, offsets, offsets64, data,
-                                    chunk_count(n, threads) if chunks is None else chunks, seed, name)
+                                    _chunks(n, threads, chunks, store), seed, name, store)
     return _run(job, threads)
 
 
 def _run(job: Any, threads: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
-    """Every phase of a sharded coder, each phase's pieces on ``threads`` threads."""
+    """Every phase of a sharded coder, each phase's pieces on ``threads`` threads (all in one call
+    where there is one chunk and one thread)."""
+    if threads <= 1 and job.n_chunks == 1:
+        return job.run()
     for phase, kind in job.phases():
         method = getattr(job, phase)
         if kind == "once":
