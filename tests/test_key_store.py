@@ -185,7 +185,7 @@ def test_one_batch_at_a_time_and_one_kind_of_values() -> None:
                                   "key", store)
     with pytest.raises(ValueError, match="kind must be 'word' or 'bytes'"):
         _count.KeyStore("words", 1)
-    with pytest.raises(RuntimeError, match="run\\(\\) codes a column of one chunk"):
+    with pytest.raises(RuntimeError, match=r"run\(\) codes a column of one chunk"):
         _count.ShardedKeyCodes(10, 0, None, values, 8, 2, 0, "key", _count.KeyStore("word", 1)).run()
 
 

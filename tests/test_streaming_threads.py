@@ -231,7 +231,7 @@ def test_the_split_scatter_checks_its_arguments() -> None:
     counts = np.zeros(4, np.uintp)
     with pytest.raises(ValueError, match="row 3"):
         _count.pair_shard_counts(users, np.array([0, 0, 0, _count.CODE_LIMIT] + [0] * 6, np.uint32), 2, 0, 10, counts)
-    with pytest.raises(ValueError, match="counts must have 2\*\*shard_bits = 4 entries"):
+    with pytest.raises(ValueError, match=r"counts must have 2\*\*shard_bits = 4 entries"):
         _count.pair_shard_counts(users, users, 2, 0, 10, np.zeros(3, np.uintp))
     with pytest.raises(ValueError, match="rows end"):
         _count.pair_shard_counts(users, users, 2, 0, 11, counts)
@@ -242,7 +242,7 @@ def test_the_split_scatter_checks_its_arguments() -> None:
     assert counts.tolist() == [3, 3, 2, 2]
     keys = np.zeros(10, np.uint64)
     starts = np.array([0, 3, 6, 8], np.uintp)
-    with pytest.raises(ValueError, match="limits must be <= len\(keys\)"):
+    with pytest.raises(ValueError, match=r"limits must be <= len\(keys\)"):
         _count.place_pairs(users, users, 2, 0, 10, starts.copy(), starts + 5, keys)
     with pytest.raises(ValueError, match="not the prefix sums"):  # room for one row too few
         _count.place_pairs(users, users, 2, 0, 10, starts.copy(), np.array([3, 6, 8, 9], np.uintp), keys)
