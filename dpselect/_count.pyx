@@ -827,14 +827,42 @@ cdef class _ShardedCodes:
             rc = dps_keyshards_scatter(&self.ks, c)
         self._done(rc)
 
-    def encode(self, object shard) -> None:
-        self._claim(3, shard)
-        cdef size_t s = shard
+    cdef int _claim_shards(self, int phase, object shard, object end, size_t *first, size_t *last) except -1:
+        """Claim the shards [shard, end) (end None: shard alone) of a per-shard phase: one call
+        may take a range, so that the Python hand-out is paid per range, not per shard."""
+        cdef Py_ssize_t a = check_int("shard", shard, 0, DPS_KEYSHARDS - 1)
+        cdef Py_ssize_t b = a + 1 if end is None else check_int("end", end, a + 1, DPS_KEYSHARDS)
+        cdef Py_ssize_t i
+        self._claim(phase, a)  # the phase's order checked, shard a taken
+        for i in range(a + 1, b):  # the rest checked before any is taken: a refused range takes none
+            if self.claimed[i]:
+                self.claimed[a] = False
+                raise RuntimeError(f"{_PHASES[phase][0]}() was already called on piece {i}")
+        for i in range(a + 1, b):
+            self.claimed[i] = True
+        first[0] = <size_t>a
+        last[0] = <size_t>b
+        return 0
+
+    cdef int _done_shards(self, int rc, size_t first, size_t last) except -1:
+        """After a per-shard phase ran on [first, last): each shard done, or the error."""
+        if rc != DPS_OK:
+            return self._done(rc)
+        self.left -= <Py_ssize_t>(last - first)
+        return 0
+
+    def encode(self, object shard, object end=None) -> None:
+        """The encode phase on shard ``shard`` (or the shards [shard, end))."""
+        cdef size_t first, last, s
+        self._claim_shards(3, shard, end, &first, &last)
         cdef uint32_t *codes = self._codes()
-        cdef int rc
+        cdef int rc = DPS_OK
         with nogil:
-            rc = dps_keyshards_encode(&self.ks, s, codes)
-        self._done(rc)
+            s = first
+            while s < last and rc == DPS_OK:
+                rc = dps_keyshards_encode(&self.ks, s, codes)
+                s += 1
+        self._done_shards(rc, first, last)
 
     def rank_count(self, object chunk) -> None:
         self._claim(4, chunk)
@@ -864,13 +892,17 @@ cdef class _ShardedCodes:
             rc = dps_keyshards_rank(&self.ks, c, codes, at)
         self._done(rc)
 
-    def translate(self, object shard) -> None:
-        self._claim(7, shard)
-        cdef size_t s = shard
-        cdef int rc
+    def translate(self, object shard, object end=None) -> None:
+        """The translate phase on shard ``shard`` (or the shards [shard, end))."""
+        cdef size_t first, last, s
+        self._claim_shards(7, shard, end, &first, &last)
+        cdef int rc = DPS_OK
         with nogil:
-            rc = dps_keyshards_translate(&self.ks, s)
-        self._done(rc)
+            s = first
+            while s < last and rc == DPS_OK:
+                rc = dps_keyshards_translate(&self.ks, s)
+                s += 1
+        self._done_shards(rc, first, last)
 
     def finish(self, object chunk) -> None:
         self._claim(8, chunk)

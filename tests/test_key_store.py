@@ -189,6 +189,37 @@ def test_one_batch_at_a_time_and_one_kind_of_values() -> None:
         _count.ShardedKeyCodes(10, 0, None, values, 8, 2, 0, "key", _count.KeyStore("word", 1)).run()
 
 
+def test_a_per_shard_phase_takes_ranges_of_shards_each_once() -> None:
+    values = np.arange(2_000, dtype=np.int64) % 300
+    job = _count.ShardedKeyCodes(len(values), 0, None, values, 8, 2, 7, "key")
+    for name, kind in job.phases():
+        method = getattr(job, name)
+        if kind == "once":
+            method()
+        elif kind == "chunk":
+            method(0)
+            method(1)
+        elif name == "encode":
+            with pytest.raises(ValueError, match="end"):
+                method(10, 10)  # an empty range
+            with pytest.raises(ValueError, match="end"):
+                method(0, _count.KEY_SHARDS + 1)
+            method(0, 100)
+            with pytest.raises(RuntimeError, match="already called on piece 99"):
+                method(99, 120)
+            method(130, _count.KEY_SHARDS)
+            with pytest.raises(RuntimeError, match="already called on piece 130"):
+                method(120, 140)  # refused whole: 120 .. 129 stay free
+            method(120, 130)
+            with pytest.raises(RuntimeError, match="out of order"):  # shards 100 .. 119 not encoded
+                job.rank_count(0)
+            method(100, 120)
+        else:
+            method(0, _count.KEY_SHARDS)
+    codes, new_rows = job.result()
+    assert codes.tolist() == (np.arange(2_000) % 300).tolist() and new_rows.tolist() == list(range(300))
+
+
 # ------------------------------------------------------------------ the column coder
 
 @pytest.fixture
@@ -248,6 +279,50 @@ def test_without_more_a_first_batch_keeps_no_maps_and_a_later_one_rebuilds_them(
     np.testing.assert_array_equal(many.encode(later, 4, more=True), one.encode(later))
     assert many.values.equals(one.values)
     assert sharded_calls[1:] == [True, True]  # the earlier values into a new store, then the batch
+
+
+def test_a_column_of_several_chunks_is_coded_chunk_after_chunk_on_every_thread(sharded_calls: list[bool]) -> None:
+    """A whole input read from Parquet comes in chunks (row groups): they continue one another's
+    codes through a store, each on every thread, even when no batch follows."""
+    g = np.random.default_rng(SEED)
+    column = pa.chunked_array([pa.array(g.integers(0, 900, n)) for n in (3_000, 1_500, 10, 2_000)])
+    one, many = KeyFactorizer("k"), KeyFactorizer("k")
+    np.testing.assert_array_equal(many.encode(column, 4), one.encode(column))
+    assert many.values.equals(one.values)
+    assert sharded_calls and all(sharded_calls)  # every chunk through the store
+
+
+def test_small_chunks_are_joined_before_the_store_codes_them(sharded_calls: list[bool]) -> None:
+    """Twenty chunks of 300 rows (a CSV reader's blocks): joined into groups of at least
+    ``MIN_ROWS`` (1,000 here) rows, five calls of the coder instead of twenty, the same codes."""
+    g = np.random.default_rng(SEED)
+    column = pa.chunked_array([pa.array([f"s{v}" for v in g.integers(0, 700, 300)]) for _ in range(20)])
+    one, many = KeyFactorizer("k"), KeyFactorizer("k")
+    np.testing.assert_array_equal(many.encode(column, 3), one.encode(column))
+    assert many.values.equals(one.values)
+    assert sharded_calls == [True] * 5
+
+
+def test_a_whole_input_of_row_groups_codes_its_keys_first_the_same_for_any_thread_count(
+        sharded_calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integer privacy units, keys in several chunks (a Parquet file's row groups): from 4
+    threads the keys are coded before the grouping, chunk after chunk; the same release."""
+    monkeypatch.delenv(_threads.ENV_VAR, raising=False)
+    frame = _frame()
+    table = pa.concat_tables([pa.Table.from_pandas(frame.iloc[i:i + 6_000], preserve_index=False)
+                              for i in range(0, len(frame), 6_000)])
+    assert table.column("skey").num_chunks == 4
+
+    def release(threads: int) -> pa.Table:
+        return dpselect.select_partitions(table, privacy_unit="iuser", by="skey", epsilon=2.0, delta=1e-6,
+                                          max_partitions_contributed=3, counts=True,
+                                          rng=InsecureDeterministicRNG(seed=17), threads=threads)
+
+    first = release(1)
+    assert not sharded_calls and first.num_rows > 0
+    for threads in (4, 8):
+        assert release(threads).equals(first)
+    assert sharded_calls and all(sharded_calls)
 
 
 # ------------------------------------------------------------------ the rows path

@@ -130,10 +130,10 @@ def test_key_factorizer_gives_the_same_codes_and_keys_on_several_threads(small_i
     assert str(many.values.to_pylist()) == str(one.values.to_pylist())
 
 
-def test_a_column_of_wide_values_or_several_chunks_stays_on_one_thread(small_inputs: list[int]) -> None:
-    # strings take the threaded path of their own (tests/test_parallel_string_codes.py)
+def test_a_column_of_wide_values_or_a_later_batch_without_more_stays_on_one_thread(small_inputs: list[int]) -> None:
+    # strings take the threaded path of their own (tests/test_parallel_string_codes.py); a column
+    # of several chunks goes through a store (tests/test_key_store.py)
     KeyFactorizer("w").encode(pa.array([(i % 50).to_bytes(16, "little") for i in range(5000)], pa.binary(16)), 4)
-    KeyFactorizer("c").encode(pa.chunked_array([np.arange(3000) % 7, np.arange(3000) % 5]), 4)
     factorizer = KeyFactorizer("later")
     factorizer.encode(pa.array([1, 2]), 4)  # a first batch below MIN_ROWS: the map is filled
     factorizer.encode(pa.array(np.arange(5000) % 9), 4)  # not empty any more
@@ -245,10 +245,10 @@ def test_an_error_in_one_phase_stops_the_others(monkeypatch: pytest.MonkeyPatch)
         def __getattr__(self, name: str) -> Any:
             return getattr(self.job, name)
 
-        def encode(self, shard: int) -> None:
-            if shard == 5:
+        def encode(self, shard: int, end: int | None = None) -> None:
+            if shard <= 5 < (shard + 1 if end is None else end):
                 raise MemoryError("no room for shard 5")
-            self.job.encode(shard)
+            self.job.encode(shard, end)
 
     monkeypatch.setattr(_count, "ShardedKeyCodes", Failing)
     with pytest.raises(MemoryError, match="shard 5"):
@@ -308,6 +308,9 @@ def test_the_codes_come_first_only_where_they_fit_the_memory_rule() -> None:
                                  "user", ["a", "w"], many)  # one column the threads cannot code
     mixed = pa.table({"user": np.arange(n), "a": np.arange(n), "key": strings.column("key")})
     assert radix.codes_first(mixed, "user", ["a", "key"], many)  # integers and strings
+    chunked = pa.concat_tables([wide.slice(0, n // 2), wide.slice(n // 2)])
+    assert chunked.column("key").num_chunks == 2
+    assert radix.codes_first(chunked, "user", ["key"], many)  # row groups: chunk after chunk
     assert not radix.codes_first(mixed, "user", ["a", "key"], many - 1)
 
 

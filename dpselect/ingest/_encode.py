@@ -96,6 +96,23 @@ def encoded_in_parallel(typ: Any) -> bool:
     return (kind == "word" and layout in ("fixed", "bool")) or layout == "var"
 
 
+def _grouped(arrays: Sequence[Any], min_rows: int) -> Any:
+    """The arrays in order, consecutive ones joined (a copy) until each has ``min_rows`` rows or
+    the arrays run out: many small chunks (a CSV reader's blocks) would each pay the sharded
+    coder's fixed cost."""
+    pa = import_pyarrow()
+    group: list[Any] = []
+    rows = 0
+    for array in arrays:
+        group.append(array)
+        rows += len(array)
+        if rows >= min_rows:
+            yield group[0] if len(group) == 1 else pa.concat_arrays(group)
+            group, rows = [], 0
+    if group:
+        yield group[0] if len(group) == 1 else pa.concat_arrays(group)
+
+
 def hash_seed() -> int:
     """A fresh seed for a code map's slot positions, from the package CSPRNG: values crafted to
     collide cannot be aimed at one probe chain. Codes never depend on it."""
@@ -258,8 +275,9 @@ class KeyFactorizer:
         and at least ``parallel_codes.MIN_ROWS`` rows is coded on that many threads
         (:mod:`dpselect.ingest.parallel_codes`), with the same codes. ``more`` says batches may
         follow: the shards' maps are then kept (a :class:`dpselect._count.KeyStore`, which codes
-        every later batch, on one thread when it is small); else a first batch is coded without
-        keeping them, and a map is built from the distinct values only if a later batch comes."""
+        every later batch, on one thread when it is small), as they are for a column of several
+        chunks; else a first batch of one chunk is coded without keeping them, and a map is built
+        from the distinct values only if a later batch comes."""
         pa = import_pyarrow()
         if pa.types.is_dictionary(column.type):
             return self._encode_dictionary(column)
@@ -274,9 +292,11 @@ class KeyFactorizer:
         if sharded and not more and self._size == 0 and self._store is None and len(arrays) == 1:
             return self._encode_parallel(arrays[0], threads)
         parts = []
-        if (self._store is not None or (sharded and more)) and encoded_in_parallel(self._type):
+        # Several chunks (a Parquet file's row groups, say) continue one another's codes, as
+        # batches do: the store codes them chunk after chunk, each on every thread.
+        if (self._store is not None or (sharded and (more or len(arrays) > 1))) and encoded_in_parallel(self._type):
             store = self._key_store(threads)
-            for array in arrays:
+            for array in _grouped(arrays, parallel_codes.MIN_ROWS):
                 if len(array):
                     codes, new_rows = self._sharded(array, threads if len(array) >= parallel_codes.MIN_ROWS else 1,
                                                     store)

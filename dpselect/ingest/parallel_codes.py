@@ -122,10 +122,16 @@ def _run(job: Any, threads: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np
     where there is one chunk and one thread)."""
     if threads <= 1 and job.n_chunks == 1:
         return job.run()
+    # The shards in ranges, four per thread (a frequent value makes its shard long: the threads
+    # take ranges as they are free), so the hand-out costs a Python call per range, not per shard.
+    groups = max(1, min(_count.KEY_SHARDS, 4 * threads))
+    ranges = [(g * _count.KEY_SHARDS // groups, (g + 1) * _count.KEY_SHARDS // groups) for g in range(groups)]
     for phase, kind in job.phases():
         method = getattr(job, phase)
         if kind == "once":
             method()
+        elif kind == "chunk":
+            _each(method, job.n_chunks, threads)
         else:
-            _each(method, job.n_chunks if kind == "chunk" else _count.KEY_SHARDS, threads)
+            _each(lambda g, method=method: method(*ranges[g]), groups, threads)
     return job.result()

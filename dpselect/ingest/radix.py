@@ -77,9 +77,10 @@ def eligible(batch: Any, privacy_unit: str, by: list[str]) -> bool:
 def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> bool:
     """Whether the keys of an :func:`eligible` batch are coded all at once on ``threads`` threads
     before the grouping (:mod:`dpselect.ingest.parallel_codes`) rather than piece by piece on one
-    thread beside it. Every ``by`` column must be one chunk of fixed-width values or strings
-    (composite keys: each column coded on every thread, then their pairs of codes, packed in 8
-    bytes, coded the same way), with ``parallel_codes.MIN_THREADS`` threads or more (below, the one
+    thread beside it. Every ``by`` column must hold fixed-width values or strings, in one chunk or
+    several (coded chunk after chunk, through the shards' maps kept between them: a Parquet
+    file's row groups); composite keys: each column coded on every thread, then their pairs of
+    codes, packed in 8 bytes, coded the same way; with ``parallel_codes.MIN_THREADS`` threads or more (below, the one
     thread coding beside the others is faster: on 2 cores also for strings and composite keys,
     by 10 to 30 %). And there must be room for the codes within the same one
     and a half times the columns' size that :func:`eligible` allows the grouping: 4 bytes a row
@@ -94,7 +95,6 @@ def codes_first(batch: Any, privacy_unit: str, by: list[str], threads: int) -> b
     # computed on one thread, without the grouping beside them.
     types = [batch.schema.field(name).type for name in by]
     if (threads < max(2, parallel_codes.MIN_THREADS) or batch.num_rows < parallel_codes.MIN_ROWS
-            or any(len(_chunks(batch.column(name))) != 1 for name in by)
             or not all(encoded_in_parallel(t) for t in types)):
         return False
     columns = sum(chunk.get_total_buffer_size() for name in {privacy_unit, *by}
