@@ -127,11 +127,13 @@ def _run(job: Any, threads: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np
     groups = max(1, min(_count.KEY_SHARDS, 4 * threads))
     ranges = [(g * _count.KEY_SHARDS // groups, (g + 1) * _count.KEY_SHARDS // groups) for g in range(groups)]
     for phase, kind in job.phases():
-        method = getattr(job, phase)
+        method: Callable[..., None] = getattr(job, phase)
         if kind == "once":
             method()
         elif kind == "chunk":
             _each(method, job.n_chunks, threads)
         else:
-            _each(lambda g, method=method: method(*ranges[g]), groups, threads)
+            def shard_range(g: int, method: Callable[..., None] = method) -> None:
+                method(*ranges[g])
+            _each(shard_range, groups, threads)
     return job.result()
