@@ -179,9 +179,21 @@ def _aggregate(df: pd.DataFrame, by: object, threads: int) -> pd.DataFrame:
     return result.frame
 
 
+@pytest.fixture
+def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The value columns converted in steps of 4096 rows (on every thread), and from 4 threads
+    the users and keys coded on every thread from 1,000 rows on (chunks of 500)."""
+    from dpselect.aggregation import values
+    from dpselect.ingest import parallel_codes
+
+    monkeypatch.setattr(values, "_STEP_ROWS", 4096)
+    monkeypatch.setattr(parallel_codes, "MIN_ROWS", 1_000)
+    monkeypatch.setattr(parallel_codes, "_CHUNK_ROWS", 500)
+
+
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("by", ["ikey", "skey", ["small", "other"]], ids=["int", "string", "composite"])
-def test_aggregate_is_identical_for_any_number_of_threads(by: object) -> None:
+def test_aggregate_is_identical_for_any_number_of_threads(small_steps: None, by: object) -> None:
     df = _frame()
     first = _aggregate(df, by, 1)
     assert len(first) > 0

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dpselect._threads import current
+from dpselect._workers import run_pieces
 from dpselect.aggregation.grid import Grid
 from dpselect.ingest.rows import import_pyarrow
 
@@ -74,10 +76,17 @@ class ValueColumn:
             start += chunk.size
 
     def units(self, grid: Grid) -> npt.NDArray[np.int64]:
-        """Every value clamped and snapped to ``grid``, as int64 grid units."""
+        """Every value clamped and snapped to ``grid``, as int64 grid units: the steps on every
+        thread (numpy releases the GIL in its loops), each writing its own rows."""
         out = np.empty(self.size, dtype=np.int64)
-        for start, piece in self.steps():
-            out[start:start + piece.size] = grid.to_units(piece, name=f"value column {self.name!r}")
+        steps = list(self.steps())
+        threads = max(1, min(current(), len(steps)))
+
+        def convert(share: list[tuple[int, npt.NDArray[Any]]]) -> None:
+            for start, piece in share:
+                out[start:start + piece.size] = grid.to_units(piece, name=f"value column {self.name!r}")
+
+        run_pieces(convert, [(steps[t::threads],) for t in range(threads)], threads > 1)
         return out
 
     def take(self, kept: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
