@@ -292,9 +292,11 @@ def test_a_column_of_several_chunks_is_coded_chunk_after_chunk_on_every_thread(s
     assert sharded_calls and all(sharded_calls)  # every chunk through the store
 
 
-def test_small_chunks_are_joined_before_the_store_codes_them(sharded_calls: list[bool]) -> None:
+def test_small_chunks_are_joined_before_the_store_codes_them(sharded_calls: list[bool],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Twenty chunks of 300 rows (a CSV reader's blocks): joined into groups of at least
-    ``MIN_ROWS`` (1,000 here) rows, five calls of the coder instead of twenty, the same codes."""
+    ``GROUP_ROWS`` (1,000 here) rows, five calls of the coder instead of twenty, the same codes."""
+    monkeypatch.setattr(parallel_codes, "GROUP_ROWS", 1_000)
     g = np.random.default_rng(SEED)
     column = pa.chunked_array([pa.array([f"s{v}" for v in g.integers(0, 700, 300)]) for _ in range(20)])
     one, many = KeyFactorizer("k"), KeyFactorizer("k")

@@ -98,8 +98,8 @@ def encoded_in_parallel(typ: Any) -> bool:
 
 def _grouped(arrays: Sequence[Any], min_rows: int) -> Any:
     """The arrays in order, consecutive ones joined (a copy) until each has ``min_rows`` rows or
-    the arrays run out: many small chunks (a CSV reader's blocks) would each pay the sharded
-    coder's fixed cost."""
+    the arrays run out: many chunks (a file's row groups or blocks) would each pay the sharded
+    coder's fixed cost (``parallel_codes.GROUP_ROWS``)."""
     pa = import_pyarrow()
     group: list[Any] = []
     rows = 0
@@ -296,7 +296,7 @@ class KeyFactorizer:
         # batches do: the store codes them chunk after chunk, each on every thread.
         if (self._store is not None or (sharded and (more or len(arrays) > 1))) and encoded_in_parallel(self._type):
             store = self._key_store(threads)
-            for array in _grouped(arrays, parallel_codes.MIN_ROWS):
+            for array in _grouped(arrays, parallel_codes.GROUP_ROWS):
                 if len(array):
                     codes, new_rows = self._sharded(array, threads if len(array) >= parallel_codes.MIN_ROWS else 1,
                                                     store)

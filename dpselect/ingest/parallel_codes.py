@@ -23,7 +23,7 @@ import numpy.typing as npt
 from dpselect import _count
 from dpselect._workers import run_pieces
 
-__all__ = ["MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed", "encode_var"]
+__all__ = ["GROUP_ROWS", "MIN_ROWS", "MIN_THREADS", "chunk_count", "encode_fixed", "encode_var"]
 
 # Below this many rows one thread's KeyMap is faster than the phases' fixed costs.
 MIN_ROWS = 1 << 16
@@ -38,6 +38,12 @@ MIN_ROWS = 1 << 16
 # String keys (--strings, 2e6 rows, the decimal text of those keys): the phases 131 CPU ns a row
 # against the map's 101, so the same threshold is on the safe side for them.
 MIN_THREADS = 4
+
+# A column in many chunks (a Parquet file's row groups, a CSV reader's blocks) is coded through a
+# store in groups of consecutive chunks joined to this many rows at least (KeyFactorizer.encode):
+# each call of the coder costs about a millisecond of hand-outs and allocations whatever its size,
+# and joining costs a copy, about a nanosecond a row.
+GROUP_ROWS = 1 << 20
 
 # Rows per chunk at least: each chunk costs a row of 64 shard counters and a Python call per phase.
 _CHUNK_ROWS = 1 << 15
