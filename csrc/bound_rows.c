@@ -39,10 +39,44 @@ typedef struct user_buffers {
 } user_buffers;
 
 /* One user's rows order[0 .. m): bound and add to the outputs. */
+/* The outputs of a bounding call: per-partition sums (users != NULL), or per-row marks (marks != NULL,
+ * dps_bound_rows_mark: the sums are then left to partition_sums.h). */
+typedef struct bound_outputs {
+    uint32_t n_partitions;
+    size_t n_values;
+    const int64_t *const *values;
+    size_t n_squares;
+    const dps_square_spec *squares;
+    int64_t *users, *rows, *users_before; /* users_before may be NULL */
+    uint64_t *sums;
+    uint8_t *kept;  /* may be NULL */
+    uint8_t *marks; /* mark mode: every other output is unused */
+} bound_outputs;
+
+/* Add one kept partition's rows rows[0 .. take) of partition p to the sums. */
+static int add_kept(const bound_outputs *o, uint32_t p, const uint32_t *rows, size_t take) {
+    o->users[p] += 1;
+    o->rows[p] += (int64_t)take;
+    if (o->kept != NULL)
+        for (size_t i = 0; i < take; i++) o->kept[rows[i]] = 1;
+    for (size_t c = 0; c < o->n_values; c++) {
+        uint64_t *acc = &o->sums[2 * (c * (size_t)o->n_partitions + p)];
+        for (size_t i = 0; i < take; i++) dps_wide_add(acc, o->values[c][rows[i]]);
+    }
+    for (size_t j = 0; j < o->n_squares; j++) {
+        uint64_t *acc = &o->sums[2 * ((o->n_values + j) * (size_t)o->n_partitions + p)];
+        for (size_t i = 0; i < take; i++) {
+            uint64_t q;
+            if (!dps_square_term(&o->squares[j], o->values[o->squares[j].source][rows[i]], &q))
+                return DPS_ERR_SQUARE_RANGE;
+            dps_wide_add(acc, (int64_t)q);
+        }
+    }
+    return DPS_OK;
+}
+
 static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
-                      uint64_t linf, uint32_t n_partitions, size_t n_values, const int64_t *const *values,
-                      size_t n_squares, const dps_square_spec *squares, int64_t *out_users, int64_t *out_rows, uint64_t *out_sums, int64_t *out_users_before,
-                      uint8_t *out_kept, dps_bound_stats *stats, user_buffers *buf) {
+                      uint64_t linf, const bound_outputs *o, dps_bound_stats *stats, user_buffers *buf) {
     for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
     sort_keys(buf->keys, m);
     size_t d = 0;
@@ -57,8 +91,11 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
     stats->pairs += d;
     stats->pairs_kept += kept;
     stats->users += 1;
-    if (out_users_before != NULL)
-        for (size_t g = 0; g < d; g++) out_users_before[buf->keys[buf->starts[g]] >> 32]++;
+    if (o->marks != NULL) {
+        for (size_t g = 0; g < d; g++) o->marks[(uint32_t)buf->keys[buf->starts[g]]] |= DPS_MARK_BEFORE;
+    } else if (o->users_before != NULL) {
+        for (size_t g = 0; g < d; g++) o->users_before[buf->keys[buf->starts[g]] >> 32]++;
+    }
     for (size_t t = 0; t < kept; t++) {
         size_t g = buf->chosen[t];
         size_t lo = buf->starts[g], r = buf->starts[g + 1] - lo;
@@ -67,28 +104,13 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
         rc = dps_uniform_subset(s, buf->rows, r, linf);
         if (rc != DPS_OK) return rc;
         size_t take = (uint64_t)r < linf ? r : (size_t)linf;
-        out_users[p] += 1;
-        out_rows[p] += (int64_t)take;
         stats->rows_kept += take;
-        if (out_kept != NULL)
-            for (size_t i = 0; i < take; i++) out_kept[buf->rows[i]] = 1;
-        for (size_t c = 0; c < n_values; c++) {
-            uint64_t *acc = &out_sums[2 * (c * (size_t)n_partitions + p)];
-            for (size_t i = 0; i < take; i++) dps_wide_add(acc, values[c][buf->rows[i]]);
-        }
-        for (size_t j = 0; j < n_squares; j++) {
-            uint64_t *acc = &out_sums[2 * ((n_values + j) * (size_t)n_partitions + p)];
-            const int64_t *v = values[squares[j].source];
-            int64_t mid = squares[j].mid;
-            unsigned shift = squares[j].shift;
-            int64_t half = shift ? (int64_t)1 << (shift - 1) : 0;
-            for (size_t i = 0; i < take; i++) {
-                int64_t x = v[buf->rows[i]];
-                /* |mid| <= 2^62: neither bound overflows, and then neither does x - mid */
-                if (x < mid - DPS_SQUARE_REACH || x > mid + DPS_SQUARE_REACH) return DPS_ERR_SQUARE_RANGE;
-                int64_t d = x - mid;
-                dps_wide_add(acc, (d * d + half) >> shift); /* d^2 <= 2^62, half <= 2^61 */
-            }
+        if (o->marks != NULL) {
+            for (size_t i = 0; i < take; i++) o->marks[buf->rows[i]] |= DPS_MARK_KEPT;
+            o->marks[buf->rows[0]] |= DPS_MARK_USER; /* take >= 1: linf >= 1 and r >= 1 */
+        } else {
+            rc = add_kept(o, p, buf->rows, take);
+            if (rc != DPS_OK) return rc;
         }
     }
     return DPS_OK;
@@ -96,10 +118,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
 
 /* Bound every grouped user (order/end from dps_group_rows*) in local order. */
 static int bound_grouped(dps_rng *s, const uint32_t *order, const size_t *end, size_t n_local,
-                         const uint32_t *partitions, uint32_t n_partitions, uint64_t kappa, uint64_t linf,
-                         size_t n_values, const int64_t *const *values, size_t n_squares,
-                         const dps_square_spec *squares, int64_t *out_users, int64_t *out_rows,
-                         uint64_t *out_sums, int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats) {
+                         const uint32_t *partitions, uint64_t kappa, uint64_t linf, const bound_outputs *o,
+                         dps_bound_stats *stats) {
     size_t largest = 0;
     for (size_t v = 0, lo = 0; v < n_local; lo = end[v++])
         if (end[v] - lo > largest) largest = end[v] - lo;
@@ -115,8 +135,7 @@ static int bound_grouped(dps_rng *s, const uint32_t *order, const size_t *end, s
     } else {
         for (size_t v = 0, lo = 0; v < n_local && rc == DPS_OK; lo = end[v++]) {
             if (end[v] == lo) continue;
-            rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, n_partitions, n_values, values,
-                            n_squares, squares, out_users, out_rows, out_sums, out_users_before, out_kept, stats, &buf);
+            rc = bound_user(s, order + lo, end[v] - lo, partitions, kappa, linf, o, stats, &buf);
         }
     }
     free(buf.keys);
@@ -144,26 +163,22 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
     size_t *end, n_local, n_rows;
     int rc = dps_group_rows(users, n, n_users, shard_mask, shard, &order, &end, &n_local, &n_rows);
     if (rc != DPS_OK) return rc;
-    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, 0, NULL,
-                       out_users,
-                       out_rows, out_sums, out_users_before, out_kept, stats);
+    bound_outputs o = {n_partitions, n_values, values, 0, NULL, out_users, out_rows, out_users_before,
+                       out_sums, out_kept, NULL};
+    rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, &o, stats);
     free(order);
     free(end);
     return rc;
 }
 
-int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
-                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
-                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
-                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
-                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
-                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
+/* The checks and grouping of a shard's rows, then bounding with outputs o. */
+static int bound_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, const uint32_t *rows,
+                       size_t m, uint32_t first_user, uint32_t last_user, uint32_t n_partitions, uint64_t kappa,
+                       uint64_t linf, const bound_outputs *o, dps_bound_stats *stats, size_t *bad_row) {
     memset(stats, 0, sizeof *stats);
     if (kappa == 0 || linf == 0 || first_user > last_user) return DPS_ERR_BAD_ARG;
-    for (size_t j = 0; j < n_squares; j++)
-        if (squares[j].source >= n_values || squares[j].shift > 62 || squares[j].mid > DPS_SQUARE_MAX_MID ||
-            squares[j].mid < -DPS_SQUARE_MAX_MID)
-            return DPS_ERR_BAD_ARG;
+    for (size_t j = 0; j < o->n_squares; j++)
+        if (!dps_square_spec_ok(&o->squares[j], o->n_values)) return DPS_ERR_BAD_ARG;
     if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
     for (size_t j = 0; j < m; j++) {
         size_t i = rows[j];
@@ -176,12 +191,32 @@ int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint
     size_t *end, n_local;
     int rc = dps_group_rows_range(users, rows, m, first_user, last_user, &order, &end, &n_local);
     if (rc != DPS_OK) return rc;
-    rc = bound_grouped(s, order, end, n_local, partitions, n_partitions, kappa, linf, n_values, values, n_squares,
-                       squares, out_users,
-                       out_rows, out_sums, out_users_before, out_kept, stats);
+    rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, o, stats);
     free(order);
     free(end);
     return rc;
+}
+
+int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
+                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
+    bound_outputs o = {n_partitions, n_values, values, n_squares, squares, out_users, out_rows, out_users_before,
+                       out_sums, out_kept, NULL};
+    return bound_range(s, n, users, partitions, rows, m, first_user, last_user, n_partitions, kappa, linf, &o,
+                       stats, bad_row);
+}
+
+int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                        const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                        uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
+                        dps_bound_stats *stats, size_t *bad_row) {
+    if (marks == NULL && m > 0) return DPS_ERR_BAD_ARG;
+    bound_outputs o = {n_partitions, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, marks};
+    return bound_range(s, n, users, partitions, rows, m, first_user, last_user, n_partitions, kappa, linf, &o,
+                       stats, bad_row);
 }
 
 static inline size_t shard_of(uint32_t u, uint32_t n_users, size_t n_shards) {

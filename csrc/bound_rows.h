@@ -57,6 +57,23 @@ typedef struct dps_square_spec {
 #define DPS_SQUARE_REACH ((int64_t)1 << 31)
 #define DPS_SQUARE_MAX_MID ((int64_t)1 << 62)
 
+/* Whether spec is usable with n_values value columns. */
+static inline int dps_square_spec_ok(const dps_square_spec *spec, size_t n_values) {
+    return spec->source < n_values && spec->shift <= 62 && spec->mid <= DPS_SQUARE_MAX_MID &&
+           spec->mid >= -DPS_SQUARE_MAX_MID;
+}
+
+/* One kept value's square term into *q (< 2^63); 0 where x is more than DPS_SQUARE_REACH from the
+ * mid (the caller returns DPS_ERR_SQUARE_RANGE). */
+static inline int dps_square_term(const dps_square_spec *spec, int64_t x, uint64_t *q) {
+    /* |mid| <= 2^62: neither bound overflows, and then neither does x - mid */
+    if (x < spec->mid - DPS_SQUARE_REACH || x > spec->mid + DPS_SQUARE_REACH) return 0;
+    int64_t d = x - spec->mid;
+    int64_t half = spec->shift ? (int64_t)1 << (spec->shift - 1) : 0;
+    *q = (uint64_t)((d * d + half) >> spec->shift); /* d^2 <= 2^62, half <= 2^61 */
+    return 1;
+}
+
 /* The same for the rows rows[0 .. m) of the users [first_user, last_user) only (a shard of
  * consecutive user codes; every one of the rows must be < n and its user in the range, else
  * DPS_ERR_BAD_CODE and *bad_row): the users are visited in code order, so the draws made for a
@@ -69,6 +86,23 @@ int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint
                          const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
                          int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                          int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row);
+
+/* Row marks of dps_bound_rows_mark (bits of one byte per row). */
+#define DPS_MARK_KEPT 1u   /* the row is kept */
+#define DPS_MARK_USER 2u   /* the row is the one that counts its user among its partition's kept users */
+#define DPS_MARK_BEFORE 4u /* the row is the one that counts its user among its partition's users before bounding */
+
+/* dps_bound_rows_range's bounding, with the same checks and exactly the same draws, but with no
+ * per-partition outputs: each row of the shard gets its marks or'ed into marks[row] (callers zero
+ * it first; calls on disjoint shards may share it). Every kept row gets DPS_MARK_KEPT; the first
+ * kept row (in the row subset's order) of each kept (user, partition) pair DPS_MARK_USER; the
+ * lowest row of each (user, partition) pair DPS_MARK_BEFORE. So the outputs of
+ * dps_bound_rows_range are sums over marked rows by partition, which partition_sums.h computes
+ * on any number of threads with no per-thread copy of the outputs. */
+int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                        const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                        uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
+                        dps_bound_stats *stats, size_t *bad_row);
 
 /* Split rows into n_shards shards of consecutive user codes (user u in shard u * n_shards /
  * n_users), a counting sort in two steps that run on any number of threads, each on its own range

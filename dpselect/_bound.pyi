@@ -49,3 +49,19 @@ def shard_rows_count(users: npt.NDArray[np.uint32], lo: int, hi: int, n_users: i
                      counts: npt.NDArray[np.uintp]) -> None: ...
 def shard_rows_place(users: npt.NDArray[np.uint32], lo: int, hi: int, n_users: int, cursors: npt.NDArray[np.uintp],
                      limits: npt.NDArray[np.uintp], rows: npt.NDArray[np.uint32]) -> None: ...
+
+MARK_KEPT: int
+MARK_USER: int
+MARK_BEFORE: int
+
+def bound_rows_mark(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_partitions: int, kappa: int,
+                    linf: int, test_state: TestState | None, rows: npt.NDArray[np.uint32], first_user: int,
+                    last_user: int, marks: npt.NDArray[np.uint8]) -> dict[str, int]: ...
+def marked_rows_count(partitions: npt.NDArray[np.uint32], marks: npt.NDArray[np.uint8], lo: int, hi: int,
+                      n_partitions: int, counts: npt.NDArray[np.uintp]) -> None: ...
+def marked_rows_place(partitions: npt.NDArray[np.uint32], marks: npt.NDArray[np.uint8], lo: int, hi: int,
+                      n_partitions: int, cursors: npt.NDArray[np.uintp], limits: npt.NDArray[np.uintp],
+                      rows: npt.NDArray[np.uint32]) -> None: ...
+def partition_sums(partitions: npt.NDArray[np.uint32], marks: npt.NDArray[np.uint8], rows: npt.NDArray[np.uint32],
+                   first: int, last: int, n_partitions: int, values: list[npt.NDArray[np.int64]],
+                   out: tuple[object, ...], squares: Sequence[tuple[int, int, int]] = ()) -> None: ...

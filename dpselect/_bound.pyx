@@ -41,6 +41,30 @@ cdef extern from "bound_rows.h" nogil:
     int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
                              size_t *cursors, const size_t *limits, uint32_t *rows)
 
+    int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                            const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                            uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
+                            dps_bound_stats *stats, size_t *bad_row)
+    enum: DPS_MARK_KEPT
+    enum: DPS_MARK_USER
+    enum: DPS_MARK_BEFORE
+
+cdef extern from "partition_sums.h" nogil:
+    int dps_marked_rows_count(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
+                              uint32_t n_partitions, size_t n_ranges, size_t *counts, size_t *bad_row)
+    int dps_marked_rows_place(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
+                              uint32_t n_partitions, size_t n_ranges, size_t *cursors, const size_t *limits,
+                              uint32_t *rows)
+    int dps_partition_sums(const uint32_t *partitions, uint8_t *marks, size_t n, const uint32_t *rows, size_t m,
+                           uint32_t first, uint32_t last, uint32_t n_partitions, size_t n_values,
+                           const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                           int64_t *out_users, int64_t *out_rows, uint64_t *out_sums, int64_t *out_users_before,
+                           size_t *bad_row)
+
+MARK_KEPT = DPS_MARK_KEPT
+MARK_USER = DPS_MARK_USER
+MARK_BEFORE = DPS_MARK_BEFORE
+
 cdef extern from "count.h" nogil:
     enum: DPS_ERR_BAD_CODE
     enum: DPS_ERR_BAD_ARG
@@ -58,6 +82,34 @@ cdef const int64_t **_value_pointers(list arrays, size_t n) except NULL:
         one = arrays[i]
         ptrs[i] = &one[0] if n else NULL
     return ptrs
+
+
+def _square_list(object squares, list arrays):
+    """``squares`` checked: (source, mid, shift) triples over the value columns ``arrays``."""
+    square_list = [(check_int(f"squares[{j}] source", t[0], 0, max(len(arrays) - 1, 0)),
+                    check_int(f"squares[{j}] mid", t[1], -2**62, 2**62), check_int(f"squares[{j}] shift", t[2], 0, 62))
+                   for j, t in enumerate(squares)]
+    if square_list and not arrays:
+        raise ValueError("squares need a value column to square")
+    return square_list
+
+
+cdef dps_square_spec *_square_specs(list square_list) except NULL:
+    """A malloc'd array of the checked ``square_list``'s specs, for the kernel; the caller frees it."""
+    cdef size_t n_squares = len(square_list)
+    cdef dps_square_spec *specs = <dps_square_spec *>malloc(max(n_squares, 1) * sizeof(dps_square_spec))
+    if specs == NULL:
+        raise MemoryError()
+    cdef size_t i
+    for i in range(n_squares):
+        specs[i].source = <size_t>square_list[i][0]
+        specs[i].mid = <int64_t>square_list[i][1]
+        specs[i].shift = <unsigned>square_list[i][2]
+    return specs
+
+
+_SQUARE_RANGE = ("a kept value lies more than 2**31 units from its square column's mid: its square would not fit "
+                 "64-bit integers")
 
 
 cdef dict _totals(int rc, dps_bound_stats stats, str bad_code):
@@ -268,11 +320,7 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         if <size_t>v.shape[0] != n:
             raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
     cdef size_t n_values = len(arrays)
-    square_list = [(check_int(f"squares[{j}] source", t[0], 0, max(len(arrays) - 1, 0)),
-                    check_int(f"squares[{j}] mid", t[1], -2**62, 2**62), check_int(f"squares[{j}] shift", t[2], 0, 62))
-                   for j, t in enumerate(squares)]
-    if square_list and not arrays:
-        raise ValueError("squares need a value column to square")
+    square_list = _square_list(squares, arrays)
     cdef size_t n_squares = len(square_list)
     cdef size_t n_columns = n_values + n_squares
     cdef Py_ssize_t n_parts = c_parts
@@ -315,18 +363,15 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         if n:
             kept_ptr = &kept_view[0]
     cdef const int64_t **value_ptrs = _value_pointers(arrays, n)
-    cdef size_t i
     cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
     cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
     cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
-    cdef dps_square_spec *square_specs = <dps_square_spec *>malloc(max(n_squares, 1) * sizeof(dps_square_spec))
-    if square_specs == NULL:
+    cdef dps_square_spec *square_specs
+    try:
+        square_specs = _square_specs(square_list)
+    except MemoryError:
         free(value_ptrs)
-        raise MemoryError()
-    for i in range(n_squares):
-        square_specs[i].source = <size_t>square_list[i][0]
-        square_specs[i].mid = <int64_t>square_list[i][1]
-        square_specs[i].shift = <unsigned>square_list[i][2]
+        raise
     cdef uint64_t k = <uint64_t>kappa
     cdef uint64_t l = <uint64_t>linf
     cdef dps_bound_stats stats
@@ -345,8 +390,206 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
         free(value_ptrs)
         free(square_specs)
     if rc == DPS_ERR_SQUARE_RANGE:
-        raise ValueError("a kept value lies more than 2**31 units from its square column's mid: its square "
-                         "would not fit 64-bit integers")
+        raise ValueError(_SQUARE_RANGE)
     totals = _totals(rc, stats, f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
                                 f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
     return out_users, out_rows, out_sums, before, totals
+
+
+def bound_rows_mark(object users, object partitions, object n_partitions, object kappa, object linf,
+                    object test_state, object rows, object first_user, object last_user, object marks):
+    """:func:`bound_rows_range`'s bounding (the same checks, the same draws) with no per-partition
+    outputs: every row of the shard gets its marks or'ed into ``marks`` (a zeroed uint8 array of
+    one entry per row, shared by calls on disjoint shards): ``MARK_KEPT`` for a kept row,
+    ``MARK_USER`` for the row that counts its user among its partition's kept users,
+    ``MARK_BEFORE`` for the row that counts it among the users before bounding. Returns the row
+    and pair totals. :func:`partition_sums` then adds up the outputs (csrc/partition_sums.h)."""
+    users_arr = check_array("users", users, [np.uint32])
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    rows_arr = check_array("rows", rows, [np.uint32], copy=True)
+    marks_arr = check_array("marks", marks, [np.uint8], writable=True)
+    cdef const uint32_t[::1] users_view = users_arr
+    cdef const uint32_t[::1] parts_view = partitions_arr
+    cdef const uint32_t[::1] rows_view = rows_arr
+    cdef uint8_t[::1] marks_view = marks_arr
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 0, U32_MAX)
+    cdef uint32_t c_first = check_int("first_user", first_user, 0, U32_MAX)
+    cdef uint32_t c_last = check_int("last_user", last_user, c_first, U32_MAX)
+    kappa = check_int("max_partitions_contributed (kappa)", kappa, 1, 2**64 - 1)
+    linf = check_int("max_contributions_per_partition (linf)", linf, 1, 2**64 - 1)
+    cdef size_t n = <size_t>users_view.shape[0]
+    cdef size_t m = <size_t>rows_view.shape[0]
+    if <size_t>parts_view.shape[0] != n:
+        raise ValueError(f"users and partitions must have the same length, got {n} and {parts_view.shape[0]}")
+    if <size_t>marks_view.shape[0] != n:
+        raise ValueError(f"marks must have one entry per row ({n}), got {marks_view.shape[0]}")
+    if n >= 2 ** 32:
+        raise ValueError(f"at most 2**32 - 1 rows per call, got {n}")
+    check_disjoint({"marks": marks_arr}, {"users": users_arr, "partitions": partitions_arr, "rows": rows_arr})
+    cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
+    cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
+    cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
+    cdef uint8_t *marks_ptr = &marks_view[0] if n else NULL
+    cdef uint64_t k = <uint64_t>kappa
+    cdef uint64_t l = <uint64_t>linf
+    cdef dps_bound_stats stats
+    cdef size_t bad = 0
+    cdef int rc
+    cdef dps_rng *s = begin_batch(test_state)
+    with nogil:
+        rc = dps_bound_rows_mark(s, n, u_ptr, p_ptr, rows_ptr, m, c_first, c_last, c_parts, k, l, marks_ptr,
+                                 &stats, &bad)
+        end_batch(s)
+    finish_batch(test_state)
+    return _totals(rc, stats, f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
+                              f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
+
+
+def marked_rows_count(object partitions, object marks, object lo, object hi, object n_partitions,
+                      object counts) -> None:
+    """Add the marked rows (a nonzero ``marks`` entry) of [lo, hi) of each range of consecutive
+    partition codes (p in range p * len(counts) // n_partitions) to ``counts`` (uintp). Calls on
+    different ranges of rows, each with its own counts, may run at once."""
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    marks_arr = check_array("marks", marks, [np.uint8])
+    if marks_arr.shape[0] != partitions_arr.shape[0]:
+        raise ValueError(f"marks must have one entry per row ({partitions_arr.shape[0]}), got {marks_arr.shape[0]}")
+    cdef const uint32_t[::1] p = partitions_arr
+    cdef const uint8_t[::1] mk = marks_arr
+    cdef size_t a, b
+    a, b = _range("rows", lo, hi, partitions_arr.shape[0])
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 1, U32_MAX)
+    counts_arr = check_array("counts", counts, [np.uintp], writable=True)
+    cdef size_t[::1] c = counts_arr
+    cdef size_t ranges = <size_t>counts_arr.shape[0]
+    if ranges == 0:
+        raise ValueError("counts must have one entry per range (at least one)")
+    cdef size_t bad = 0
+    cdef int rc = DPS_OK
+    if b > a:
+        with nogil:
+            rc = dps_marked_rows_count(&p[0], &mk[0], a, b, c_parts, ranges, &c[0], &bad)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: partition codes must be < n_partitions ({n_partitions})")
+    check_status(rc)
+
+
+def marked_rows_place(object partitions, object marks, object lo, object hi, object n_partitions, object cursors,
+                      object limits, object rows) -> None:
+    """Write the index of each marked row of [lo, hi) at ``rows[cursors[its range]++]`` (below
+    ``limits[range]``): with cursors from the prefix sums of :func:`marked_rows_count`, each
+    range's rows in row order. Calls on different ranges of rows, each with its own cursors, may
+    run at once."""
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    marks_arr = check_array("marks", marks, [np.uint8])
+    if marks_arr.shape[0] != partitions_arr.shape[0]:
+        raise ValueError(f"marks must have one entry per row ({partitions_arr.shape[0]}), got {marks_arr.shape[0]}")
+    cdef const uint32_t[::1] p = partitions_arr
+    cdef const uint8_t[::1] mk = marks_arr
+    cdef size_t a, b
+    a, b = _range("rows", lo, hi, partitions_arr.shape[0])
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 1, U32_MAX)
+    cursors_arr = check_array("cursors", cursors, [np.uintp], writable=True)
+    limits_arr = check_array("limits", limits, [np.uintp])
+    rows_arr = check_array("rows", rows, [np.uint32], writable=True)
+    if cursors_arr.shape[0] == 0 or limits_arr.shape[0] != cursors_arr.shape[0]:
+        raise ValueError("cursors and limits must have one entry per range (at least one)")
+    if int(limits_arr.max()) > rows_arr.shape[0]:
+        raise ValueError(f"limits must be <= len(rows) ({rows_arr.shape[0]})")
+    check_disjoint({"rows": rows_arr, "cursors": cursors_arr},
+                   {"partitions": partitions_arr, "marks": marks_arr, "limits": limits_arr})
+    cdef size_t[::1] c = cursors_arr
+    cdef const size_t[::1] l = limits_arr
+    cdef uint32_t[::1] r = rows_arr
+    cdef size_t ranges = <size_t>cursors_arr.shape[0]
+    cdef int rc = DPS_OK
+    if b > a:
+        with nogil:
+            rc = dps_marked_rows_place(&p[0], &mk[0], a, b, c_parts, ranges, &c[0], &l[0],
+                                       &r[0] if r.shape[0] else NULL)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"partition codes must be < n_partitions ({n_partitions})")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("cursors are not the prefix sums of these rows' range counts")
+    check_status(rc)
+
+
+def partition_sums(object partitions, object marks, object rows, object first, object last, object n_partitions,
+                   list values, object out, object squares=()) -> None:
+    """Add the marked rows ``rows`` (uint32 row indices, each of a partition in [first, last)) into
+    ``out`` = (users, rows, sums, users_before or None), the outputs :func:`bound_rows_range`
+    returns for ``n_partitions`` partitions and the columns ``values`` then ``squares``; only
+    their entries of [first, last) are written, so calls on different ranges may share them and
+    run at once. Clears every mark but ``MARK_KEPT`` of these rows (csrc/partition_sums.h)."""
+    partitions_arr = check_array("partitions", partitions, [np.uint32])
+    marks_arr = check_array("marks", marks, [np.uint8], writable=True)
+    rows_arr = check_array("rows", rows, [np.uint32], copy=True)
+    cdef size_t n = <size_t>partitions_arr.shape[0]
+    if <size_t>marks_arr.shape[0] != n:
+        raise ValueError(f"marks must have one entry per row ({n}), got {marks_arr.shape[0]}")
+    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 0, U32_MAX)
+    cdef uint32_t c_first = check_int("first", first, 0, c_parts)
+    cdef uint32_t c_last = check_int("last", last, c_first, c_parts)
+    arrays = [check_array(f"values[{j}]", v, [np.int64]) for j, v in enumerate(values)]
+    for j, v in enumerate(arrays):
+        if <size_t>v.shape[0] != n:
+            raise ValueError(f"values[{j}] must be a 1-D int64 array of {n} rows, got {v.dtype} {v.shape}")
+    square_list = _square_list(squares, arrays)
+    cdef size_t n_values = len(arrays)
+    cdef size_t n_squares = len(square_list)
+    cdef Py_ssize_t width = max(<Py_ssize_t>c_parts, 1)
+    out_users, out_rows, out_sums, before = out
+    out_users = check_array("out[0]", out_users, [np.int64], writable=True)
+    out_rows = check_array("out[1]", out_rows, [np.int64], writable=True)
+    out_sums = check_array("out[2]", out_sums, [np.uint64], ndim=3, writable=True)
+    if out_users.shape[0] != width or out_rows.shape[0] != width or \
+            out_sums.shape != (max(n_values + n_squares, 1), width, 2):
+        raise ValueError("out must be the outputs of a call with the same n_partitions and values")
+    outputs = {"out[0]": out_users, "out[1]": out_rows, "out[2]": out_sums}
+    if before is not None:
+        before = check_array("out[3]", before, [np.int64], writable=True)
+        if before.shape[0] != width:
+            raise ValueError("out must be the outputs of a call with the same n_partitions and values")
+        outputs["out[3]"] = before
+    check_disjoint({"marks": marks_arr, **outputs},
+                   {"partitions": partitions_arr, "rows": rows_arr, **{f"values[{j}]": v for j, v in enumerate(arrays)}})
+    cdef const uint32_t[::1] p_view = partitions_arr
+    cdef uint8_t[::1] mk_view = marks_arr
+    cdef const uint32_t[::1] rows_view = rows_arr
+    cdef int64_t[::1] u_view = out_users
+    cdef int64_t[::1] r_view = out_rows
+    cdef uint64_t[:, :, ::1] s_view = out_sums
+    cdef int64_t[::1] b_view
+    cdef int64_t *before_ptr = NULL
+    if before is not None:
+        b_view = before
+        before_ptr = &b_view[0]
+    cdef size_t m = <size_t>rows_view.shape[0]
+    cdef const uint32_t *p_ptr = &p_view[0] if n else NULL
+    cdef uint8_t *mk_ptr = &mk_view[0] if n else NULL
+    cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
+    cdef const int64_t **value_ptrs = _value_pointers(arrays, n)
+    cdef dps_square_spec *square_specs
+    try:
+        square_specs = _square_specs(square_list)
+    except MemoryError:
+        free(value_ptrs)
+        raise
+    cdef size_t bad = 0
+    cdef int rc
+    try:
+        with nogil:
+            rc = dps_partition_sums(p_ptr, mk_ptr, n, rows_ptr, m, c_first, c_last, c_parts, n_values, value_ptrs,
+                                    n_squares, square_specs, &u_view[0], &r_view[0], &s_view[0, 0, 0], before_ptr,
+                                    &bad)
+    finally:
+        free(value_ptrs)
+        free(square_specs)
+    if rc == DPS_ERR_SQUARE_RANGE:
+        raise ValueError(_SQUARE_RANGE)
+    if rc == DPS_ERR_BAD_CODE:
+        raise ValueError(f"row {bad}: rows must be < len(partitions) and their partition codes in [first, last) "
+                         f"({first}, {last})")
+    if rc == DPS_ERR_BAD_ARG:
+        raise ValueError("bad partition-sum arguments")
+    check_status(rc)

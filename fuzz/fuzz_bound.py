@@ -1,4 +1,5 @@
-"""Fuzz target: row-level contribution bounding (dpselect._bound.bound_rows).
+"""Fuzz target: row-level contribution bounding (dpselect._bound.bound_rows, and aggregate's bounding on
+several threads, dpselect.aggregation.shards).
 
 Random user and partition codes (some out of range), random value columns (extreme values,
 whose sums leave int64), random κ and L∞ (0, small, huge), random shards, with or without the
@@ -6,7 +7,8 @@ kept-row mask and the users-before counts. Properties: bad arguments raise Value
 are exact in 128 bits, never an error; with huge κ and L∞, users, rows, sums and users-before equal numpy's
 (every row of the shard kept), and with small ones every bound holds: each user keeps at most κ
 partitions and at most L∞ rows in each, the outputs are exactly the sums over the kept rows,
-and the totals agree."""
+and the totals agree. On a whole input the same holds for the bounding on 1-4 threads (shards
+marking their rows, ranges of partitions adding them up)."""
 from __future__ import annotations
 
 import _harness  # noqa: F401  (sys.path, environment)
@@ -14,7 +16,10 @@ import atheris
 
 with atheris.instrument_imports(include=["dpselect"]):
     from dpselect import _bound
+    from dpselect._threads import using
+    from dpselect.aggregation import shards
     from dpselect.aggregation.wide import Wide
+    from dpselect.testing import InsecureDeterministicRNG
 
 import numpy as np
 
@@ -66,6 +71,20 @@ def TestOneInput(data: bytes) -> None:
         assert out_before is None
     assert totals["rows"] == int(mine.sum()) and totals["pairs"] == len(pairs)
     assert totals["users"] == len({u for u, _ in pairs})
+    if shard_mask == 0 and kappa < 2 ** 64 and linf < 2 ** 64:
+        # The same bounding on 1-4 threads: every shard marks its rows, then ranges of partitions add them up
+        # (dpselect.aggregation.shards); the outputs must be the sums over the rows it kept.
+        threads = fdp.ConsumeIntInRange(1, 4)
+        marks = np.zeros(n, dtype=np.uint8)
+        with using(threads):
+            s_users, s_rows, s_sums, s_before, s_totals = shards.bound_in_shards(
+                users, parts, n_users, n_parts, kappa, linf, values, InsecureDeterministicRNG(seed=threads).test_state,
+                marks)
+        assert set(np.unique(marks).tolist()) <= {0, 1}
+        if n_parts:
+            assert np.array_equal(s_before[:n_parts], reference_before)
+        _check_bounded(users, parts, values, n_parts, kappa, linf, mine, pairs, marks.astype(bool),
+                       s_users[:n_parts], s_rows[:n_parts], s_sums[:len(values), :n_parts], s_totals)
 
     if kept is None:
         if kappa >= 2 ** 32 and linf >= 2 ** 32:  # nothing dropped: numpy's group-by
@@ -78,7 +97,14 @@ def TestOneInput(data: bytes) -> None:
         assert not np.any(kept_rows & ~mine), "a row of another shard was kept"
         if kappa >= 2 ** 32 and linf >= 2 ** 32:
             assert np.array_equal(kept_rows, mine), "a row was dropped with huge bounds"
-    # Every bound holds on the kept rows, and the outputs are exactly their sums.
+    _check_bounded(users, parts, values, n_parts, kappa, linf, mine, pairs, kept_rows, out_users, out_rows, out_sums,
+                   totals)
+
+
+def _check_bounded(users: np.ndarray, parts: np.ndarray, values: list[np.ndarray], n_parts: int, kappa: int, linf: int,
+                   mine: np.ndarray, pairs: set[tuple[int, int]], kept_rows: np.ndarray, out_users: np.ndarray,
+                   out_rows: np.ndarray, out_sums: np.ndarray, totals: dict[str, int]) -> None:
+    """Every bound holds on the kept rows, and the outputs are exactly their sums."""
     by_user: dict[int, dict[int, int]] = {}
     for u, p in zip(users[kept_rows].tolist(), parts[kept_rows].tolist()):
         by_user.setdefault(u, {}).setdefault(p, 0)

@@ -291,6 +291,43 @@ def _bound_rows_range() -> Callable[[], object]:
     return lambda: _bound.bound_rows_range(users, partitions, 5_000, 4, 2, values, None, rows, 0, 200_000)
 
 
+def _bound_rows_mark() -> Callable[[], object]:
+    users, partitions = _rows(1_000_000)
+    rows = np.arange(users.size, dtype=np.uint32)
+    return lambda: _bound.bound_rows_mark(users, partitions, 5_000, 4, 2, None, rows, 0, 200_000,
+                                          np.zeros(users.size, np.uint8))
+
+
+def _marked(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n rows' partitions and marks: every row kept and counting its user."""
+    _, partitions = _rows(n)
+    return partitions, np.full(n, _bound.MARK_KEPT | _bound.MARK_USER | _bound.MARK_BEFORE, np.uint8)
+
+
+def _marked_rows_count() -> Callable[[], object]:
+    partitions, marks = _marked(8_000_000)
+    return lambda: _bound.marked_rows_count(partitions, marks, 0, partitions.size, 5_000, np.zeros(64, np.uintp))
+
+
+def _marked_rows_place() -> Callable[[], object]:
+    partitions, marks = _marked(4_000_000)
+    counts = np.zeros(64, np.uintp)
+    _bound.marked_rows_count(partitions, marks, 0, partitions.size, 5_000, counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uintp)
+    limits = (starts + counts).astype(np.uintp)
+    rows = np.empty(partitions.size, np.uint32)
+    return lambda: _bound.marked_rows_place(partitions, marks, 0, partitions.size, 5_000, starts.copy(), limits, rows)
+
+
+def _partition_sums() -> Callable[[], object]:
+    partitions, marks = _marked(4_000_000)
+    values = [np.arange(partitions.size, dtype=np.int64)]
+    rows = np.arange(partitions.size, dtype=np.uint32)
+    out = (np.zeros(5_000, np.int64), np.zeros(5_000, np.int64), np.zeros((1, 5_000, 2), np.uint64),
+           np.zeros(5_000, np.int64))
+    return lambda: _bound.partition_sums(partitions, marks, rows, 0, 5_000, 5_000, values, out)
+
+
 def _shard_rows_count() -> Callable[[], object]:
     users, _ = _rows(8_000_000)
     return lambda: _bound.shard_rows_count(users, 0, users.size, 200_000, np.zeros(64, np.uintp))
@@ -346,6 +383,10 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     # the row kernels: bounding, pair counting and grouping, key encoding
     "_bound.bound_rows": _bound_rows,
     "_bound.bound_rows_range": _bound_rows_range,
+    "_bound.bound_rows_mark": _bound_rows_mark,
+    "_bound.marked_rows_count": _marked_rows_count,
+    "_bound.marked_rows_place": _marked_rows_place,
+    "_bound.partition_sums": _partition_sums,
     "_bound.shard_rows_count": _shard_rows_count,
     "_bound.shard_rows_place": _shard_rows_place,
     "_count.RadixPairs.count_piece": lambda: _radix(8_000_000, "count"),

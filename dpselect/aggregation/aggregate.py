@@ -68,24 +68,15 @@ def _bound_all(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32]
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[Wide], npt.NDArray[np.int64],
                           npt.NDArray[np.uint8], dict[str, int]]:
     """The kernel on every shard of the users (:mod:`dpselect.aggregation.shards`: shards fixed
-    by the input, one CSPRNG stream each, taken by the call's threads); the threads' counts added,
-    their 128-bit sums merged exactly: one per value column, then one per ``squares`` entry (a
-    column's squared offsets, (column index, mid, shift), summed by the kernel from the units)."""
+    by the input, one CSPRNG stream each, taken by the call's threads; the kept rows then added up
+    per partition, a range of partitions per thread, into one set of outputs): the exact 128-bit
+    sums are one per value column, then one per ``squares`` entry (a column's squared offsets,
+    (column index, mid, shift), summed by the kernel from the units)."""
     kept = np.zeros(users.size, dtype=np.uint8)
-    parts = bound_in_shards(users, partitions, n_users, n_partitions, kappa, linf, units, rng.test_state, kept,
-                            squares)
-    first = parts[0]
-    users_kept, rows_kept, before = first[0][:n_partitions].copy(), first[1][:n_partitions].copy(), \
-        first[3][:n_partitions].copy()
-    sums = [Wide.from_words(first[2][i, :n_partitions]) for i in range(len(units) + len(squares))]
-    totals = dict(first[4])
-    for other in parts[1:]:
-        users_kept += other[0][:n_partitions]
-        rows_kept += other[1][:n_partitions]
-        before += other[3][:n_partitions]
-        sums = [sums[i] + Wide.from_words(other[2][i, :n_partitions]) for i in range(len(sums))]
-        totals = {key: totals[key] + other[4][key] for key in totals}
-    return users_kept, rows_kept, sums, before, kept, totals
+    users_kept, rows_kept, words, before, totals = bound_in_shards(
+        users, partitions, n_users, n_partitions, kappa, linf, units, rng.test_state, kept, squares)
+    sums = [Wide.from_words(words[i, :n_partitions]) for i in range(len(units) + len(squares))]
+    return users_kept[:n_partitions], rows_kept[:n_partitions], sums, before[:n_partitions], kept, totals
 
 
 def aggregate(
