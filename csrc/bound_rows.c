@@ -219,29 +219,31 @@ int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint3
                        stats, bad_row);
 }
 
-static inline size_t shard_of(uint32_t u, uint32_t n_users, size_t n_shards) {
-    return (size_t)(((uint64_t)u * n_shards) / n_users);
+static inline size_t shard_of(uint32_t c, uint32_t n_codes, size_t n_shards) {
+    return (size_t)(((uint64_t)c * n_shards) / n_codes);
 }
 
-int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                         size_t *counts, size_t *bad_row) {
+int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                         size_t n_shards, size_t *counts, size_t *bad_row) {
     if (n_shards == 0 || lo > hi) return DPS_ERR_BAD_ARG;
     for (size_t i = lo; i < hi; i++) {
-        if (users[i] >= n_users) {
+        if (marks != NULL && marks[i] == 0) continue;
+        if (codes[i] >= n_codes) {
             *bad_row = i;
             return DPS_ERR_BAD_CODE;
         }
-        counts[shard_of(users[i], n_users, n_shards)]++;
+        counts[shard_of(codes[i], n_codes, n_shards)]++;
     }
     return DPS_OK;
 }
 
-int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                         size_t *cursors, const size_t *limits, uint32_t *rows) {
+int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows) {
     if (n_shards == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
     for (size_t i = lo; i < hi; i++) {
-        if (users[i] >= n_users) return DPS_ERR_BAD_CODE;
-        size_t k = shard_of(users[i], n_users, n_shards);
+        if (marks != NULL && marks[i] == 0) continue;
+        if (codes[i] >= n_codes) return DPS_ERR_BAD_CODE;
+        size_t k = shard_of(codes[i], n_codes, n_shards);
         if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
         rows[cursors[k]++] = (uint32_t)i;
     }

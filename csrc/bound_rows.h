@@ -104,15 +104,18 @@ int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint3
                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
                         dps_bound_stats *stats, size_t *bad_row);
 
-/* Split rows into n_shards shards of consecutive user codes (user u in shard u * n_shards /
- * n_users), a counting sort in two steps that run on any number of threads, each on its own range
- * of rows [lo, hi): dps_shard_rows_count adds the rows of each shard to counts[0 .. n_shards)
- * (a code >= n_users: DPS_ERR_BAD_CODE and *bad_row); dps_shard_rows_place writes each row's index
- * at cursors[its shard]++ (the caller's prefix sums: the shard's start plus the rows of the earlier
- * ranges there, below limits[shard]), so each shard's rows stay in row order. */
-int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                         size_t *counts, size_t *bad_row);
-int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                         size_t *cursors, const size_t *limits, uint32_t *rows);
+/* Split rows into n_shards shards of consecutive codes (code c in shard c * n_shards / n_codes:
+ * user codes, for bounding by shard of the users; partition codes, for adding up marked rows by
+ * range of partitions, partition_sums.h), a counting sort in two steps that run on any number of
+ * threads, each on its own range of rows [lo, hi): dps_shard_rows_count adds the rows of each
+ * shard to counts[0 .. n_shards) (a code >= n_codes: DPS_ERR_BAD_CODE and *bad_row);
+ * dps_shard_rows_place writes each row's index at cursors[its shard]++ (the caller's prefix sums:
+ * the shard's start plus the rows of the earlier ranges there, below limits[shard]), so each
+ * shard's rows stay in row order. With marks (else NULL), only the rows whose mark is nonzero
+ * are counted and placed (and only their codes read). */
+int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                         size_t n_shards, size_t *counts, size_t *bad_row);
+int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows);
 
 #endif

@@ -4,38 +4,6 @@
 #include "count.h" /* DPS_ERR_BAD_CODE, DPS_ERR_BAD_ARG */
 #include "wide_sum.h"
 
-static inline size_t range_of(uint32_t p, uint32_t n_partitions, size_t n_ranges) {
-    return (size_t)(((uint64_t)p * n_ranges) / n_partitions);
-}
-
-int dps_marked_rows_count(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                          uint32_t n_partitions, size_t n_ranges, size_t *counts, size_t *bad_row) {
-    if (n_ranges == 0 || lo > hi) return DPS_ERR_BAD_ARG;
-    for (size_t i = lo; i < hi; i++) {
-        if (marks[i] == 0) continue;
-        if (partitions[i] >= n_partitions) {
-            *bad_row = i;
-            return DPS_ERR_BAD_CODE;
-        }
-        counts[range_of(partitions[i], n_partitions, n_ranges)]++;
-    }
-    return DPS_OK;
-}
-
-int dps_marked_rows_place(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                          uint32_t n_partitions, size_t n_ranges, size_t *cursors, const size_t *limits,
-                          uint32_t *rows) {
-    if (n_ranges == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
-    for (size_t i = lo; i < hi; i++) {
-        if (marks[i] == 0) continue;
-        if (partitions[i] >= n_partitions) return DPS_ERR_BAD_CODE;
-        size_t k = range_of(partitions[i], n_partitions, n_ranges);
-        if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
-        rows[cursors[k]++] = (uint32_t)i;
-    }
-    return DPS_OK;
-}
-
 int dps_partition_sums(const uint32_t *partitions, uint8_t *marks, size_t n, const uint32_t *rows, size_t m,
                        uint32_t first, uint32_t last, uint32_t n_partitions, size_t n_values,
                        const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,

@@ -1,13 +1,10 @@
 /* Per-partition statistics of a grouped release from the rows bounding marked
  * (dps_bound_rows_mark, bound_rows.h), on any number of threads with one copy of the outputs.
  *
- * The marked rows are split into ranges of consecutive partition codes by a counting sort in two
- * steps, each on any number of threads over its own range of rows: dps_marked_rows_count adds the
- * marked rows of each partition range to counts[0 .. n_ranges) (partition p in range
- * p * n_ranges / n_partitions); dps_marked_rows_place writes each marked row's index at
- * cursors[its range]++ (the caller's prefix sums, below limits[range]), each range's rows in row
- * order. Then dps_partition_sums sums one range's rows into the outputs' entries of that range
- * alone, so calls on different ranges may run at once on shared outputs. Sums of integers do not
+ * The marked rows are split into ranges of consecutive partition codes by bound_rows.h's counting
+ * sort (dps_shard_rows_count and dps_shard_rows_place over the partition codes, with the marks).
+ * Then dps_partition_sums sums one range's rows into the outputs' entries of that range alone,
+ * so calls on different ranges may run at once on shared outputs. Sums of integers do not
  * depend on the order they are added in: the outputs are those of dps_bound_rows_range, for any
  * number of ranges and threads. */
 #ifndef DPS_PARTITION_SUMS_H
@@ -17,14 +14,6 @@
 #include <stdint.h>
 
 #include "bound_rows.h"
-
-/* A partition code >= n_partitions in a marked row: DPS_ERR_BAD_CODE and *bad_row. */
-int dps_marked_rows_count(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                          uint32_t n_partitions, size_t n_ranges, size_t *counts, size_t *bad_row);
-/* Rows other than those counted (cursors reaching limits): DPS_ERR_BAD_ARG. hi <= 2^32. */
-int dps_marked_rows_place(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                          uint32_t n_partitions, size_t n_ranges, size_t *cursors, const size_t *limits,
-                          uint32_t *rows);
 
 /* For the rows rows[0 .. m) (each < n, of a partition in [first, last): else DPS_ERR_BAD_CODE and
  * *bad_row) and every partition p of [first, last):

@@ -36,11 +36,10 @@ cdef extern from "bound_rows.h" nogil:
                              const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
                              int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                              int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row)
-    int dps_shard_rows_count(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                             size_t *counts, size_t *bad_row)
-    int dps_shard_rows_place(const uint32_t *users, size_t lo, size_t hi, uint32_t n_users, size_t n_shards,
-                             size_t *cursors, const size_t *limits, uint32_t *rows)
-
+    int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                             size_t n_shards, size_t *counts, size_t *bad_row)
+    int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
+                             size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows)
     int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                             const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                             uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
@@ -50,11 +49,6 @@ cdef extern from "bound_rows.h" nogil:
     enum: DPS_MARK_BEFORE
 
 cdef extern from "partition_sums.h" nogil:
-    int dps_marked_rows_count(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                              uint32_t n_partitions, size_t n_ranges, size_t *counts, size_t *bad_row)
-    int dps_marked_rows_place(const uint32_t *partitions, const uint8_t *marks, size_t lo, size_t hi,
-                              uint32_t n_partitions, size_t n_ranges, size_t *cursors, const size_t *limits,
-                              uint32_t *rows)
     int dps_partition_sums(const uint32_t *partitions, uint8_t *marks, size_t n, const uint32_t *rows, size_t m,
                            uint32_t first, uint32_t last, uint32_t n_partitions, size_t n_values,
                            const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
@@ -222,49 +216,68 @@ def _range(name, lo, hi, n):
     return lo, hi
 
 
-def shard_rows_count(object users, object lo, object hi, object n_users, object counts) -> None:
-    """Add the rows [lo, hi) of each shard of consecutive user codes (user u in shard
-    u * len(counts) // n_users) to ``counts`` (uintp). Calls on different ranges, each with its
-    own counts, may run at once."""
-    users_arr = check_array("users", users, [np.uint32])
-    cdef const uint32_t[::1] u = users_arr
+cdef const uint8_t *_marks_pointer(object marks, size_t n, dict inputs) except? NULL:
+    """``marks`` checked (None: every row) as a pointer for the kernel; the array stays alive in
+    ``inputs``, under "marks"."""
+    if marks is None:
+        return NULL
+    marks_arr = check_array("marks", marks, [np.uint8])
+    if <size_t>marks_arr.shape[0] != n:
+        raise ValueError(f"marks must have one entry per row ({n}), got {marks_arr.shape[0]}")
+    inputs["marks"] = marks_arr
+    cdef const uint8_t[::1] view = marks_arr
+    return &view[0] if n else NULL
+
+
+def shard_rows_count(object codes, object lo, object hi, object n_codes, object counts, object marks=None) -> None:
+    """Add the rows [lo, hi) of each shard of consecutive codes (code c in shard
+    c * len(counts) // n_codes: user codes, or partition codes) to ``counts`` (uintp); with
+    ``marks`` (uint8, one per row), only the rows whose mark is nonzero. Calls on different
+    ranges, each with its own counts, may run at once."""
+    codes_arr = check_array("codes", codes, [np.uint32])
+    cdef const uint32_t[::1] u = codes_arr
     cdef size_t a, b
-    a, b = _range("rows", lo, hi, users_arr.shape[0])
-    cdef uint32_t c_users = check_int("n_users", n_users, 1, U32_MAX)
+    a, b = _range("rows", lo, hi, codes_arr.shape[0])
+    cdef uint32_t c_codes = check_int("n_codes", n_codes, 1, U32_MAX)
     counts_arr = check_array("counts", counts, [np.uintp], writable=True)
     cdef size_t[::1] c = counts_arr
     cdef size_t shards = <size_t>counts_arr.shape[0]
     if shards == 0:
         raise ValueError("counts must have one entry per shard (at least one)")
+    inputs = {"codes": codes_arr}
+    cdef const uint8_t *marks_ptr = _marks_pointer(marks, <size_t>codes_arr.shape[0], inputs)
+    check_disjoint({"counts": counts_arr}, inputs)
     cdef size_t bad = 0
     cdef int rc = DPS_OK
     if b > a:
         with nogil:
-            rc = dps_shard_rows_count(&u[0], a, b, c_users, shards, &c[0], &bad)
+            rc = dps_shard_rows_count(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &bad)
     if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"row {bad}: user codes must be < n_users ({n_users})")
+        raise ValueError(f"row {bad}: codes must be < n_codes ({n_codes})")
     check_status(rc)
 
 
-def shard_rows_place(object users, object lo, object hi, object n_users, object cursors, object limits,
-                     object rows) -> None:
-    """Write the index of each row of [lo, hi) at ``rows[cursors[its shard]++]`` (below
-    ``limits[shard]``): with cursors from the prefix sums of :func:`shard_rows_count`, each
-    shard's rows in row order. Calls on different ranges, each with its own cursors, may run at
-    once."""
-    users_arr = check_array("users", users, [np.uint32])
-    cdef const uint32_t[::1] u = users_arr
+def shard_rows_place(object codes, object lo, object hi, object n_codes, object cursors, object limits,
+                     object rows, object marks=None) -> None:
+    """Write the index of each row of [lo, hi) (with ``marks``, each row whose mark is nonzero)
+    at ``rows[cursors[its shard]++]`` (below ``limits[shard]``): with cursors from the prefix
+    sums of :func:`shard_rows_count`, each shard's rows in row order. Calls on different ranges,
+    each with its own cursors, may run at once."""
+    codes_arr = check_array("codes", codes, [np.uint32])
+    cdef const uint32_t[::1] u = codes_arr
     cdef size_t a, b
-    a, b = _range("rows", lo, hi, users_arr.shape[0])
-    cdef uint32_t c_users = check_int("n_users", n_users, 1, U32_MAX)
+    a, b = _range("rows", lo, hi, codes_arr.shape[0])
+    cdef uint32_t c_codes = check_int("n_codes", n_codes, 1, U32_MAX)
     cursors_arr = check_array("cursors", cursors, [np.uintp], writable=True)
     limits_arr = check_array("limits", limits, [np.uintp])
     rows_arr = check_array("rows", rows, [np.uint32], writable=True)
     if cursors_arr.shape[0] == 0 or limits_arr.shape[0] != cursors_arr.shape[0]:
         raise ValueError("cursors and limits must have one entry per shard (at least one)")
-    if limits_arr.shape[0] and int(limits_arr.max()) > rows_arr.shape[0]:
+    if int(limits_arr.max()) > rows_arr.shape[0]:
         raise ValueError(f"limits must be <= len(rows) ({rows_arr.shape[0]})")
-    check_disjoint({"rows": rows_arr, "cursors": cursors_arr}, {"users": users_arr, "limits": limits_arr})
+    inputs = {"codes": codes_arr, "limits": limits_arr}
+    cdef const uint8_t *marks_ptr = _marks_pointer(marks, <size_t>codes_arr.shape[0], inputs)
+    check_disjoint({"rows": rows_arr, "cursors": cursors_arr}, inputs)
     cdef size_t[::1] c = cursors_arr
     cdef const size_t[::1] l = limits_arr
     cdef uint32_t[::1] r = rows_arr
@@ -272,9 +285,10 @@ def shard_rows_place(object users, object lo, object hi, object n_users, object 
     cdef int rc = DPS_OK
     if b > a:
         with nogil:
-            rc = dps_shard_rows_place(&u[0], a, b, c_users, shards, &c[0], &l[0], &r[0] if r.shape[0] else NULL)
+            rc = dps_shard_rows_place(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &l[0],
+                                      &r[0] if r.shape[0] else NULL)
     if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"user codes must be < n_users ({n_users})")
+        raise ValueError(f"codes must be < n_codes ({n_codes})")
     if rc == DPS_ERR_BAD_ARG:
         raise ValueError("cursors are not the prefix sums of these rows' shard counts")
     check_status(rc)
@@ -443,75 +457,6 @@ def bound_rows_mark(object users, object partitions, object n_partitions, object
     finish_batch(test_state)
     return _totals(rc, stats, f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
                               f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
-
-
-def marked_rows_count(object partitions, object marks, object lo, object hi, object n_partitions,
-                      object counts) -> None:
-    """Add the marked rows (a nonzero ``marks`` entry) of [lo, hi) of each range of consecutive
-    partition codes (p in range p * len(counts) // n_partitions) to ``counts`` (uintp). Calls on
-    different ranges of rows, each with its own counts, may run at once."""
-    partitions_arr = check_array("partitions", partitions, [np.uint32])
-    marks_arr = check_array("marks", marks, [np.uint8])
-    if marks_arr.shape[0] != partitions_arr.shape[0]:
-        raise ValueError(f"marks must have one entry per row ({partitions_arr.shape[0]}), got {marks_arr.shape[0]}")
-    cdef const uint32_t[::1] p = partitions_arr
-    cdef const uint8_t[::1] mk = marks_arr
-    cdef size_t a, b
-    a, b = _range("rows", lo, hi, partitions_arr.shape[0])
-    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 1, U32_MAX)
-    counts_arr = check_array("counts", counts, [np.uintp], writable=True)
-    cdef size_t[::1] c = counts_arr
-    cdef size_t ranges = <size_t>counts_arr.shape[0]
-    if ranges == 0:
-        raise ValueError("counts must have one entry per range (at least one)")
-    cdef size_t bad = 0
-    cdef int rc = DPS_OK
-    if b > a:
-        with nogil:
-            rc = dps_marked_rows_count(&p[0], &mk[0], a, b, c_parts, ranges, &c[0], &bad)
-    if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"row {bad}: partition codes must be < n_partitions ({n_partitions})")
-    check_status(rc)
-
-
-def marked_rows_place(object partitions, object marks, object lo, object hi, object n_partitions, object cursors,
-                      object limits, object rows) -> None:
-    """Write the index of each marked row of [lo, hi) at ``rows[cursors[its range]++]`` (below
-    ``limits[range]``): with cursors from the prefix sums of :func:`marked_rows_count`, each
-    range's rows in row order. Calls on different ranges of rows, each with its own cursors, may
-    run at once."""
-    partitions_arr = check_array("partitions", partitions, [np.uint32])
-    marks_arr = check_array("marks", marks, [np.uint8])
-    if marks_arr.shape[0] != partitions_arr.shape[0]:
-        raise ValueError(f"marks must have one entry per row ({partitions_arr.shape[0]}), got {marks_arr.shape[0]}")
-    cdef const uint32_t[::1] p = partitions_arr
-    cdef const uint8_t[::1] mk = marks_arr
-    cdef size_t a, b
-    a, b = _range("rows", lo, hi, partitions_arr.shape[0])
-    cdef uint32_t c_parts = check_int("n_partitions", n_partitions, 1, U32_MAX)
-    cursors_arr = check_array("cursors", cursors, [np.uintp], writable=True)
-    limits_arr = check_array("limits", limits, [np.uintp])
-    rows_arr = check_array("rows", rows, [np.uint32], writable=True)
-    if cursors_arr.shape[0] == 0 or limits_arr.shape[0] != cursors_arr.shape[0]:
-        raise ValueError("cursors and limits must have one entry per range (at least one)")
-    if int(limits_arr.max()) > rows_arr.shape[0]:
-        raise ValueError(f"limits must be <= len(rows) ({rows_arr.shape[0]})")
-    check_disjoint({"rows": rows_arr, "cursors": cursors_arr},
-                   {"partitions": partitions_arr, "marks": marks_arr, "limits": limits_arr})
-    cdef size_t[::1] c = cursors_arr
-    cdef const size_t[::1] l = limits_arr
-    cdef uint32_t[::1] r = rows_arr
-    cdef size_t ranges = <size_t>cursors_arr.shape[0]
-    cdef int rc = DPS_OK
-    if b > a:
-        with nogil:
-            rc = dps_marked_rows_place(&p[0], &mk[0], a, b, c_parts, ranges, &c[0], &l[0],
-                                       &r[0] if r.shape[0] else NULL)
-    if rc == DPS_ERR_BAD_CODE:
-        raise ValueError(f"partition codes must be < n_partitions ({n_partitions})")
-    if rc == DPS_ERR_BAD_ARG:
-        raise ValueError("cursors are not the prefix sums of these rows' range counts")
-    check_status(rc)
 
 
 def partition_sums(object partitions, object marks, object rows, object first, object last, object n_partitions,

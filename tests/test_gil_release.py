@@ -306,17 +306,17 @@ def _marked(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _marked_rows_count() -> Callable[[], object]:
     partitions, marks = _marked(8_000_000)
-    return lambda: _bound.marked_rows_count(partitions, marks, 0, partitions.size, 5_000, np.zeros(64, np.uintp))
+    return lambda: _bound.shard_rows_count(partitions, 0, partitions.size, 5_000, np.zeros(64, np.uintp), marks)
 
 
 def _marked_rows_place() -> Callable[[], object]:
     partitions, marks = _marked(4_000_000)
     counts = np.zeros(64, np.uintp)
-    _bound.marked_rows_count(partitions, marks, 0, partitions.size, 5_000, counts)
+    _bound.shard_rows_count(partitions, 0, partitions.size, 5_000, counts, marks)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uintp)
     limits = (starts + counts).astype(np.uintp)
     rows = np.empty(partitions.size, np.uint32)
-    return lambda: _bound.marked_rows_place(partitions, marks, 0, partitions.size, 5_000, starts.copy(), limits, rows)
+    return lambda: _bound.shard_rows_place(partitions, 0, partitions.size, 5_000, starts.copy(), limits, rows, marks)
 
 
 def _partition_sums() -> Callable[[], object]:
@@ -384,8 +384,8 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_bound.bound_rows": _bound_rows,
     "_bound.bound_rows_range": _bound_rows_range,
     "_bound.bound_rows_mark": _bound_rows_mark,
-    "_bound.marked_rows_count": _marked_rows_count,
-    "_bound.marked_rows_place": _marked_rows_place,
+    "_bound.shard_rows_count (marked rows)": _marked_rows_count,
+    "_bound.shard_rows_place (marked rows)": _marked_rows_place,
     "_bound.partition_sums": _partition_sums,
     "_bound.shard_rows_count": _shard_rows_count,
     "_bound.shard_rows_place": _shard_rows_place,

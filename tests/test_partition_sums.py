@@ -1,6 +1,7 @@
 """``aggregate``'s bounding on every thread with one copy of the outputs: each shard of the users
-marks its rows (csrc/bound_rows.h's ``dps_bound_rows_mark``), then ranges of partitions add up
-the marked rows (csrc/partition_sums.h), one range per thread at a time.
+marks its rows (csrc/bound_rows.h's ``dps_bound_rows_mark``), the marked rows are sorted by range
+of partitions (the same counting sort as the shards', with the marks), and the ranges add them
+up (csrc/partition_sums.h), one range per thread at a time.
 
 The reference is the kernel that adds into the outputs itself (``bound_rows_range``) with every
 shard in turn into one set: the same draws, so with the deterministic test generator the users,
@@ -181,19 +182,25 @@ def test_marked_rows_are_placed_by_range_in_row_order_and_checked() -> None:
     partitions = np.array([5, 0, 3, 9, 0, 7, 2], np.uint32)
     marks = np.array([1, 0, 4, 2, 1, 1, 0], np.uint8)
     counts = np.zeros(2, np.uintp)
-    _bound.marked_rows_count(partitions, marks, 0, 7, 10, counts)
+    _bound.shard_rows_count(partitions, 0, 7, 10, counts, marks)
     assert counts.tolist() == [2, 3]  # range 0: partitions 0-4 (rows 2, 4); range 1: 5-9 (rows 0, 3, 5)
     rows = np.zeros(5, np.uint32)
-    _bound.marked_rows_place(partitions, marks, 0, 7, 10, np.array([0, 2], np.uintp), np.array([2, 5], np.uintp),
-                             rows)
+    _bound.shard_rows_place(partitions, 0, 7, 10, np.array([0, 2], np.uintp), np.array([2, 5], np.uintp), rows, marks)
     assert rows.tolist() == [2, 4, 0, 3, 5]
     with pytest.raises(ValueError, match="prefix sums"):
-        _bound.marked_rows_place(partitions, marks, 0, 7, 10, np.array([0, 1], np.uintp),
-                                 np.array([1, 5], np.uintp), rows)
+        _bound.shard_rows_place(partitions, 0, 7, 10, np.array([0, 1], np.uintp), np.array([1, 5], np.uintp), rows,
+                                marks)
     with pytest.raises(ValueError, match="row 3"):
-        _bound.marked_rows_count(partitions, marks, 0, 7, 9, np.zeros(2, np.uintp))
-    _bound.marked_rows_count(partitions, np.where(partitions == 9, 0, marks).astype(np.uint8), 0, 7, 9,
-                             np.zeros(2, np.uintp))  # an unmarked row's code is not read
+        _bound.shard_rows_count(partitions, 0, 7, 9, np.zeros(2, np.uintp), marks)
+    _bound.shard_rows_count(partitions, 0, 7, 9, np.zeros(2, np.uintp),
+                            np.where(partitions == 9, 0, marks).astype(np.uint8))  # an unmarked row's code is unread
+    with pytest.raises(ValueError, match="marks must have one entry per row"):
+        _bound.shard_rows_count(partitions, 0, 7, 10, np.zeros(2, np.uintp), marks[:3])
+    with pytest.raises(ValueError, match="counts overlaps codes"):
+        _bound.shard_rows_count(partitions, 0, 7, 10, partitions[:4].view(np.uintp), marks)
+    counts[:] = 0
+    _bound.shard_rows_count(partitions, 0, 7, 10, counts)  # no marks: every row
+    assert counts.tolist() == [4, 3]
 
 
 def test_the_outputs_exist_once_whatever_the_threads() -> None:

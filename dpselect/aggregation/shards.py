@@ -77,9 +77,9 @@ def rows_by_range(partitions: npt.NDArray[np.uint32], marks: npt.NDArray[np.uint
     threads."""
     return _counting_sort(
         partitions.size, ranges, threads,
-        lambda lo, hi, counts: _bound.marked_rows_count(partitions, marks, lo, hi, n_partitions, counts),
-        lambda lo, hi, cursors, limits, rows: _bound.marked_rows_place(partitions, marks, lo, hi, n_partitions,
-                                                                       cursors, limits, rows))
+        lambda lo, hi, counts: _bound.shard_rows_count(partitions, lo, hi, n_partitions, counts, marks),
+        lambda lo, hi, cursors, limits, rows: _bound.shard_rows_place(partitions, lo, hi, n_partitions, cursors,
+                                                                      limits, rows, marks))
 
 
 def _counting_sort(n: int, buckets: int, threads: int, count: Callable[[int, int, Any], None],
