@@ -8,6 +8,8 @@
 #
 #   OUT=/tmp/out ROWS=10000000 bash bench/device_scaling.sh          # the table (about 8 minutes on 16 cores)
 #   OUT=/tmp/out ROWS=200000 THREADS="1 2 4" bash bench/device_scaling.sh   # a quick check of the script
+#   LARGE_ROWS=50000000 ...   # also the speed-up from 2 to 16 threads at 5e7 rows (select, int64
+#                             # keys; aggregate): about 4 more minutes on 16 cores
 #
 # Needs the in-place build and pyarrow; Polars (bench extra) for the comparisons (without it the
 # Polars columns are left out).
@@ -40,4 +42,15 @@ mkdir -p "$out"
                 --batches 8 --repeat 3 --threads "$t" $users 2>&1 | tail -n 2
         done
     done
+    large=${LARGE_ROWS:-0}
+    if [ "$large" -gt 0 ]; then
+        for t in 2 16; do
+            echo "## select_partitions, int keys, $large rows, threads=$t"
+            timeout "$limit" "$python" "$here/bench_rows.py" --rows "$large" --repeat 2 --engines "$engines" \
+                --key-type int --threads "$t" 2>&1 | tail -n 8
+            echo "## aggregate, $large rows, threads=$t"
+            timeout "$limit" "$python" "$here/bench_aggregate.py" --rows "$large" --repeat 2 --threads "$t" 2>&1 \
+                | tail -n 8
+        done
+    fi
 } 2>&1 | tee "$log"
