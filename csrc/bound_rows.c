@@ -51,6 +51,7 @@ typedef struct bound_outputs {
     uint64_t *sums;
     uint8_t *kept;  /* may be NULL */
     uint8_t *marks; /* mark mode: every other output is unused */
+    const uint32_t *row_of; /* mark mode: the input row of each local row index (the shard's copies) */
 } bound_outputs;
 
 /* Add one kept partition's rows rows[0 .. take) of partition p to the sums. */
@@ -92,7 +93,7 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
     stats->pairs_kept += kept;
     stats->users += 1;
     if (o->marks != NULL) {
-        for (size_t g = 0; g < d; g++) o->marks[(uint32_t)buf->keys[buf->starts[g]]] |= DPS_MARK_BEFORE;
+        for (size_t g = 0; g < d; g++) o->marks[o->row_of[(uint32_t)buf->keys[buf->starts[g]]]] |= DPS_MARK_BEFORE;
     } else if (o->users_before != NULL) {
         for (size_t g = 0; g < d; g++) o->users_before[buf->keys[buf->starts[g]] >> 32]++;
     }
@@ -106,8 +107,8 @@ static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_
         size_t take = (uint64_t)r < linf ? r : (size_t)linf;
         stats->rows_kept += take;
         if (o->marks != NULL) {
-            for (size_t i = 0; i < take; i++) o->marks[buf->rows[i]] |= DPS_MARK_KEPT;
-            o->marks[buf->rows[0]] |= DPS_MARK_USER; /* take >= 1: linf >= 1 and r >= 1 */
+            for (size_t i = 0; i < take; i++) o->marks[o->row_of[buf->rows[i]]] |= DPS_MARK_KEPT;
+            o->marks[o->row_of[buf->rows[0]]] |= DPS_MARK_USER; /* take >= 1: linf >= 1 and r >= 1 */
         } else {
             rc = add_kept(o, p, buf->rows, take);
             if (rc != DPS_OK) return rc;
@@ -164,7 +165,7 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
     int rc = dps_group_rows(users, n, n_users, shard_mask, shard, &order, &end, &n_local, &n_rows);
     if (rc != DPS_OK) return rc;
     bound_outputs o = {n_partitions, n_values, values, 0, NULL, out_users, out_rows, out_users_before,
-                       out_sums, out_kept, NULL};
+                       out_sums, out_kept, NULL, NULL};
     rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, &o, stats);
     free(order);
     free(end);
@@ -204,7 +205,7 @@ int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint
                          int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
                          int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
     bound_outputs o = {n_partitions, n_values, values, n_squares, squares, out_users, out_rows, out_users_before,
-                       out_sums, out_kept, NULL};
+                       out_sums, out_kept, NULL, NULL};
     return bound_range(s, n, users, partitions, rows, m, first_user, last_user, n_partitions, kappa, linf, &o,
                        stats, bad_row);
 }
@@ -213,10 +214,26 @@ int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint3
                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
                         dps_bound_stats *stats, size_t *bad_row) {
-    if (marks == NULL && m > 0) return DPS_ERR_BAD_ARG;
-    bound_outputs o = {n_partitions, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, marks};
-    return bound_range(s, n, users, partitions, rows, m, first_user, last_user, n_partitions, kappa, linf, &o,
-                       stats, bad_row);
+    memset(stats, 0, sizeof *stats);
+    if (kappa == 0 || linf == 0 || first_user > last_user || (marks == NULL && m > 0)) return DPS_ERR_BAD_ARG;
+    if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
+    for (size_t j = 0; j < m; j++) {
+        /* increasing rows: local order is row order, so the draws pick what they pick on the input */
+        if (rows[j] >= n || (j > 0 && rows[j] <= rows[j - 1]) || users[j] < first_user || users[j] >= last_user ||
+            partitions[j] >= n_partitions) {
+            *bad_row = j;
+            return DPS_ERR_BAD_CODE;
+        }
+    }
+    uint32_t *order;
+    size_t *end, n_local;
+    int rc = dps_group_rows_local(users, m, first_user, last_user, &order, &end, &n_local);
+    if (rc != DPS_OK) return rc;
+    bound_outputs o = {n_partitions, 0, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, marks, rows};
+    rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, &o, stats);
+    free(order);
+    free(end);
+    return rc;
 }
 
 static inline size_t shard_of(uint32_t c, uint32_t n_codes, size_t n_shards) {
@@ -233,6 +250,22 @@ int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo,
             return DPS_ERR_BAD_CODE;
         }
         counts[shard_of(codes[i], n_codes, n_shards)]++;
+    }
+    return DPS_OK;
+}
+
+int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
+                                uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
+                                uint32_t *rows, uint32_t *codes_out, uint32_t *other_out) {
+    if (n_shards == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
+    for (size_t i = lo; i < hi; i++) {
+        if (codes[i] >= n_codes) return DPS_ERR_BAD_CODE;
+        size_t k = shard_of(codes[i], n_codes, n_shards);
+        if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
+        size_t at = cursors[k]++;
+        rows[at] = (uint32_t)i;
+        codes_out[at] = codes[i];
+        other_out[at] = other[i];
     }
     return DPS_OK;
 }

@@ -92,9 +92,14 @@ int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint
 #define DPS_MARK_USER 2u   /* the row is the one that counts its user among its partition's kept users */
 #define DPS_MARK_BEFORE 4u /* the row is the one that counts its user among its partition's users before bounding */
 
-/* dps_bound_rows_range's bounding, with the same checks and exactly the same draws, but with no
- * per-partition outputs: each row of the shard gets its marks or'ed into marks[row] (callers zero
- * it first; calls on disjoint shards may share it). Every kept row gets DPS_MARK_KEPT; the first
+/* dps_bound_rows_range's bounding of the rows rows[0 .. m) (strictly increasing, each < n), with
+ * exactly the same draws, but read from the shard's own copies of their codes: users[j] and
+ * partitions[j] are those of input row rows[j] (dps_shard_rows_place writes them beside rows), so
+ * the grouping and the bounding read arrays of the shard's size, which stay in cache, instead of
+ * the whole input's in user order. A user outside [first_user, last_user), a partition code >=
+ * n_partitions or a row out of order: DPS_ERR_BAD_CODE and *bad_row (the local index j). No
+ * per-partition outputs: each row gets its marks or'ed into marks[rows[j]] (callers zero it
+ * first; calls on disjoint shards may share it). Every kept row gets DPS_MARK_KEPT; the first
  * kept row (in the row subset's order) of each kept (user, partition) pair DPS_MARK_USER; the
  * lowest row of each (user, partition) pair DPS_MARK_BEFORE. So the outputs of
  * dps_bound_rows_range are sums over marked rows by partition, which partition_sums.h computes
@@ -117,5 +122,10 @@ int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo,
                          size_t n_shards, size_t *counts, size_t *bad_row);
 int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
                          size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows);
+/* dps_shard_rows_place that also writes, at each row's place, its code into codes_out and
+ * other[row] into other_out: the shards' own copies for dps_bound_rows_mark. */
+int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
+                                uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
+                                uint32_t *rows, uint32_t *codes_out, uint32_t *other_out);
 
 #endif

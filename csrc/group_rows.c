@@ -13,7 +13,7 @@ static unsigned shard_bits(uint32_t shard_mask) {
 }
 
 /* The rows to group: rows[0 .. n) when `rows` is given (each of local user users[i] - first),
- * else every row of 0 .. n whose user is in the shard (local user users[i] >> b). */
+ * else every row of 0 .. n whose user is in the shard (local user (users[i] >> b) - first). */
 typedef struct selection {
     const uint32_t *users;
     const uint32_t *rows;
@@ -30,7 +30,7 @@ static inline int take(const selection *q, size_t j, size_t *i, uint32_t *v) {
     }
     *i = j;
     if ((q->users[j] & q->shard_mask) != q->shard) return 0;
-    *v = q->users[j] >> q->b;
+    *v = (q->users[j] >> q->b) - q->first;
     return 1;
 }
 
@@ -101,6 +101,14 @@ nomem:
     free(bucket_end);
     free(ends);
     return DPS_ERR_NOMEM;
+}
+
+int dps_group_rows_local(const uint32_t *users, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t **order, size_t **end, size_t *n_local) {
+    size_t n_rows;
+    selection q = {users, NULL, m, 0, 0, first_user, 0};
+    return group_core(&q, last_user > first_user ? (size_t)(last_user - first_user) : 0, order, end, n_local,
+                      &n_rows);
 }
 
 int dps_group_rows(const uint32_t *users, size_t n, uint32_t n_users, uint32_t shard_mask, uint32_t shard,

@@ -21,4 +21,9 @@ int dps_group_rows(const uint32_t *users, size_t n, uint32_t n_users, uint32_t s
 int dps_group_rows_range(const uint32_t *users, const uint32_t *rows, size_t m, uint32_t first_user,
                          uint32_t last_user, uint32_t **order, size_t **end, size_t *n_local);
 
+/* The same for every row of users[0 .. m) (a shard's own copy of its users' codes, all in
+ * [first_user, last_user): callers check): *order holds local row indices 0 .. m. */
+int dps_group_rows_local(const uint32_t *users, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t **order, size_t **end, size_t *n_local);
+
 #endif

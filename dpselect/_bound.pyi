@@ -49,14 +49,16 @@ def shard_rows_count(codes: npt.NDArray[np.uint32], lo: int, hi: int, n_codes: i
                      marks: npt.NDArray[np.uint8] | None = None) -> None: ...
 def shard_rows_place(codes: npt.NDArray[np.uint32], lo: int, hi: int, n_codes: int, cursors: npt.NDArray[np.uintp],
                      limits: npt.NDArray[np.uintp], rows: npt.NDArray[np.uint32],
-                     marks: npt.NDArray[np.uint8] | None = None) -> None: ...
+                     marks: npt.NDArray[np.uint8] | None = None,
+                     copies: tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32], npt.NDArray[np.uint32]] | None = None
+                     ) -> None: ...
 
 MARK_KEPT: int
 MARK_USER: int
 MARK_BEFORE: int
 
-def bound_rows_mark(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], n_partitions: int, kappa: int,
-                    linf: int, test_state: TestState | None, rows: npt.NDArray[np.uint32], first_user: int,
+def bound_rows_mark(users: npt.NDArray[np.uint32], partitions: npt.NDArray[np.uint32], rows: npt.NDArray[np.uint32],
+                    n_partitions: int, kappa: int, linf: int, test_state: TestState | None, first_user: int,
                     last_user: int, marks: npt.NDArray[np.uint8]) -> dict[str, int]: ...
 def partition_sums(partitions: npt.NDArray[np.uint32], marks: npt.NDArray[np.uint8], rows: npt.NDArray[np.uint32],
                    first: int, last: int, n_partitions: int, values: list[npt.NDArray[np.int64]],

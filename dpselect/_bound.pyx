@@ -40,6 +40,9 @@ cdef extern from "bound_rows.h" nogil:
                              size_t n_shards, size_t *counts, size_t *bad_row)
     int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
                              size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows)
+    int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
+                                    uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
+                                    uint32_t *rows, uint32_t *codes_out, uint32_t *other_out)
     int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                             const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                             uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
@@ -258,11 +261,16 @@ def shard_rows_count(object codes, object lo, object hi, object n_codes, object 
 
 
 def shard_rows_place(object codes, object lo, object hi, object n_codes, object cursors, object limits,
-                     object rows, object marks=None) -> None:
+                     object rows, object marks=None, object copies=None) -> None:
     """Write the index of each row of [lo, hi) (with ``marks``, each row whose mark is nonzero)
     at ``rows[cursors[its shard]++]`` (below ``limits[shard]``): with cursors from the prefix
     sums of :func:`shard_rows_count`, each shard's rows in row order. Calls on different ranges,
-    each with its own cursors, may run at once."""
+    each with its own cursors, may run at once.
+
+    ``copies`` = (other, codes_out, other_out), uint32 (not with ``marks``): also write, at each
+    row's place, its code into ``codes_out`` and ``other[row]`` into ``other_out`` (as long as
+    ``rows``): the shards' own copies of the users' and partitions' codes that
+    :func:`bound_rows_mark` reads."""
     codes_arr = check_array("codes", codes, [np.uint32])
     cdef const uint32_t[::1] u = codes_arr
     cdef size_t a, b
@@ -276,8 +284,31 @@ def shard_rows_place(object codes, object lo, object hi, object n_codes, object 
     if int(limits_arr.max()) > rows_arr.shape[0]:
         raise ValueError(f"limits must be <= len(rows) ({rows_arr.shape[0]})")
     inputs = {"codes": codes_arr, "limits": limits_arr}
+    outputs = {"rows": rows_arr, "cursors": cursors_arr}
     cdef const uint8_t *marks_ptr = _marks_pointer(marks, <size_t>codes_arr.shape[0], inputs)
-    check_disjoint({"rows": rows_arr, "cursors": cursors_arr}, inputs)
+    cdef const uint32_t *other_ptr = NULL
+    cdef uint32_t *codes_out_ptr = NULL
+    cdef uint32_t *other_out_ptr = NULL
+    cdef const uint32_t[::1] o
+    cdef uint32_t[::1] co
+    cdef uint32_t[::1] oo
+    if copies is not None:
+        if marks is not None:
+            raise ValueError("copies are written for every row: pass marks or copies, not both")
+        other, codes_out, other_out = copies
+        inputs["other"] = check_array("other", other, [np.uint32])
+        outputs["codes_out"] = check_array("codes_out", codes_out, [np.uint32], writable=True)
+        outputs["other_out"] = check_array("other_out", other_out, [np.uint32], writable=True)
+        if inputs["other"].shape[0] != codes_arr.shape[0]:
+            raise ValueError(f"other must have one entry per row ({codes_arr.shape[0]}), got {inputs['other'].shape[0]}")
+        if outputs["codes_out"].shape[0] != rows_arr.shape[0] or outputs["other_out"].shape[0] != rows_arr.shape[0]:
+            raise ValueError(f"codes_out and other_out must be as long as rows ({rows_arr.shape[0]})")
+        o, co, oo = inputs["other"], outputs["codes_out"], outputs["other_out"]
+        if codes_arr.shape[0]:
+            other_ptr = &o[0]
+        if rows_arr.shape[0]:
+            codes_out_ptr, other_out_ptr = &co[0], &oo[0]
+    check_disjoint(outputs, inputs)
     cdef size_t[::1] c = cursors_arr
     cdef const size_t[::1] l = limits_arr
     cdef uint32_t[::1] r = rows_arr
@@ -285,8 +316,12 @@ def shard_rows_place(object codes, object lo, object hi, object n_codes, object 
     cdef int rc = DPS_OK
     if b > a:
         with nogil:
-            rc = dps_shard_rows_place(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &l[0],
-                                      &r[0] if r.shape[0] else NULL)
+            if other_ptr != NULL:
+                rc = dps_shard_rows_place_copies(&u[0], other_ptr, a, b, c_codes, shards, &c[0], &l[0],
+                                                 &r[0] if r.shape[0] else NULL, codes_out_ptr, other_out_ptr)
+            else:
+                rc = dps_shard_rows_place(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &l[0],
+                                          &r[0] if r.shape[0] else NULL)
     if rc == DPS_ERR_BAD_CODE:
         raise ValueError(f"codes must be < n_codes ({n_codes})")
     if rc == DPS_ERR_BAD_ARG:
@@ -410,17 +445,20 @@ def bound_rows_range(object users, object partitions, object n_partitions, objec
     return out_users, out_rows, out_sums, before, totals
 
 
-def bound_rows_mark(object users, object partitions, object n_partitions, object kappa, object linf,
-                    object test_state, object rows, object first_user, object last_user, object marks):
-    """:func:`bound_rows_range`'s bounding (the same checks, the same draws) with no per-partition
-    outputs: every row of the shard gets its marks or'ed into ``marks`` (a zeroed uint8 array of
-    one entry per row, shared by calls on disjoint shards): ``MARK_KEPT`` for a kept row,
-    ``MARK_USER`` for the row that counts its user among its partition's kept users,
-    ``MARK_BEFORE`` for the row that counts it among the users before bounding. Returns the row
-    and pair totals. :func:`partition_sums` then adds up the outputs (csrc/partition_sums.h)."""
+def bound_rows_mark(object users, object partitions, object rows, object n_partitions, object kappa, object linf,
+                    object test_state, object first_user, object last_user, object marks):
+    """:func:`bound_rows_range`'s bounding of the input rows ``rows`` (uint32, strictly
+    increasing), with the same draws, read from the shard's own copies of their codes:
+    ``users[j]`` and ``partitions[j]`` are input row ``rows[j]``'s (:func:`shard_rows_place` with ``copies``
+    writes them), so the kernel works in arrays of the shard's size. No per-partition outputs:
+    every row gets its marks or'ed into ``marks[rows[j]]`` (a zeroed uint8 array of one entry per
+    input row, shared by calls on disjoint shards): ``MARK_KEPT`` for a kept row, ``MARK_USER``
+    for the row that counts its user among its partition's kept users, ``MARK_BEFORE`` for the
+    row that counts it among the users before bounding. Returns the row and pair totals.
+    :func:`partition_sums` then adds up the outputs (csrc/partition_sums.h)."""
     users_arr = check_array("users", users, [np.uint32])
     partitions_arr = check_array("partitions", partitions, [np.uint32])
-    rows_arr = check_array("rows", rows, [np.uint32], copy=True)
+    rows_arr = check_array("rows", rows, [np.uint32])
     marks_arr = check_array("marks", marks, [np.uint8], writable=True)
     cdef const uint32_t[::1] users_view = users_arr
     cdef const uint32_t[::1] parts_view = partitions_arr
@@ -431,17 +469,16 @@ def bound_rows_mark(object users, object partitions, object n_partitions, object
     cdef uint32_t c_last = check_int("last_user", last_user, c_first, U32_MAX)
     kappa = check_int("max_partitions_contributed (kappa)", kappa, 1, 2**64 - 1)
     linf = check_int("max_contributions_per_partition (linf)", linf, 1, 2**64 - 1)
-    cdef size_t n = <size_t>users_view.shape[0]
+    cdef size_t n = <size_t>marks_view.shape[0]
     cdef size_t m = <size_t>rows_view.shape[0]
-    if <size_t>parts_view.shape[0] != n:
-        raise ValueError(f"users and partitions must have the same length, got {n} and {parts_view.shape[0]}")
-    if <size_t>marks_view.shape[0] != n:
-        raise ValueError(f"marks must have one entry per row ({n}), got {marks_view.shape[0]}")
+    if <size_t>users_view.shape[0] != m or <size_t>parts_view.shape[0] != m:
+        raise ValueError(f"users and partitions must have one entry per row of rows ({m}), got "
+                         f"{users_view.shape[0]} and {parts_view.shape[0]}")
     if n >= 2 ** 32:
         raise ValueError(f"at most 2**32 - 1 rows per call, got {n}")
     check_disjoint({"marks": marks_arr}, {"users": users_arr, "partitions": partitions_arr, "rows": rows_arr})
-    cdef const uint32_t *u_ptr = &users_view[0] if n else NULL
-    cdef const uint32_t *p_ptr = &parts_view[0] if n else NULL
+    cdef const uint32_t *u_ptr = &users_view[0] if m else NULL
+    cdef const uint32_t *p_ptr = &parts_view[0] if m else NULL
     cdef const uint32_t *rows_ptr = &rows_view[0] if m else NULL
     cdef uint8_t *marks_ptr = &marks_view[0] if n else NULL
     cdef uint64_t k = <uint64_t>kappa
@@ -455,8 +492,9 @@ def bound_rows_mark(object users, object partitions, object n_partitions, object
                                  &stats, &bad)
         end_batch(s)
     finish_batch(test_state)
-    return _totals(rc, stats, f"row {bad}: rows must be < len(users), their users in [first_user, last_user) "
-                              f"({first_user}, {last_user}) and partition codes < n_partitions ({n_partitions})")
+    return _totals(rc, stats, f"entry {bad}: rows must increase and be < len(marks), users lie in [first_user, "
+                              f"last_user) ({first_user}, {last_user}) and partition codes < n_partitions "
+                              f"({n_partitions})")
 
 
 def partition_sums(object partitions, object marks, object rows, object first, object last, object n_partitions,

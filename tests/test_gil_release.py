@@ -294,7 +294,7 @@ def _bound_rows_range() -> Callable[[], object]:
 def _bound_rows_mark() -> Callable[[], object]:
     users, partitions = _rows(1_000_000)
     rows = np.arange(users.size, dtype=np.uint32)
-    return lambda: _bound.bound_rows_mark(users, partitions, 5_000, 4, 2, None, rows, 0, 200_000,
+    return lambda: _bound.bound_rows_mark(users, partitions, rows, 5_000, 4, 2, None, 0, 200_000,
                                           np.zeros(users.size, np.uint8))
 
 
@@ -302,6 +302,17 @@ def _marked(n: int) -> tuple[np.ndarray, np.ndarray]:
     """n rows' partitions and marks: every row kept and counting its user."""
     _, partitions = _rows(n)
     return partitions, np.full(n, _bound.MARK_KEPT | _bound.MARK_USER | _bound.MARK_BEFORE, np.uint8)
+
+
+def _shard_rows_place_copies() -> Callable[[], object]:
+    users, partitions = _rows(4_000_000)
+    counts = np.zeros(64, np.uintp)
+    _bound.shard_rows_count(users, 0, users.size, 200_000, counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uintp)
+    limits = (starts + counts).astype(np.uintp)
+    rows, users_out, partitions_out = (np.empty(users.size, np.uint32) for _ in range(3))
+    return lambda: _bound.shard_rows_place(users, 0, users.size, 200_000, starts.copy(), limits, rows,
+                                           copies=(partitions, users_out, partitions_out))
 
 
 def _marked_rows_count() -> Callable[[], object]:
@@ -384,6 +395,7 @@ ENTRY_POINTS: dict[str, Callable[[], Callable[[], object]]] = {
     "_bound.bound_rows": _bound_rows,
     "_bound.bound_rows_range": _bound_rows_range,
     "_bound.bound_rows_mark": _bound_rows_mark,
+    "_bound.shard_rows_place (copies)": _shard_rows_place_copies,
     "_bound.shard_rows_count (marked rows)": _marked_rows_count,
     "_bound.shard_rows_place (marked rows)": _marked_rows_place,
     "_bound.partition_sums": _partition_sums,

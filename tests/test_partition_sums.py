@@ -102,7 +102,7 @@ def test_the_marks_are_what_the_header_says() -> None:
     out = _bound.bound_rows_range(users, partitions, 60, 2, 2, values, _state(1), rows, 0, n_users,
                                   users_before=True, kept=kept)
     marks = np.zeros(users.size, np.uint8)
-    totals = _bound.bound_rows_mark(users, partitions, 60, 2, 2, _state(1), rows, 0, n_users, marks)
+    totals = _bound.bound_rows_mark(users, partitions, rows, 60, 2, 2, _state(1), 0, n_users, marks)
     assert totals == out[4]
     assert np.array_equal(marks & _bound.MARK_KEPT, kept)
     user_rows = (marks & _bound.MARK_USER).astype(bool)
@@ -117,6 +117,53 @@ def test_the_marks_are_what_the_header_says() -> None:
 
 
 _PARTITION_SUMS = _bound.partition_sums
+
+
+def test_the_shards_copies_are_their_rows_codes_and_give_the_same_marks() -> None:
+    """The shards' own copies (written by the place step) are the codes of their rows, and marking
+    a shard from them marks exactly what marking from the whole input's columns does."""
+    users, partitions, n_users, _ = _inputs(9, 30_000, 3_000, 200)
+    rows, starts, shard_users, shard_partitions = shards.rows_by_shard_with_copies(users, partitions, n_users, 8, 3)
+    plain_rows, plain_starts = shards.rows_by_shard(users, n_users, 8, 1)
+    assert starts == plain_starts and np.array_equal(rows, plain_rows)
+    assert np.array_equal(shard_users, users[rows]) and np.array_equal(shard_partitions, partitions[rows])
+    span = slice(starts[2], starts[3])
+    local = np.zeros(users.size, np.uint8)
+    _bound.bound_rows_mark(shard_users[span], shard_partitions[span], rows[span], 200, 2, 2, _state(4),
+                           shards.first_user(2, 8, n_users), shards.first_user(3, 8, n_users), local)
+    whole = np.zeros(users.size, np.uint8)
+    _bound.bound_rows_mark(users[rows[span]], partitions[rows[span]], rows[span], 200, 2, 2, _state(4),
+                           shards.first_user(2, 8, n_users), shards.first_user(3, 8, n_users), whole)
+    assert np.array_equal(local, whole) and local.any()
+    n = users.size
+    limits = np.array([n], np.uintp)
+    with pytest.raises(ValueError, match="not both"):
+        _bound.shard_rows_place(users, 0, n, n_users, np.zeros(1, np.uintp), limits, np.empty(n, np.uint32),
+                                marks=np.ones(n, np.uint8), copies=(partitions, np.empty(n, np.uint32),
+                                                                    np.empty(n, np.uint32)))
+    with pytest.raises(ValueError, match="as long as rows"):
+        _bound.shard_rows_place(users, 0, n, n_users, np.zeros(1, np.uintp), limits, np.empty(n, np.uint32),
+                                copies=(partitions, np.empty(n - 1, np.uint32), np.empty(n, np.uint32)))
+    with pytest.raises(ValueError, match="other_out overlaps"):
+        _bound.shard_rows_place(users, 0, n, n_users, np.zeros(1, np.uintp), limits, np.empty(n, np.uint32),
+                                copies=(partitions, np.empty(n, np.uint32), partitions))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda u, p, r: (u, p, r[::-1].copy()), "entry"),  # rows out of order
+    (lambda u, p, r: (u, p, np.where(r == r[-1], 10**6, r).astype(np.uint32)), "entry"),  # a row past the input
+    (lambda u, p, r: (u + 1000, p, r), "entry"),  # a user outside the shard
+    (lambda u, p, r: (u, p + 60, r), "entry"),  # a partition code past n_partitions
+    (lambda u, p, r: (u[:-1], p, r), "one entry per row of rows"),
+])
+def test_marking_refuses_bad_copies(change: Callable[..., tuple[Any, ...]], message: str) -> None:
+    users, partitions, n_users, _ = _inputs(2, 500, 50, 60)
+    rows = np.arange(users.size, dtype=np.uint32)
+    u, p, r = change(users, partitions, rows)
+    marks = np.zeros(users.size, np.uint8)
+    with pytest.raises(ValueError, match=message):
+        _bound.bound_rows_mark(u, p, r, 60, 2, 2, _state(1), 0, n_users, marks)
+    assert not marks.any()  # refused before any mark
 
 
 def _broken_partition_sums(partitions: Any, marks: Any, rows: Any, first: int, last: int, n_partitions: int,
