@@ -38,7 +38,6 @@ typedef struct user_buffers {
     uint32_t *rows;     /* one run's row indices, reordered by the row subset */
 } user_buffers;
 
-/* One user's rows order[0 .. m): bound and add to the outputs. */
 /* The outputs of a bounding call: per-partition sums (users != NULL), or per-row marks (marks != NULL,
  * dps_bound_rows_mark: the sums are then left to partition_sums.h). */
 typedef struct bound_outputs {
@@ -76,6 +75,7 @@ static int add_kept(const bound_outputs *o, uint32_t p, const uint32_t *rows, si
     return DPS_OK;
 }
 
+/* One user's rows order[0 .. m): bound, and add to the sums or mark the rows. */
 static int bound_user(dps_rng *s, const uint32_t *order, size_t m, const uint32_t *partitions, uint64_t kappa,
                       uint64_t linf, const bound_outputs *o, dps_bound_stats *stats, user_buffers *buf) {
     for (size_t i = 0; i < m; i++) buf->keys[i] = ((uint64_t)partitions[order[i]] << 32) | order[i];
@@ -172,14 +172,16 @@ int dps_bound_rows(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *
     return rc;
 }
 
-/* The checks and grouping of a shard's rows, then bounding with outputs o. */
-static int bound_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions, const uint32_t *rows,
-                       size_t m, uint32_t first_user, uint32_t last_user, uint32_t n_partitions, uint64_t kappa,
-                       uint64_t linf, const bound_outputs *o, dps_bound_stats *stats, size_t *bad_row) {
+int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
+                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
+                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
+                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
+                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
+                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
     memset(stats, 0, sizeof *stats);
     if (kappa == 0 || linf == 0 || first_user > last_user) return DPS_ERR_BAD_ARG;
-    for (size_t j = 0; j < o->n_squares; j++)
-        if (!dps_square_spec_ok(&o->squares[j], o->n_values)) return DPS_ERR_BAD_ARG;
+    for (size_t j = 0; j < n_squares; j++)
+        if (!dps_square_spec_ok(&squares[j], n_values)) return DPS_ERR_BAD_ARG;
     if (n > (size_t)UINT32_MAX) return DPS_ERR_BAD_ARG; /* row indices are 32-bit */
     for (size_t j = 0; j < m; j++) {
         size_t i = rows[j];
@@ -192,22 +194,12 @@ static int bound_range(dps_rng *s, size_t n, const uint32_t *users, const uint32
     size_t *end, n_local;
     int rc = dps_group_rows_range(users, rows, m, first_user, last_user, &order, &end, &n_local);
     if (rc != DPS_OK) return rc;
-    rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, o, stats);
+    bound_outputs o = {n_partitions, n_values, values, n_squares, squares, out_users, out_rows, out_users_before,
+                       out_sums, out_kept, NULL, NULL};
+    rc = bound_grouped(s, order, end, n_local, partitions, kappa, linf, &o, stats);
     free(order);
     free(end);
     return rc;
-}
-
-int dps_bound_rows_range(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
-                         const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
-                         uint32_t n_partitions, uint64_t kappa, uint64_t linf, size_t n_values,
-                         const int64_t *const *values, size_t n_squares, const dps_square_spec *squares,
-                         int64_t *out_users, int64_t *out_rows, uint64_t *out_sums,
-                         int64_t *out_users_before, uint8_t *out_kept, dps_bound_stats *stats, size_t *bad_row) {
-    bound_outputs o = {n_partitions, n_values, values, n_squares, squares, out_users, out_rows, out_users_before,
-                       out_sums, out_kept, NULL, NULL};
-    return bound_range(s, n, users, partitions, rows, m, first_user, last_user, n_partitions, kappa, linf, &o,
-                       stats, bad_row);
 }
 
 int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
@@ -254,31 +246,21 @@ int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo,
     return DPS_OK;
 }
 
-int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
-                                uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
-                                uint32_t *rows, uint32_t *codes_out, uint32_t *other_out) {
-    if (n_shards == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
-    for (size_t i = lo; i < hi; i++) {
-        if (codes[i] >= n_codes) return DPS_ERR_BAD_CODE;
-        size_t k = shard_of(codes[i], n_codes, n_shards);
-        if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
-        size_t at = cursors[k]++;
-        rows[at] = (uint32_t)i;
-        codes_out[at] = codes[i];
-        other_out[at] = other[i];
-    }
-    return DPS_OK;
-}
-
 int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
-                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows) {
+                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows,
+                         const uint32_t *other, uint32_t *codes_out, uint32_t *other_out) {
     if (n_shards == 0 || lo > hi || hi > (size_t)UINT32_MAX + 1) return DPS_ERR_BAD_ARG;
     for (size_t i = lo; i < hi; i++) {
         if (marks != NULL && marks[i] == 0) continue;
         if (codes[i] >= n_codes) return DPS_ERR_BAD_CODE;
         size_t k = shard_of(codes[i], n_codes, n_shards);
         if (cursors[k] >= limits[k]) return DPS_ERR_BAD_ARG; /* not the rows that were counted */
-        rows[cursors[k]++] = (uint32_t)i;
+        size_t at = cursors[k]++;
+        rows[at] = (uint32_t)i;
+        if (codes_out != NULL) { /* the shards' own copies */
+            codes_out[at] = codes[i];
+            other_out[at] = other[i];
+        }
     }
     return DPS_OK;
 }

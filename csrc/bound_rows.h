@@ -120,12 +120,10 @@ int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint3
  * are counted and placed (and only their codes read). */
 int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
                          size_t n_shards, size_t *counts, size_t *bad_row);
+/* With codes_out (else NULL), dps_shard_rows_place also writes, at each row's place, its code
+ * into codes_out and other[row] into other_out: the shards' own copies for dps_bound_rows_mark. */
 int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
-                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows);
-/* dps_shard_rows_place that also writes, at each row's place, its code into codes_out and
- * other[row] into other_out: the shards' own copies for dps_bound_rows_mark. */
-int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
-                                uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
-                                uint32_t *rows, uint32_t *codes_out, uint32_t *other_out);
+                         size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows,
+                         const uint32_t *other, uint32_t *codes_out, uint32_t *other_out);
 
 #endif

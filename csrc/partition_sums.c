@@ -12,16 +12,14 @@ int dps_partition_sums(const uint32_t *partitions, uint8_t *marks, size_t n, con
     if (first > last || last > n_partitions) return DPS_ERR_BAD_ARG;
     for (size_t j = 0; j < n_squares; j++)
         if (!dps_square_spec_ok(&squares[j], n_values)) return DPS_ERR_BAD_ARG;
-    for (size_t j = 0; j < m; j++) {
-        size_t i = rows[j];
-        if (i >= n || partitions[i] < first || partitions[i] >= last) {
-            *bad_row = i;
-            return DPS_ERR_BAD_CODE;
-        }
-    }
     const size_t stride = 2 * (size_t)n_partitions; /* one column's sums */
     for (size_t j = 0; j < m; j++) {
         uint32_t row = rows[j];
+        /* checked as it is read, in the one pass (on error the outputs are discarded: see the header) */
+        if (row >= n || partitions[row] < first || partitions[row] >= last) {
+            *bad_row = row;
+            return DPS_ERR_BAD_CODE;
+        }
         uint32_t p = partitions[row];
         uint8_t mark = marks[row];
         if ((mark & DPS_MARK_BEFORE) && out_users_before != NULL) out_users_before[p]++;

@@ -39,10 +39,8 @@ cdef extern from "bound_rows.h" nogil:
     int dps_shard_rows_count(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
                              size_t n_shards, size_t *counts, size_t *bad_row)
     int dps_shard_rows_place(const uint32_t *codes, const uint8_t *marks, size_t lo, size_t hi, uint32_t n_codes,
-                             size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows)
-    int dps_shard_rows_place_copies(const uint32_t *codes, const uint32_t *other, size_t lo, size_t hi,
-                                    uint32_t n_codes, size_t n_shards, size_t *cursors, const size_t *limits,
-                                    uint32_t *rows, uint32_t *codes_out, uint32_t *other_out)
+                             size_t n_shards, size_t *cursors, const size_t *limits, uint32_t *rows,
+                             const uint32_t *other, uint32_t *codes_out, uint32_t *other_out)
     int dps_bound_rows_mark(dps_rng *s, size_t n, const uint32_t *users, const uint32_t *partitions,
                             const uint32_t *rows, size_t m, uint32_t first_user, uint32_t last_user,
                             uint32_t n_partitions, uint64_t kappa, uint64_t linf, uint8_t *marks,
@@ -316,12 +314,8 @@ def shard_rows_place(object codes, object lo, object hi, object n_codes, object 
     cdef int rc = DPS_OK
     if b > a:
         with nogil:
-            if other_ptr != NULL:
-                rc = dps_shard_rows_place_copies(&u[0], other_ptr, a, b, c_codes, shards, &c[0], &l[0],
-                                                 &r[0] if r.shape[0] else NULL, codes_out_ptr, other_out_ptr)
-            else:
-                rc = dps_shard_rows_place(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &l[0],
-                                          &r[0] if r.shape[0] else NULL)
+            rc = dps_shard_rows_place(&u[0], marks_ptr, a, b, c_codes, shards, &c[0], &l[0],
+                                      &r[0] if r.shape[0] else NULL, other_ptr, codes_out_ptr, other_out_ptr)
     if rc == DPS_ERR_BAD_CODE:
         raise ValueError(f"codes must be < n_codes ({n_codes})")
     if rc == DPS_ERR_BAD_ARG:

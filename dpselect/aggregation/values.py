@@ -91,23 +91,22 @@ class ValueColumn:
 
     def take(self, kept: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         """The values of the rows marked in ``kept`` (0 or 1 each), in row order: int64 for
-        integer columns, else float64. The steps on every thread, each writing its own span of
-        the output (its start from the kept rows of the steps before it)."""
+        integer columns, else float64. The steps on every thread, a contiguous share each, each
+        step writing its own span of the output (its start from the kept rows of the steps before
+        it)."""
         dtype = np.float64 if not self.integer else np.int64
         steps = list(self.steps())
         masks = [kept[start:start + piece.size].view(bool) for start, piece in steps]
         threads = max(1, min(current(), len(steps)))
-        counts = run_pieces(lambda share: [int(np.count_nonzero(m)) for m in share],
-                            [(masks[t::threads],) for t in range(threads)], threads > 1)
-        sizes = [0] * len(steps)
-        for t in range(threads):
-            sizes[t::threads] = counts[t]
-        ends = np.cumsum(sizes, dtype=np.int64)
+        shares = [range(len(steps) * t // threads, len(steps) * (t + 1) // threads) for t in range(threads)]
+        counted = run_pieces(lambda share: [int(np.count_nonzero(masks[i])) for i in share],
+                             [(share,) for share in shares], threads > 1)
+        ends = np.cumsum([c for share in counted for c in share], dtype=np.int64)  # steps in order
         out = np.empty(int(ends[-1]) if steps else 0, dtype=dtype)
 
-        def gather(share: list[int]) -> None:
+        def gather(share: range) -> None:
             for i in share:
-                out[ends[i] - sizes[i]:ends[i]] = steps[i][1][masks[i]]
+                out[ends[i - 1] if i else 0:ends[i]] = steps[i][1][masks[i]]
 
-        run_pieces(gather, [(list(range(t, len(steps), threads)),) for t in range(threads)], threads > 1)
+        run_pieces(gather, [(share,) for share in shares], threads > 1)
         return out
